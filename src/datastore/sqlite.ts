@@ -1,0 +1,403 @@
+import Database from 'better-sqlite3';
+import {
+  CompactedError,
+  ConflictError,
+  type Datastore,
+  FutureRevisionError,
+  KeyExistsError,
+  type KeyValue,
+  KeyNotFoundError,
+  type ListOptions,
+  type ListResult,
+  type Watch,
+  type WatchCallbacks,
+  type WatchEvent,
+} from './types.js';
+
+/**
+ * The embedded default datastore: a log-structured table in one SQLite file, in the manner of
+ * kine. Every write appends a row whose rowid is the global revision; a delete appends a
+ * tombstone. `current` maps each live key to its latest row so reads at the head are one index
+ * lookup. History is kept until compacted, which is what lets watches resume from an old
+ * revision and lists read a consistent older revision.
+ *
+ * Only one process may open the file (the server holds a lock on its data dir), so the latest
+ * revision is kept in memory and watch events are fanned out in-process right after commit.
+ */
+
+export interface SqliteOptions {
+  /**
+   * `NORMAL` (default) survives a crash or kill of the process, since committed WAL frames are
+   * already in the OS; only a power loss can drop the last transactions. `FULL` also survives
+   * power loss at about a quarter of the write rate.
+   */
+  synchronous?: 'NORMAL' | 'FULL';
+}
+
+interface Row {
+  revision: number;
+  key: string;
+  create_revision: number;
+  prev_revision: number;
+  deleted: number;
+  value: Buffer;
+}
+
+interface RowWithPrev extends Row {
+  prev_value: Buffer | null;
+  prev_create_revision: number | null;
+}
+
+/** Above every valid UTF-8 continuation of a prefix, so `[prefix, prefix+MAX)` is its key range. */
+const MAX_CHAR = '\u{10FFFF}';
+
+function rangeEnd(prefix: string): string {
+  return prefix + MAX_CHAR;
+}
+
+function toKeyValue(row: Row): KeyValue {
+  return {
+    key: row.key,
+    value: row.value,
+    createRevision: row.create_revision,
+    modRevision: row.revision,
+  };
+}
+
+function rowToEvent(row: RowWithPrev): WatchEvent {
+  const prevKv: KeyValue | undefined =
+    row.prev_value === null
+      ? undefined
+      : {
+          key: row.key,
+          value: row.prev_value,
+          createRevision: row.prev_create_revision ?? row.create_revision,
+          modRevision: row.prev_revision,
+        };
+  if (row.deleted) {
+    return {
+      type: 'delete',
+      kv: {
+        key: row.key,
+        value: row.prev_value ?? Buffer.alloc(0),
+        createRevision: row.create_revision,
+        modRevision: row.revision,
+      },
+      ...(prevKv ? { prevKv } : {}),
+    };
+  }
+  return { type: 'put', kv: toKeyValue(row), ...(prevKv ? { prevKv } : {}) };
+}
+
+class SqliteWatch implements Watch {
+  private queue: WatchEvent[] = [];
+  private progressWanted = false;
+  private scheduled = false;
+  private cancelled = false;
+
+  constructor(
+    readonly prefix: string,
+    private readonly callbacks: WatchCallbacks,
+    private readonly store: SqliteDatastore,
+    /** Highest revision whose events (if any) are already queued for this watch. */
+    private queuedThrough: number,
+  ) {}
+
+  get active(): boolean {
+    return !this.cancelled;
+  }
+
+  enqueue(events: WatchEvent[], throughRevision: number): void {
+    if (this.cancelled) return;
+    for (const event of events) {
+      if (event.kv.key.startsWith(this.prefix)) this.queue.push(event);
+    }
+    this.queuedThrough = throughRevision;
+    if (this.queue.length > 0) this.schedule();
+  }
+
+  requestProgress(): void {
+    this.progressWanted = true;
+    this.schedule();
+  }
+
+  fail(error: Error): void {
+    if (this.cancelled) return;
+    this.cancel();
+    setImmediate(() => this.callbacks.onError(error));
+  }
+
+  cancel(): void {
+    this.cancelled = true;
+    this.queue = [];
+    this.store.forget(this);
+  }
+
+  /** Deliver asynchronously so that a slow consumer never runs inside a writer's transaction. */
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      if (this.cancelled) return;
+      if (this.queue.length > 0) {
+        const batch = this.queue;
+        this.queue = [];
+        this.callbacks.onEvents(batch);
+      }
+      if (this.progressWanted && !this.cancelled) {
+        this.progressWanted = false;
+        this.callbacks.onProgress?.(this.queuedThrough);
+      }
+    });
+  }
+}
+
+export class SqliteDatastore implements Datastore {
+  readonly name = 'sqlite';
+  private readonly db: Database.Database;
+  private revision: number;
+  private compacted: number;
+  private readonly watches = new Set<SqliteWatch>();
+  private closed = false;
+
+  private readonly stmts: {
+    get: Database.Statement<[string], Row>;
+    listHead: Database.Statement<[string, string, number], Row>;
+    listAt: Database.Statement<[string, string, number, number], Row>;
+    insert: Database.Statement<[number, string, number, number, number, Buffer]>;
+    upsertCurrent: Database.Statement<[string, number]>;
+    deleteCurrent: Database.Statement<[string]>;
+    history: Database.Statement<[number, string, string], RowWithPrev>;
+    compact: Database.Statement<[number, number]>;
+    setMeta: Database.Statement<[string, number]>;
+  };
+
+  constructor(file: string, options: SqliteOptions = {}) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma(`synchronous = ${options.synchronous ?? 'NORMAL'}`);
+    this.db.pragma('busy_timeout = 5000');
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS kv (
+        revision INTEGER PRIMARY KEY AUTOINCREMENT,
+        key TEXT NOT NULL,
+        create_revision INTEGER NOT NULL,
+        prev_revision INTEGER NOT NULL,
+        deleted INTEGER NOT NULL,
+        value BLOB NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS kv_key_revision ON kv(key, revision);
+      CREATE TABLE IF NOT EXISTS current (
+        key TEXT PRIMARY KEY,
+        revision INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      CREATE TABLE IF NOT EXISTS meta (
+        name TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+      ) WITHOUT ROWID;
+    `);
+    // sqlite_sequence keeps the highest revision ever handed out, even after compaction deleted
+    // the row, which is what guarantees a revision is never reused.
+    const seq = this.db
+      .prepare<[], { seq: number }>(`SELECT seq FROM sqlite_sequence WHERE name = 'kv'`)
+      .get();
+    this.revision = seq?.seq ?? 0;
+    const compact = this.db
+      .prepare<[], { value: number }>(`SELECT value FROM meta WHERE name = 'compact_revision'`)
+      .get();
+    this.compacted = compact?.value ?? 0;
+
+    const selectWithPrev = `
+      SELECT kv.*, p.value AS prev_value, p.create_revision AS prev_create_revision
+      FROM kv LEFT JOIN kv AS p ON p.revision = kv.prev_revision AND kv.prev_revision > 0`;
+    this.stmts = {
+      get: this.db.prepare(
+        `SELECT kv.* FROM current JOIN kv ON kv.revision = current.revision WHERE current.key = ?`,
+      ),
+      listHead: this.db.prepare(
+        `SELECT kv.* FROM current JOIN kv ON kv.revision = current.revision
+         WHERE current.key >= ? AND current.key < ? ORDER BY current.key LIMIT ?`,
+      ),
+      listAt: this.db.prepare(
+        `SELECT kv.* FROM kv JOIN (
+           SELECT MAX(revision) AS revision FROM kv
+           WHERE key >= ? AND key < ? AND revision <= ? GROUP BY key
+         ) AS latest ON kv.revision = latest.revision
+         WHERE kv.deleted = 0 ORDER BY kv.key LIMIT ?`,
+      ),
+      insert: this.db.prepare(
+        `INSERT INTO kv (revision, key, create_revision, prev_revision, deleted, value)
+         VALUES (?, ?, ?, ?, ?, ?)`,
+      ),
+      upsertCurrent: this.db.prepare(
+        `INSERT INTO current (key, revision) VALUES (?, ?)
+         ON CONFLICT(key) DO UPDATE SET revision = excluded.revision`,
+      ),
+      deleteCurrent: this.db.prepare(`DELETE FROM current WHERE key = ?`),
+      history: this.db.prepare(
+        `${selectWithPrev} WHERE kv.revision >= ? AND kv.key >= ? AND kv.key < ? ORDER BY kv.revision`,
+      ),
+      // A row at or below the compaction point goes when it is a tombstone or when a newer row
+      // at or below that point supersedes it; the newest surviving row of each key stays.
+      compact: this.db.prepare(
+        `DELETE FROM kv WHERE revision <= ? AND (deleted = 1 OR revision < (
+           SELECT MAX(newer.revision) FROM kv AS newer
+           WHERE newer.key = kv.key AND newer.revision <= ?))`,
+      ),
+      setMeta: this.db.prepare(
+        `INSERT INTO meta (name, value) VALUES (?, ?)
+         ON CONFLICT(name) DO UPDATE SET value = excluded.value`,
+      ),
+    };
+  }
+
+  async currentRevision(): Promise<number> {
+    return this.revision;
+  }
+
+  async compactRevision(): Promise<number> {
+    return this.compacted;
+  }
+
+  async get(key: string): Promise<KeyValue | undefined> {
+    const row = this.stmts.get.get(key);
+    return row ? toKeyValue(row) : undefined;
+  }
+
+  async list(prefix: string, options: ListOptions = {}): Promise<ListResult> {
+    const limit = options.limit && options.limit > 0 ? options.limit : -1;
+    // Ask for one extra row to learn whether there is another page.
+    const sqlLimit = limit > 0 ? limit + 1 : -1;
+    // `continue` is exclusive; appending the smallest character turns it into an inclusive bound.
+    const from =
+      options.continue !== undefined && options.continue >= prefix ? `${options.continue}\0` : prefix;
+    const end = rangeEnd(prefix);
+    let rows: Row[];
+    let revision: number;
+    if (options.revision && options.revision > 0 && options.revision !== this.revision) {
+      this.checkReadableRevision(options.revision);
+      revision = options.revision;
+      rows = this.stmts.listAt.all(from, end, revision, sqlLimit);
+    } else {
+      revision = this.revision;
+      rows = this.stmts.listHead.all(from, end, sqlLimit);
+    }
+    const more = limit > 0 && rows.length > limit;
+    if (more) rows.pop();
+    return { items: rows.map(toKeyValue), revision, more };
+  }
+
+  async create(key: string, value: Buffer): Promise<KeyValue> {
+    const result = this.db.transaction(() => {
+      if (this.stmts.get.get(key)) throw new KeyExistsError(key);
+      const revision = this.revision + 1;
+      this.stmts.insert.run(revision, key, revision, 0, 0, value);
+      this.stmts.upsertCurrent.run(key, revision);
+      return { key, value, createRevision: revision, modRevision: revision };
+    })();
+    this.revision = result.modRevision;
+    this.publish([{ type: 'put', kv: result }]);
+    return result;
+  }
+
+  async update(key: string, value: Buffer, expectedModRevision: number): Promise<KeyValue> {
+    const { kv, prevKv } = this.db.transaction(() => {
+      const existing = this.stmts.get.get(key);
+      if (!existing) throw new KeyNotFoundError(key);
+      if (existing.revision !== expectedModRevision) {
+        throw new ConflictError(key, expectedModRevision, existing.revision);
+      }
+      const revision = this.revision + 1;
+      this.stmts.insert.run(revision, key, existing.create_revision, existing.revision, 0, value);
+      this.stmts.upsertCurrent.run(key, revision);
+      const next: KeyValue = {
+        key,
+        value,
+        createRevision: existing.create_revision,
+        modRevision: revision,
+      };
+      return { kv: next, prevKv: toKeyValue(existing) };
+    })();
+    this.revision = kv.modRevision;
+    this.publish([{ type: 'put', kv, prevKv }]);
+    return kv;
+  }
+
+  async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
+    const { kv, prevKv } = this.db.transaction(() => {
+      const existing = this.stmts.get.get(key);
+      if (!existing) throw new KeyNotFoundError(key);
+      if (expectedModRevision !== undefined && existing.revision !== expectedModRevision) {
+        throw new ConflictError(key, expectedModRevision, existing.revision);
+      }
+      const revision = this.revision + 1;
+      this.stmts.insert.run(revision, key, existing.create_revision, existing.revision, 1, Buffer.alloc(0));
+      this.stmts.deleteCurrent.run(key);
+      const deleted: KeyValue = {
+        key,
+        value: existing.value,
+        createRevision: existing.create_revision,
+        modRevision: revision,
+      };
+      return { kv: deleted, prevKv: toKeyValue(existing) };
+    })();
+    this.revision = kv.modRevision;
+    this.publish([{ type: 'delete', kv, prevKv }]);
+    return kv;
+  }
+
+  watch(prefix: string, fromRevision: number, callbacks: WatchCallbacks): Watch {
+    const start = Math.max(1, fromRevision);
+    const watch = new SqliteWatch(prefix, callbacks, this, start - 1);
+    if (start <= this.compacted) {
+      watch.fail(new CompactedError(start, this.compacted));
+      return watch;
+    }
+    // Reading history and subscribing happen in one synchronous step, and writes commit on this
+    // same thread, so no event can fall between the replay and the live stream.
+    if (start <= this.revision) {
+      const history = this.stmts.history.all(start, prefix, rangeEnd(prefix)).map(rowToEvent);
+      watch.enqueue(history, this.revision);
+    } else {
+      watch.enqueue([], this.revision);
+    }
+    this.watches.add(watch);
+    return watch;
+  }
+
+  async compact(revision: number): Promise<void> {
+    if (revision <= this.compacted) return;
+    if (revision > this.revision) throw new FutureRevisionError(revision, this.revision);
+    this.db.transaction(() => {
+      this.stmts.compact.run(revision, revision);
+      this.stmts.setMeta.run('compact_revision', revision);
+    })();
+    this.compacted = revision;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const watch of [...this.watches]) watch.cancel();
+    this.db.close();
+  }
+
+  /** Called by a watch when it is cancelled. */
+  forget(watch: SqliteWatch): void {
+    this.watches.delete(watch);
+  }
+
+  private publish(events: WatchEvent[]): void {
+    for (const watch of this.watches) watch.enqueue(events, this.revision);
+  }
+
+  private checkReadableRevision(revision: number): void {
+    if (revision > this.revision) throw new FutureRevisionError(revision, this.revision);
+    if (revision < this.compacted) throw new CompactedError(revision, this.compacted);
+  }
+}
+
+export function openSqliteDatastore(file: string, options?: SqliteOptions): SqliteDatastore {
+  return new SqliteDatastore(file, options);
+}
