@@ -1,0 +1,65 @@
+import { createHash } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+
+/**
+ * Who is calling, and may they. Authentication is by bearer token; authorization is a separate
+ * seam so node restriction (agents may write only their own Node, Lease and events) plugs in.
+ */
+
+export interface UserInfo {
+  name: string;
+  groups: readonly string[];
+}
+
+export interface RequestAttributes {
+  verb: string;
+  group: string;
+  resource: string;
+  subresource?: string;
+  namespace?: string;
+  name?: string;
+}
+
+export interface Authenticator {
+  authenticate(req: IncomingMessage): UserInfo | undefined;
+}
+
+export type AuthorizationDecision = { allowed: true } | { allowed: false; reason: string };
+
+export interface Authorizer {
+  authorize(user: UserInfo, attributes: RequestAttributes): AuthorizationDecision;
+}
+
+function digest(token: string): Buffer {
+  return createHash('sha256').update(token).digest();
+}
+
+export function bearerToken(req: IncomingMessage): string | undefined {
+  const header = req.headers.authorization;
+  if (!header) return undefined;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match?.[1];
+}
+
+/**
+ * Static tokens, looked up by SHA-256 digest: the plain tokens are not kept in memory, and since
+ * the lookup key is a hash of the caller's input, its timing reveals nothing about a real token.
+ */
+export class TokenAuthenticator implements Authenticator {
+  private readonly users = new Map<string, UserInfo>();
+
+  add(token: string, user: UserInfo): void {
+    this.users.set(digest(token).toString('hex'), user);
+  }
+
+  authenticate(req: IncomingMessage): UserInfo | undefined {
+    const token = bearerToken(req);
+    if (!token) return undefined;
+    return this.users.get(digest(token).toString('hex'));
+  }
+}
+
+/** Every authenticated user may do everything: the single-admin model of the first release. */
+export const allowAuthenticated: Authorizer = {
+  authorize: () => ({ allowed: true }),
+};

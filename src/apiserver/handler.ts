@@ -1,0 +1,715 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from '../logging/logger.js';
+import type { Authenticator, Authorizer, UserInfo } from './auth.js';
+import {
+  AGGREGATED_CONTENT_TYPE,
+  aggregatedDiscovery,
+  apiGroup,
+  apiGroupList,
+  apiResourceList,
+  apiVersions,
+} from './discovery.js';
+import { ApiError, errors } from './errors.js';
+import {
+  decodeBody,
+  includeObjectParam,
+  mediaType,
+  type Negotiated,
+  negotiate,
+  readBody,
+  sendError,
+  sendJson,
+  sendText,
+} from './http.js';
+import { isJsonObject, type JsonObject } from './json.js';
+import { type KubeObject, OBJECT_META_FIELDS } from './objects.js';
+import type { OpenApiDocuments } from './openapi.js';
+import { applyPatch, PatchError, patchTypeFromContentType } from './patch/index.js';
+import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
+import { parseFieldSelector, parseLabelSelector } from './selectors.js';
+import type { ObjectStore, Selection, WatchEventType } from './storage.js';
+import { type IncludeObject, toTable } from './table.js';
+
+/**
+ * The request path of the API: parse the URL into a request (as Kubernetes' RequestInfo does),
+ * authenticate, authorize, then run the verb against the generic object store.
+ */
+
+export interface VersionInfo {
+  major: string;
+  minor: string;
+  gitVersion: string;
+  gitCommit: string;
+  gitTreeState: string;
+  buildDate: string;
+  goVersion: string;
+  compiler: string;
+  platform: string;
+}
+
+export interface HandlerOptions {
+  store: ObjectStore;
+  registry: ResourceRegistry;
+  openapi: OpenApiDocuments;
+  authenticator: Authenticator;
+  authorizer: Authorizer;
+  logger: Logger;
+  version: VersionInfo;
+  caCertificatePem: string;
+  /** Undefined when ready, else why not. */
+  readiness(): Promise<string | undefined>;
+  /** How often a watch that allows bookmarks gets one. */
+  bookmarkIntervalMs?: number;
+}
+
+interface ResourceRequest {
+  def: ResourceDefinition;
+  namespace?: string;
+  name?: string;
+  subresource?: string;
+  /** `/api/v1/watch/...` legacy watch path. */
+  legacyWatch: boolean;
+}
+
+const PUBLIC_PATHS = new Set(['/healthz', '/livez', '/readyz', '/version', '/cacerts']);
+const NAMESPACE_SUBRESOURCES = new Set(['status', 'finalize']);
+const SUPPORTED_PATCH_TYPES = [
+  'application/json-patch+json',
+  'application/merge-patch+json',
+  'application/strategic-merge-patch+json',
+];
+
+type FieldValidation = 'Ignore' | 'Warn' | 'Strict';
+
+function fieldValidationParam(value: string | null): FieldValidation {
+  if (value === null || value === '' || value === 'Warn') return 'Warn';
+  if (value === 'Ignore' || value === 'Strict') return value;
+  throw errors.badRequest(`fieldValidation parameter must be one of Ignore, Warn or Strict (got "${value}")`);
+}
+
+/**
+ * Drover knows the top-level fields of each kind and every ObjectMeta field; an unknown one is
+ * dropped with a warning (Warn, the default), dropped silently (Ignore) or refused (Strict).
+ * Inside spec and status, fields are kept as sent.
+ */
+function pruneUnknownFields(def: ResourceDefinition, obj: KubeObject, mode: FieldValidation): string[] {
+  const unknown: string[] = [];
+  for (const field of Object.keys(obj)) {
+    if (!def.topLevelFields.has(field)) unknown.push(field);
+  }
+  for (const field of Object.keys(obj.metadata)) {
+    if (!OBJECT_META_FIELDS.has(field)) unknown.push(`metadata.${field}`);
+  }
+  if (unknown.length && mode === 'Strict') {
+    throw errors.badRequest(`strict decoding error: ${unknown.map((f) => `unknown field "${f}"`).join(', ')}`);
+  }
+  for (const field of unknown) {
+    if (field.startsWith('metadata.')) delete obj.metadata[field.slice('metadata.'.length)];
+    else delete obj[field];
+  }
+  return mode === 'Warn' ? unknown : [];
+}
+
+function warningHeader(unknown: string[]): Record<string, string> {
+  if (!unknown.length) return {};
+  return { Warning: unknown.map((f) => `299 - "unknown field \\"${f}\\""`).join(', ') };
+}
+
+function asKubeObject(value: unknown, what: string): KubeObject {
+  if (!isJsonObject(value)) throw errors.badRequest(`${what} must be a JSON object`);
+  const metadata = value.metadata;
+  if (metadata === undefined || metadata === null) value.metadata = {};
+  else if (!isJsonObject(metadata)) throw errors.badRequest('metadata must be an object');
+  return value as unknown as KubeObject;
+}
+
+function checkTypeMeta(def: ResourceDefinition, obj: KubeObject): void {
+  if (obj.kind !== undefined && obj.kind !== '' && obj.kind !== def.kind) {
+    throw errors.badRequest(
+      `the kind of the provided object (${String(obj.kind)}) does not match the resource (${def.kind})`,
+    );
+  }
+  if (obj.apiVersion !== undefined && obj.apiVersion !== '' && obj.apiVersion !== apiVersionOf(def)) {
+    throw errors.badRequest(
+      `the API version of the provided object (${String(obj.apiVersion)}) does not match the request (${apiVersionOf(def)})`,
+    );
+  }
+}
+
+function listKind(def: ResourceDefinition): string {
+  return `${def.kind}List`;
+}
+
+export class ApiHandler {
+  private readonly bookmarkIntervalMs: number;
+
+  constructor(private readonly options: HandlerOptions) {
+    this.bookmarkIntervalMs = options.bookmarkIntervalMs ?? 15_000;
+  }
+
+  /** Entry point for node:http(s). Never throws: every failure becomes a Status response. */
+  handle = (req: IncomingMessage, res: ServerResponse): void => {
+    const started = process.hrtime.bigint();
+    res.on('finish', () => {
+      if (this.options.logger.isLevelEnabled('debug')) {
+        this.options.logger.debug(
+          {
+            method: req.method,
+            path: req.url?.split('?')[0],
+            status: res.statusCode,
+            ms: Number(process.hrtime.bigint() - started) / 1e6,
+          },
+          'request',
+        );
+      }
+    });
+    this.route(req, res).catch((error: unknown) => this.fail(res, error));
+  };
+
+  private fail(res: ServerResponse, error: unknown): void {
+    if (error instanceof ApiError) {
+      sendError(res, error);
+      return;
+    }
+    if (error instanceof PatchError) {
+      sendError(res, error.status === 422 ? new ApiError(422, 'Invalid', error.message) : errors.badRequest(error.message));
+      return;
+    }
+    this.options.logger.error({ err: error }, 'unhandled error while serving a request');
+    sendError(res, errors.internal(error instanceof Error ? error.message : String(error)));
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'https://drover.invalid');
+    const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
+    const method = req.method ?? 'GET';
+
+    if (PUBLIC_PATHS.has(path) || path.startsWith('/readyz/') || path.startsWith('/livez/')) {
+      await this.servePublic(path, method, res);
+      return;
+    }
+    const user = this.options.authenticator.authenticate(req);
+    if (!user) throw errors.unauthorized();
+
+    if (path === '/api' || path === '/apis') {
+      this.requireMethod(method, 'GET', path);
+      const negotiated = negotiate(req.headers.accept);
+      if (negotiated.aggregatedDiscovery) {
+        const version = negotiated.aggregatedDiscovery;
+        sendJson(res, 200, aggregatedDiscovery(this.options.registry, path === '/api', version), AGGREGATED_CONTENT_TYPE[version]);
+      } else {
+        sendJson(res, 200, path === '/api' ? apiVersions() : apiGroupList(this.options.registry));
+      }
+      return;
+    }
+    if (path === '/openapi/v3' || path.startsWith('/openapi/v3/')) {
+      this.serveOpenApi(path, res);
+      return;
+    }
+
+    const parts = path.split('/').slice(1).map(decodeURIComponent);
+    let group: string;
+    let version: string | undefined;
+    let rest: string[];
+    if (parts[0] === 'api') {
+      group = '';
+      version = parts[1];
+      rest = parts.slice(2);
+    } else if (parts[0] === 'apis' && parts.length >= 2) {
+      group = parts[1]!;
+      version = parts[2];
+      rest = parts.slice(3);
+      if (version === undefined) {
+        const info = this.options.registry.groups().find((g) => g.name === group);
+        if (!info) throw errors.pathNotFound(path);
+        sendJson(res, 200, apiGroup(info.name, info.versions));
+        return;
+      }
+    } else {
+      throw errors.pathNotFound(path);
+    }
+    if (!version || !this.options.registry.hasGroupVersion(group, version)) throw errors.pathNotFound(path);
+    if (rest.length === 0) {
+      sendJson(res, 200, apiResourceList(this.options.registry, group, version));
+      return;
+    }
+    const request = this.parseResourcePath(group, version, rest, path);
+    await this.serveResource(req, res, url, request, user);
+  }
+
+  private requireMethod(method: string, expected: string, path: string): void {
+    if (method !== expected) throw errors.methodNotAllowed(method, path);
+  }
+
+  private async servePublic(path: string, method: string, res: ServerResponse): Promise<void> {
+    if (method !== 'GET' && method !== 'HEAD') throw errors.methodNotAllowed(method, path);
+    switch (path) {
+      case '/version':
+        sendJson(res, 200, this.options.version);
+        return;
+      case '/cacerts':
+        res.writeHead(200, { 'Content-Type': 'application/x-pem-file' });
+        res.end(this.options.caCertificatePem);
+        return;
+      case '/healthz':
+      case '/livez':
+        sendText(res, 200, 'ok');
+        return;
+      default: {
+        if (path.startsWith('/readyz') || path === '/readyz') {
+          const problem = await this.options.readiness();
+          if (problem) sendText(res, 503, `[-]datastore failed: ${problem}\nreadyz check failed\n`);
+          else sendText(res, 200, 'ok');
+          return;
+        }
+        sendText(res, 200, 'ok');
+      }
+    }
+  }
+
+  private serveOpenApi(path: string, res: ServerResponse): void {
+    if (path === '/openapi/v3') {
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end(this.options.openapi.index);
+      return;
+    }
+    const doc = this.options.openapi.document(path.slice('/openapi/v3/'.length));
+    if (!doc) throw errors.pathNotFound(path);
+    res.writeHead(200, { 'Content-Type': 'application/json', ETag: `"${doc.hash}"` });
+    res.end(doc.body);
+  }
+
+  private parseResourcePath(group: string, version: string, input: string[], path: string): ResourceRequest {
+    let parts = input;
+    let legacyWatch = false;
+    if (parts[0] === 'watch') {
+      legacyWatch = true;
+      parts = parts.slice(1);
+    }
+    // `namespaces/<ns>/<resource>/...` addresses namespaced objects; `namespaces/<name>[/status]`
+    // is the namespace object itself.
+    let namespace: string | undefined;
+    if (parts[0] === 'namespaces' && parts.length >= 3 && !NAMESPACE_SUBRESOURCES.has(parts[2]!)) {
+      namespace = parts[1];
+      parts = parts.slice(2);
+    }
+    const [plural, name, subresource, ...extra] = parts;
+    const def = plural ? this.options.registry.lookup(group, version, plural) : undefined;
+    if (!def || extra.length || (namespace !== undefined && !def.namespaced)) throw errors.pathNotFound(path);
+    if (subresource !== undefined && !(def.subresources as readonly string[]).includes(subresource)) {
+      throw errors.pathNotFound(path);
+    }
+    return {
+      def,
+      legacyWatch,
+      ...(namespace !== undefined ? { namespace } : {}),
+      ...(name !== undefined ? { name } : {}),
+      ...(subresource !== undefined ? { subresource } : {}),
+    };
+  }
+
+  private verbOf(method: string, request: ResourceRequest, url: URL): string {
+    const watchParam = url.searchParams.get('watch');
+    const watching = request.legacyWatch || watchParam === 'true' || watchParam === '1';
+    switch (method) {
+      case 'GET':
+      case 'HEAD':
+        if (watching) return 'watch';
+        return request.name === undefined ? 'list' : 'get';
+      case 'POST':
+        return request.subresource === 'eviction' ? 'create' : request.name === undefined ? 'create' : 'invalid';
+      case 'PUT':
+        return request.name === undefined ? 'invalid' : 'update';
+      case 'PATCH':
+        return request.name === undefined ? 'invalid' : 'patch';
+      case 'DELETE':
+        return request.name === undefined ? 'deletecollection' : 'delete';
+      default:
+        return 'invalid';
+    }
+  }
+
+  private async serveResource(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    request: ResourceRequest,
+    user: UserInfo,
+  ): Promise<void> {
+    const method = req.method ?? 'GET';
+    const verb = this.verbOf(method, request, url);
+    if (verb === 'invalid') throw errors.methodNotAllowed(method, url.pathname);
+    const { def } = request;
+    const decision = this.options.authorizer.authorize(user, {
+      verb,
+      group: def.group,
+      resource: def.plural,
+      ...(request.subresource ? { subresource: request.subresource } : {}),
+      ...(request.namespace ? { namespace: request.namespace } : {}),
+      ...(request.name ? { name: request.name } : {}),
+    });
+    if (!decision.allowed) {
+      throw errors.forbidden(
+        `${def.group ? `${def.plural}.${def.group}` : def.plural}${request.name ? ` "${request.name}"` : ''} is forbidden: User "${user.name}" cannot ${verb} resource "${def.plural}${request.subresource ? `/${request.subresource}` : ''}"${request.namespace ? ` in the namespace "${request.namespace}"` : ''}: ${decision.reason}`,
+      );
+    }
+    const dryRun = url.searchParams.getAll('dryRun').includes('All');
+    switch (verb) {
+      case 'get':
+        return this.serveGet(req, res, url, request);
+      case 'list':
+        return this.serveList(req, res, url, request);
+      case 'watch':
+        return this.serveWatch(req, res, url, request);
+      case 'create':
+        if (request.subresource === 'eviction') return this.serveEviction(req, res, request, dryRun);
+        return this.serveCreate(req, res, url, request, dryRun);
+      case 'update':
+        return this.serveUpdate(req, res, url, request, dryRun);
+      case 'patch':
+        return this.servePatch(req, res, url, request, dryRun);
+      case 'delete':
+        return this.serveDelete(req, res, request, dryRun);
+      case 'deletecollection':
+        return this.serveDeleteCollection(req, res, url, request, dryRun);
+    }
+  }
+
+  private selection(url: URL, def: ResourceDefinition): Selection {
+    const supported = new Set(['metadata.name', 'metadata.namespace', ...Object.keys(def.fieldLabels)]);
+    return {
+      labelSelector: parseLabelSelector(url.searchParams.get('labelSelector')),
+      fieldSelector: parseFieldSelector(url.searchParams.get('fieldSelector'), supported, `${def.kind}`),
+    };
+  }
+
+  private respondObject(
+    res: ServerResponse,
+    code: number,
+    negotiated: Negotiated,
+    def: ResourceDefinition,
+    obj: KubeObject,
+    include: IncludeObject,
+    headers: Record<string, string> = {},
+  ): void {
+    if (negotiated.table) {
+      sendJson(res, code, toTable(def.printer, [obj], include, { resourceVersion: obj.metadata.resourceVersion ?? '' }), 'application/json', headers);
+    } else {
+      sendJson(res, code, obj, 'application/json', headers);
+    }
+  }
+
+  private async serveGet(req: IncomingMessage, res: ServerResponse, url: URL, request: ResourceRequest): Promise<void> {
+    const negotiated = negotiate(req.headers.accept);
+    let obj = await this.options.store.get(request.def, request.namespace, request.name!);
+    if (request.subresource === 'eviction') throw errors.methodNotAllowed('GET', url.pathname);
+    if (request.subresource === 'status') obj = { ...obj };
+    this.respondObject(res, 200, negotiated, request.def, obj, includeObjectParam(url.searchParams.get('includeObject')));
+  }
+
+  private async serveList(req: IncomingMessage, res: ServerResponse, url: URL, request: ResourceRequest): Promise<void> {
+    const negotiated = negotiate(req.headers.accept);
+    const { def } = request;
+    const limitParam = url.searchParams.get('limit');
+    const limit = limitParam ? Number(limitParam) : 0;
+    if (!Number.isInteger(limit) || limit < 0) throw errors.badRequest(`invalid limit: ${limitParam}`);
+    const rv = url.searchParams.get('resourceVersion');
+    const exact = url.searchParams.get('resourceVersionMatch') === 'Exact' && rv ? Number(rv) : undefined;
+    const continueToken = url.searchParams.get('continue') ?? undefined;
+    const result = await this.options.store.list(def, request.namespace, {
+      ...this.selection(url, def),
+      ...(limit ? { limit } : {}),
+      ...(continueToken ? { continueToken } : {}),
+      ...(exact !== undefined && Number.isSafeInteger(exact) ? { exactRevision: exact } : {}),
+    });
+    const listMeta = {
+      resourceVersion: result.resourceVersion,
+      ...(result.continueToken ? { continue: result.continueToken } : {}),
+    };
+    if (negotiated.table) {
+      sendJson(res, 200, toTable(def.printer, result.items, includeObjectParam(url.searchParams.get('includeObject')), listMeta));
+      return;
+    }
+    sendJson(res, 200, { kind: listKind(def), apiVersion: apiVersionOf(def), metadata: listMeta, items: result.items });
+  }
+
+  private async serveWatch(req: IncomingMessage, res: ServerResponse, url: URL, request: ResourceRequest): Promise<void> {
+    const negotiated = negotiate(req.headers.accept);
+    const { def } = request;
+    const selection = this.selection(url, def);
+    if (request.name !== undefined) {
+      selection.fieldSelector.push({ field: 'metadata.name', op: 'eq', value: request.name });
+    }
+    const include = includeObjectParam(url.searchParams.get('includeObject'));
+    const allowBookmarks = url.searchParams.get('allowWatchBookmarks') === 'true';
+    const timeoutParam = Number(url.searchParams.get('timeoutSeconds') ?? '');
+    // Like kube-apiserver, close an unbounded watch after 30-60 minutes; clients re-watch.
+    const timeoutMs =
+      Number.isFinite(timeoutParam) && timeoutParam > 0
+        ? timeoutParam * 1000
+        : (1800 + Math.floor(Math.random() * 1800)) * 1000;
+
+    res.writeHead(200, {
+      'Content-Type': 'application/json',
+      'Cache-Control': 'no-cache, private',
+      'Transfer-Encoding': 'chunked',
+    });
+    // Without this, clients that wait for headers (client-node's watch()) hang until an event.
+    res.flushHeaders();
+
+    let closed = false;
+    const timers: NodeJS.Timeout[] = [];
+    let handle: { cancel(): void; requestProgress(): void } | undefined;
+    const finish = (): void => {
+      if (closed) return;
+      closed = true;
+      for (const timer of timers) clearTimeout(timer);
+      handle?.cancel();
+      if (!res.writableEnded) res.end();
+    };
+    res.on('close', finish);
+
+    const write = (type: string, object: unknown): void => {
+      if (closed) return;
+      res.write(`${JSON.stringify({ type, object })}\n`);
+    };
+    const wrap = (obj: KubeObject): unknown =>
+      negotiated.table ? toTable(def.printer, [obj], include, { resourceVersion: obj.metadata.resourceVersion ?? '' }) : obj;
+    let lastSent = '';
+    try {
+      handle = await this.options.store.watch(def, request.namespace, url.searchParams.get('resourceVersion') ?? undefined, selection, {
+        event: (type: WatchEventType, obj: KubeObject) => {
+          lastSent = obj.metadata.resourceVersion ?? lastSent;
+          write(type, wrap(obj));
+        },
+        progress: (resourceVersion) => {
+          if (!allowBookmarks || resourceVersion === lastSent) return;
+          lastSent = resourceVersion;
+          write('BOOKMARK', { kind: def.kind, apiVersion: apiVersionOf(def), metadata: { resourceVersion } });
+        },
+        error: (error) => {
+          write('ERROR', error.toStatus());
+          finish();
+        },
+      });
+    } catch (error) {
+      const apiError = error instanceof ApiError ? error : errors.internal(String(error));
+      write('ERROR', apiError.toStatus());
+      finish();
+      return;
+    }
+    if (closed) {
+      handle.cancel();
+      return;
+    }
+    timers.push(setTimeout(finish, timeoutMs));
+    if (allowBookmarks) {
+      const tick = (): void => {
+        handle?.requestProgress();
+        timers.push(setTimeout(tick, this.bookmarkIntervalMs));
+      };
+      timers.push(setTimeout(tick, this.bookmarkIntervalMs));
+    }
+  }
+
+  private async readObject(
+    req: IncomingMessage,
+    def: ResourceDefinition,
+    mode: FieldValidation,
+  ): Promise<{ obj: KubeObject; unknown: string[] }> {
+    const body = await readBody(req);
+    const obj = asKubeObject(decodeBody(body, req.headers['content-type']), 'the request body');
+    checkTypeMeta(def, obj);
+    const unknown = pruneUnknownFields(def, obj, mode);
+    return { obj, unknown };
+  }
+
+  private async serveCreate(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    request: ResourceRequest,
+    dryRun: boolean,
+  ): Promise<void> {
+    const negotiated = negotiate(req.headers.accept);
+    const { def } = request;
+    const mode = fieldValidationParam(url.searchParams.get('fieldValidation'));
+    const { obj, unknown } = await this.readObject(req, def, mode);
+    if (def.namespaced) {
+      if (!request.namespace) throw errors.methodNotAllowed('POST', url.pathname);
+      const bodyNamespace = obj.metadata.namespace;
+      if (bodyNamespace && bodyNamespace !== request.namespace) {
+        throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
+      }
+    }
+    const created = await this.options.store.create(def, request.namespace, obj, { dryRun });
+    this.respondObject(res, 201, negotiated, def, created, 'Metadata', warningHeader(unknown));
+  }
+
+  private async serveUpdate(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    request: ResourceRequest,
+    dryRun: boolean,
+  ): Promise<void> {
+    const negotiated = negotiate(req.headers.accept);
+    const { def } = request;
+    const mode = fieldValidationParam(url.searchParams.get('fieldValidation'));
+    const { obj, unknown } = await this.readObject(req, def, mode);
+    if (obj.metadata.name !== undefined && obj.metadata.name !== request.name) {
+      throw errors.badRequest(
+        `the name of the object (${String(obj.metadata.name)}) does not match the name on the URL (${request.name})`,
+      );
+    }
+    if (def.namespaced && obj.metadata.namespace && obj.metadata.namespace !== request.namespace) {
+      throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
+    }
+    const updated = await this.options.store.guaranteedUpdate(def, request.namespace, request.name!, () => obj, {
+      dryRun,
+      ...(request.subresource === 'status' ? { subresource: 'status' as const } : {}),
+    });
+    this.respondObject(res, 200, negotiated, def, updated, 'Metadata', warningHeader(unknown));
+  }
+
+  private async servePatch(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    request: ResourceRequest,
+    dryRun: boolean,
+  ): Promise<void> {
+    const negotiated = negotiate(req.headers.accept);
+    const { def } = request;
+    const contentType = mediaType(req.headers['content-type']);
+    const patchType = patchTypeFromContentType(contentType);
+    if (!patchType) throw errors.unsupportedMediaType(contentType, SUPPORTED_PATCH_TYPES);
+    const mode = fieldValidationParam(url.searchParams.get('fieldValidation'));
+    const body = await readBody(req);
+    let patch: unknown;
+    try {
+      patch = JSON.parse(body.toString('utf8'));
+    } catch (error) {
+      throw errors.badRequest(`error decoding patch: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    let unknown: string[] = [];
+    const updated = await this.options.store.guaranteedUpdate(
+      def,
+      request.namespace,
+      request.name!,
+      (current) => {
+        const patched = asKubeObject(
+          applyPatch(patchType, current as unknown as JsonObject, patch as JsonObject, def.kind),
+          'the patched object',
+        );
+        checkTypeMeta(def, patched);
+        unknown = pruneUnknownFields(def, patched, mode);
+        return patched;
+      },
+      { dryRun, ...(request.subresource === 'status' ? { subresource: 'status' as const } : {}) },
+    );
+    this.respondObject(res, 200, negotiated, def, updated, 'Metadata', warningHeader(unknown));
+  }
+
+  private async readDeleteOptions(req: IncomingMessage): Promise<JsonObject> {
+    const body = await readBody(req);
+    // kubectl falls back to a protobuf DeleteOptions body in some paths: options it carries are
+    // ignored rather than misread as JSON.
+    if (body.length === 0 || !mediaType(req.headers['content-type']).endsWith('json')) return {};
+    const parsed = decodeBody(body, req.headers['content-type']);
+    return isJsonObject(parsed) ? parsed : {};
+  }
+
+  private preconditionsOf(options: JsonObject): { uid?: string; resourceVersion?: string } | undefined {
+    const pre = options.preconditions;
+    if (!isJsonObject(pre)) return undefined;
+    return {
+      ...(typeof pre.uid === 'string' ? { uid: pre.uid } : {}),
+      ...(typeof pre.resourceVersion === 'string' ? { resourceVersion: pre.resourceVersion } : {}),
+    };
+  }
+
+  private async serveDelete(req: IncomingMessage, res: ServerResponse, request: ResourceRequest, dryRun: boolean): Promise<void> {
+    const negotiated = negotiate(req.headers.accept);
+    const { def } = request;
+    const options = await this.readDeleteOptions(req);
+    const wantsDryRun = dryRun || (Array.isArray(options.dryRun) && options.dryRun.includes('All'));
+    const name = request.name!;
+    if (def.undeletable?.has(name)) {
+      throw errors.forbidden(`${def.plural} "${name}" is forbidden: this ${def.singular} may not be deleted`);
+    }
+    const preconditions = this.preconditionsOf(options);
+    const deleteOptions = { dryRun: wantsDryRun, ...(preconditions ? { preconditions } : {}) };
+    let deleted: KubeObject;
+    if (def.kind === 'Namespace' && def.group === '' && !wantsDryRun) {
+      deleted = await this.deleteNamespace(def, name, deleteOptions);
+    } else {
+      deleted = await this.options.store.delete(def, request.namespace, name, deleteOptions);
+    }
+    this.respondObject(res, 200, negotiated, def, deleted, 'Metadata');
+  }
+
+  /** A namespace goes Terminating, its contents are deleted, then the namespace itself. */
+  private async deleteNamespace(
+    def: ResourceDefinition,
+    name: string,
+    options: { preconditions?: { uid?: string; resourceVersion?: string } },
+  ): Promise<KubeObject> {
+    const store = this.options.store;
+    const current = await store.get(def, undefined, name);
+    if (options.preconditions?.uid && options.preconditions.uid !== current.metadata.uid) {
+      throw errors.conflict(def, name, `Precondition failed: UID in precondition: ${options.preconditions.uid}, UID in object meta: ${current.metadata.uid}`);
+    }
+    await store.guaranteedUpdate(
+      def,
+      undefined,
+      name,
+      (ns) => ({ ...ns, status: { ...(isJsonObject(ns.status) ? ns.status : {}), phase: 'Terminating' } }),
+      { subresource: 'status' },
+    );
+    const count = await store.deleteNamespaceContents(this.options.registry.all, name);
+    this.options.logger.info({ namespace: name, objects: count }, 'deleted namespace and its contents');
+    return store.delete(def, undefined, name);
+  }
+
+  private async serveDeleteCollection(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    request: ResourceRequest,
+    dryRun: boolean,
+  ): Promise<void> {
+    const { def } = request;
+    await this.readDeleteOptions(req);
+    const { items } = await this.options.store.list(def, request.namespace, this.selection(url, def));
+    const deleted: KubeObject[] = [];
+    for (const item of items) {
+      if (def.undeletable?.has(item.metadata.name ?? '')) continue;
+      try {
+        deleted.push(await this.options.store.delete(def, item.metadata.namespace, item.metadata.name!, { dryRun }));
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === 404)) throw error;
+      }
+    }
+    sendJson(res, 200, { kind: listKind(def), apiVersion: apiVersionOf(def), metadata: {}, items: deleted });
+  }
+
+  /** policy/v1 (and kubectl 1.20's policy/v1beta1) Eviction: deletes the pod. */
+  private async serveEviction(req: IncomingMessage, res: ServerResponse, request: ResourceRequest, dryRun: boolean): Promise<void> {
+    const body = await readBody(req);
+    const eviction = asKubeObject(decodeBody(body, req.headers['content-type']), 'the eviction');
+    if (eviction.kind !== undefined && eviction.kind !== 'Eviction') {
+      throw errors.badRequest(`expected an Eviction, got ${String(eviction.kind)}`);
+    }
+    if (eviction.metadata.name !== undefined && eviction.metadata.name !== request.name) {
+      throw errors.badRequest(`name in URL does not match name in Eviction object`);
+    }
+    const deleteOptions = isJsonObject(eviction.deleteOptions) ? eviction.deleteOptions : {};
+    const preconditions = this.preconditionsOf(deleteOptions);
+    await this.options.store.delete(request.def, request.namespace, request.name!, {
+      dryRun,
+      ...(preconditions ? { preconditions } : {}),
+    });
+    sendJson(res, 201, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', code: 201 });
+  }
+}

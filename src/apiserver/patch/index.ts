@@ -1,0 +1,56 @@
+/** PATCH as the Kubernetes API server does it: the three patch content types and their rules. */
+import { isJsonObject, type JsonObject, type JsonValue } from '../json.js';
+import { applyJsonPatch } from './json-patch.js';
+import { PatchError, mergePatch } from './merge.js';
+import { patchMetaForKind } from './patch-meta.js';
+import { strategicMergePatch } from './strategic.js';
+
+export { applyJsonPatch } from './json-patch.js';
+export { PatchError, mergePatch } from './merge.js';
+export { childMeta, patchMetaForKind, type PatchMeta, type PatchStrategy } from './patch-meta.js';
+export { strategicMergePatch } from './strategic.js';
+
+export type PatchType = 'json' | 'merge' | 'strategic';
+
+const PATCH_TYPES: Readonly<Record<string, PatchType>> = {
+  'application/json-patch+json': 'json',
+  'application/merge-patch+json': 'merge',
+  'application/strategic-merge-patch+json': 'strategic',
+};
+
+/**
+ * The patch type of a PATCH request's Content-Type, or `undefined` for anything else, which
+ * the server answers with 415. That includes server-side apply (`application/apply-patch+yaml`),
+ * which Drover does not implement.
+ */
+export function patchTypeFromContentType(contentType: string): PatchType | undefined {
+  const mediaType = contentType.split(';', 1)[0].trim().toLowerCase();
+  return Object.hasOwn(PATCH_TYPES, mediaType) ? PATCH_TYPES[mediaType] : undefined;
+}
+
+/**
+ * Applies `patch` of the given type to `original`, an object of `kind` (which picks the
+ * strategic merge rules). Returns a new object sharing no structure with the arguments, which
+ * are left unmodified. Throws {@link PatchError} when the patch is malformed, does not apply, or
+ * would leave something other than a JSON object.
+ */
+export function applyPatch(type: PatchType, original: JsonObject, patch: JsonValue, kind: string): JsonObject {
+  let result: JsonValue;
+  switch (type) {
+    case 'json':
+      result = applyJsonPatch(original, patch);
+      break;
+    case 'merge':
+      result = mergePatch(original, patch);
+      break;
+    case 'strategic':
+      result = strategicMergePatch(original, patch, patchMetaForKind(kind));
+      break;
+  }
+  if (!isJsonObject(result)) {
+    // A merge patch only yields a non-object when its body is not an object; a JSON patch does
+    // when its operations replace or remove the root.
+    throw new PatchError('the patched object must be a JSON object', type === 'json' ? 422 : 400);
+  }
+  return result;
+}

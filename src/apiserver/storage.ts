@@ -1,0 +1,487 @@
+import { randomUUID, randomInt } from 'node:crypto';
+import {
+  CompactedError,
+  ConflictError,
+  type Datastore,
+  FutureRevisionError,
+  KeyExistsError,
+  type KeyValue,
+  KeyNotFoundError,
+  type Watch,
+  type WatchEvent,
+} from '../datastore/types.js';
+import { ApiError, errors } from './errors.js';
+import { type KubeObject, kubeTime } from './objects.js';
+import { apiVersionOf, type ResourceDefinition } from './resources.js';
+import {
+  type FieldSelector,
+  type LabelSelector,
+  matchesFields,
+  matchesLabels,
+} from './selectors.js';
+import { validateObjectMeta } from './validation.js';
+
+/**
+ * The generic object store: Kubernetes object semantics (uid, resourceVersion, generation,
+ * status subresource, finalizers, preconditions, selectors, consistent paging, watch) over the
+ * datastore's revisioned key-value interface. The resourceVersion of an object is the datastore
+ * revision of its last write; it is never stored inside the value.
+ */
+
+const REGISTRY_PREFIX = '/registry/';
+const MAX_UPDATE_ATTEMPTS = 16;
+const NAME_SUFFIX_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
+
+export interface Selection {
+  labelSelector: LabelSelector;
+  fieldSelector: FieldSelector;
+}
+
+export interface ListOptions extends Selection {
+  limit?: number;
+  continueToken?: string;
+  /** Exact revision to read (`resourceVersionMatch=Exact`). */
+  exactRevision?: number;
+}
+
+export interface ListResult {
+  items: KubeObject[];
+  resourceVersion: string;
+  continueToken?: string;
+}
+
+export interface WriteOptions {
+  dryRun?: boolean;
+}
+
+export interface UpdateOptions extends WriteOptions {
+  subresource?: 'status';
+  /** Set metadata.deletionTimestamp (the object has finalizers and was asked to go away). */
+  markDeleted?: boolean;
+}
+
+export interface DeleteOptions extends WriteOptions {
+  preconditions?: { uid?: string; resourceVersion?: string };
+}
+
+export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+export interface WatchSink {
+  event(type: WatchEventType, obj: KubeObject): void;
+  /** Everything up to this resourceVersion has been sent. */
+  progress(resourceVersion: string): void;
+  error(error: ApiError): void;
+}
+
+export interface ObjectWatch {
+  requestProgress(): void;
+  cancel(): void;
+}
+
+/** What a caller's update function may answer: the new object, or "nothing to change". */
+export type UpdateFn = (current: KubeObject) => KubeObject | Promise<KubeObject>;
+
+interface ContinueToken {
+  rv: number;
+  start: string;
+}
+
+function encodeContinue(token: ContinueToken): string {
+  return Buffer.from(JSON.stringify({ v: 'meta.k8s.io/v1', ...token })).toString('base64url');
+}
+
+function decodeContinue(text: string): ContinueToken {
+  try {
+    const parsed = JSON.parse(Buffer.from(text, 'base64url').toString('utf8')) as Partial<ContinueToken>;
+    if (typeof parsed.rv === 'number' && typeof parsed.start === 'string') {
+      return { rv: parsed.rv, start: parsed.start };
+    }
+  } catch {
+    // fall through to the error below
+  }
+  throw errors.badRequest('invalid continue token: it was not produced by this server');
+}
+
+function generateNameSuffix(): string {
+  let suffix = '';
+  for (let i = 0; i < 5; i++) suffix += NAME_SUFFIX_ALPHABET[randomInt(NAME_SUFFIX_ALPHABET.length)];
+  return suffix;
+}
+
+/** Everything a client may not change through an update. */
+function carryServerFields(next: KubeObject, current: KubeObject, markDeleted: boolean): void {
+  const meta = next.metadata;
+  meta.uid = current.metadata.uid;
+  meta.creationTimestamp = current.metadata.creationTimestamp;
+  meta.name = current.metadata.name;
+  if (current.metadata.namespace !== undefined) meta.namespace = current.metadata.namespace;
+  else delete meta.namespace;
+  if (current.metadata.deletionTimestamp) meta.deletionTimestamp = current.metadata.deletionTimestamp;
+  else if (markDeleted) meta.deletionTimestamp = kubeTime();
+  else delete meta.deletionTimestamp;
+  if (current.metadata.generation !== undefined) meta.generation = current.metadata.generation;
+  delete meta.resourceVersion;
+  delete meta.managedFields;
+  delete meta.selfLink;
+  delete meta.generateName;
+  if (current.metadata.generateName) meta.generateName = current.metadata.generateName;
+}
+
+/** The part of an object whose change bumps metadata.generation: all but metadata and status. */
+function specDigest(obj: KubeObject): string {
+  const { metadata: _m, status: _s, resourceVersion: _r, ...rest } = obj;
+  return JSON.stringify(rest);
+}
+
+export class ObjectStore {
+  constructor(private readonly datastore: Datastore) {}
+
+  keyPrefix(def: ResourceDefinition, namespace?: string): string {
+    const base = `${REGISTRY_PREFIX}${def.storagePath}/`;
+    return def.namespaced && namespace ? `${base}${namespace}/` : base;
+  }
+
+  key(def: ResourceDefinition, namespace: string | undefined, name: string): string {
+    return `${this.keyPrefix(def, def.namespaced ? namespace : undefined)}${name}`;
+  }
+
+  decode(def: ResourceDefinition, kv: KeyValue): KubeObject {
+    const stored = JSON.parse(kv.value.toString('utf8')) as KubeObject;
+    stored.metadata.resourceVersion = String(kv.modRevision);
+    return def.conversion ? def.conversion.fromStorage(stored) : stored;
+  }
+
+  private encode(def: ResourceDefinition, obj: KubeObject): Buffer {
+    const stored = def.conversion ? def.conversion.toStorage(obj) : obj;
+    const { resourceVersion: _rv, ...metadata } = stored.metadata;
+    return Buffer.from(JSON.stringify({ ...stored, metadata }));
+  }
+
+  async get(def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject> {
+    const kv = await this.datastore.get(this.key(def, namespace, name));
+    if (!kv) throw errors.notFound(def, name);
+    return this.decode(def, kv);
+  }
+
+  async list(def: ResourceDefinition, namespace: string | undefined, options: ListOptions): Promise<ListResult> {
+    const prefix = this.keyPrefix(def, namespace);
+    let revision = options.exactRevision;
+    let start: string | undefined;
+    if (options.continueToken) {
+      const token = decodeContinue(options.continueToken);
+      revision = token.rv;
+      start = token.start;
+    }
+    const limit = options.limit && options.limit > 0 ? options.limit : 0;
+    const items: KubeObject[] = [];
+    let more = false;
+    let lastKey: string | undefined;
+    let listRevision = revision;
+    try {
+      // Selectors are applied after reading, so keep reading pages until the page is full.
+      for (;;) {
+        const page = await this.datastore.list(prefix, {
+          ...(limit ? { limit: Math.max(limit - items.length, 100) } : {}),
+          ...(start !== undefined ? { continue: start } : {}),
+          ...(listRevision !== undefined ? { revision: listRevision } : {}),
+        });
+        listRevision = page.revision;
+        more = page.more;
+        for (let i = 0; i < page.items.length; i++) {
+          const kv = page.items[i]!;
+          lastKey = kv.key;
+          const obj = this.decode(def, kv);
+          if (this.matches(def, obj, options)) items.push(obj);
+          if (limit && items.length >= limit) {
+            more = more || i < page.items.length - 1;
+            break;
+          }
+        }
+        if (!more || (limit && items.length >= limit)) break;
+        start = lastKey;
+      }
+    } catch (error) {
+      if (error instanceof CompactedError) {
+        throw errors.expired(
+          'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
+        );
+      }
+      if (error instanceof FutureRevisionError) {
+        throw new ApiError(504, 'Timeout', `Too large resource version: ${error.requestedRevision}, current: ${error.currentRevision}`);
+      }
+      throw error;
+    }
+    const resourceVersion = String(listRevision ?? (await this.datastore.currentRevision()));
+    return more && lastKey !== undefined
+      ? { items, resourceVersion, continueToken: encodeContinue({ rv: listRevision!, start: lastKey }) }
+      : { items, resourceVersion };
+  }
+
+  matches(def: ResourceDefinition, obj: KubeObject, selection: Selection): boolean {
+    return (
+      matchesLabels(selection.labelSelector, obj.metadata.labels) &&
+      matchesFields(selection.fieldSelector, (field) => {
+        if (field === 'metadata.name') return obj.metadata.name ?? '';
+        if (field === 'metadata.namespace') return obj.metadata.namespace ?? '';
+        return def.fieldLabels[field]?.(obj) ?? '';
+      })
+    );
+  }
+
+  async create(
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    input: KubeObject,
+    options: WriteOptions = {},
+  ): Promise<KubeObject> {
+    const obj = input;
+    const meta = obj.metadata;
+    obj.apiVersion = apiVersionOf(def);
+    obj.kind = def.kind;
+    if (def.namespaced) meta.namespace = namespace;
+    else delete meta.namespace;
+    if (!meta.name && typeof meta.generateName === 'string' && meta.generateName) {
+      meta.name = meta.generateName + generateNameSuffix();
+    }
+    meta.uid = randomUUID();
+    meta.creationTimestamp = kubeTime();
+    meta.generation = 1;
+    for (const field of ['resourceVersion', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'managedFields', 'selfLink']) {
+      delete meta[field];
+    }
+    def.prepareForCreate?.(obj);
+    this.validate(def, obj);
+    if (def.namespaced) await this.requireActiveNamespace(namespace!);
+    if (options.dryRun) return obj;
+    try {
+      const kv = await this.datastore.create(this.key(def, namespace, meta.name!), this.encode(def, obj));
+      meta.resourceVersion = String(kv.modRevision);
+      return obj;
+    } catch (error) {
+      if (error instanceof KeyExistsError) throw errors.alreadyExists(def, meta.name!);
+      throw error;
+    }
+  }
+
+  private validate(def: ResourceDefinition, obj: KubeObject): void {
+    const causes = [...validateObjectMeta(obj, def.nameRule), ...(def.validate?.(obj) ?? [])];
+    if (causes.length) throw errors.invalid(def.kind, obj.metadata.name ?? '', def.group, causes);
+  }
+
+  private async requireActiveNamespace(namespace: string): Promise<void> {
+    const kv = await this.datastore.get(`${REGISTRY_PREFIX}core/namespaces/${namespace}`);
+    if (!kv) throw errors.notFound({ group: '', plural: 'namespaces' }, namespace);
+    const ns = JSON.parse(kv.value.toString('utf8')) as KubeObject;
+    if (ns.metadata.deletionTimestamp) {
+      throw errors.forbidden(
+        `unable to create new content in namespace ${namespace} because it is being terminated`,
+      );
+    }
+  }
+
+  /**
+   * Read-modify-write with compare-and-swap, retried on conflicts with other writers. `update`
+   * receives a private copy of the current object without its resourceVersion; if the result has
+   * one (a PUT body, a patch that names it), that is a precondition: a mismatch is a 409, not a
+   * retry.
+   */
+  async guaranteedUpdate(
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    update: UpdateFn,
+    options: UpdateOptions = {},
+  ): Promise<KubeObject> {
+    const key = this.key(def, namespace, name);
+    for (let attempt = 0; attempt < MAX_UPDATE_ATTEMPTS; attempt++) {
+      const kv = await this.datastore.get(key);
+      if (!kv) throw errors.notFound(def, name);
+      const current = this.decode(def, kv);
+      // The copy carries no resourceVersion, so one present afterwards was asked for by the client.
+      const copy = this.decode(def, kv);
+      delete copy.metadata.resourceVersion;
+      const proposed = await update(copy);
+      const wantedVersion = proposed.metadata.resourceVersion;
+      if (wantedVersion !== undefined && wantedVersion !== '' && wantedVersion !== current.metadata.resourceVersion) {
+        throw errors.modified(def, name);
+      }
+      const next = this.prepareForUpdate(def, current, proposed, options);
+      this.validate(def, next);
+      const nextValue = this.encode(def, next);
+      const unchanged = nextValue.equals(this.encode(def, current));
+      if (unchanged || options.dryRun) {
+        next.metadata.resourceVersion = current.metadata.resourceVersion;
+        return unchanged ? current : next;
+      }
+      try {
+        if (next.metadata.deletionTimestamp && !(next.metadata.finalizers?.length)) {
+          // The last finalizer is gone from an object that was asked to go away.
+          const deleted = await this.datastore.delete(key, kv.modRevision);
+          next.metadata.resourceVersion = String(deleted.modRevision);
+          return next;
+        }
+        const written = await this.datastore.update(key, nextValue, kv.modRevision);
+        next.metadata.resourceVersion = String(written.modRevision);
+        return next;
+      } catch (error) {
+        if (error instanceof ConflictError) {
+          if (wantedVersion) throw errors.modified(def, name);
+          continue;
+        }
+        if (error instanceof KeyNotFoundError) throw errors.notFound(def, name);
+        throw error;
+      }
+    }
+    throw errors.conflict(def, name, 'too many concurrent writers; try again');
+  }
+
+  private prepareForUpdate(
+    def: ResourceDefinition,
+    current: KubeObject,
+    proposed: KubeObject,
+    options: UpdateOptions,
+  ): KubeObject {
+    let next: KubeObject;
+    if (options.subresource === 'status') {
+      // A status write changes status only; metadata and spec stay as stored.
+      next = { ...current, metadata: { ...current.metadata } };
+      if (proposed.status === undefined) delete next.status;
+      else next.status = proposed.status;
+    } else {
+      next = proposed;
+      if (!next.metadata || typeof next.metadata !== 'object') next.metadata = {};
+      if (def.subresources.includes('status')) {
+        if (current.status === undefined) delete next.status;
+        else next.status = current.status;
+      }
+    }
+    next.apiVersion = apiVersionOf(def);
+    next.kind = def.kind;
+    carryServerFields(next, current, options.markDeleted === true);
+    if (specDigest(next) !== specDigest(current)) {
+      next.metadata.generation = (current.metadata.generation ?? 1) + 1;
+    }
+    return next;
+  }
+
+  async delete(
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    options: DeleteOptions = {},
+  ): Promise<KubeObject> {
+    const key = this.key(def, namespace, name);
+    for (let attempt = 0; attempt < MAX_UPDATE_ATTEMPTS; attempt++) {
+      const kv = await this.datastore.get(key);
+      if (!kv) throw errors.notFound(def, name);
+      const current = this.decode(def, kv);
+      const pre = options.preconditions;
+      if (pre?.uid && pre.uid !== current.metadata.uid) {
+        throw errors.conflict(
+          def,
+          name,
+          `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${current.metadata.uid}`,
+        );
+      }
+      if (pre?.resourceVersion && pre.resourceVersion !== current.metadata.resourceVersion) {
+        throw errors.conflict(
+          def,
+          name,
+          `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`,
+        );
+      }
+      if (current.metadata.finalizers?.length) {
+        // Finalizers hold the object until their owners remove them; mark it as going away.
+        if (current.metadata.deletionTimestamp || options.dryRun) return current;
+        return this.guaranteedUpdate(def, namespace, name, (obj) => obj, { markDeleted: true });
+      }
+      if (options.dryRun) return current;
+      try {
+        const deleted = await this.datastore.delete(key, kv.modRevision);
+        current.metadata.resourceVersion = String(deleted.modRevision);
+        return current;
+      } catch (error) {
+        if (error instanceof ConflictError) continue;
+        if (error instanceof KeyNotFoundError) throw errors.notFound(def, name);
+        throw error;
+      }
+    }
+    throw errors.conflict(def, name, 'too many concurrent writers; try again');
+  }
+
+  /**
+   * Watch objects of one resource. `fromResourceVersion` undefined or "0" first sends the current
+   * objects as ADDED (what clients get from a plain `?watch=1`), then changes after them.
+   */
+  async watch(
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    fromResourceVersion: string | undefined,
+    selection: Selection,
+    sink: WatchSink,
+  ): Promise<ObjectWatch> {
+    const prefix = this.keyPrefix(def, namespace);
+    let startRevision: number;
+    if (fromResourceVersion === undefined || fromResourceVersion === '' || fromResourceVersion === '0') {
+      const initial = await this.list(def, namespace, selection);
+      for (const obj of initial.items) sink.event('ADDED', obj);
+      startRevision = Number(initial.resourceVersion) + 1;
+    } else {
+      const parsed = Number(fromResourceVersion);
+      if (!Number.isSafeInteger(parsed) || parsed < 0) {
+        throw errors.badRequest(`invalid resource version: ${fromResourceVersion}`);
+      }
+      startRevision = parsed + 1;
+    }
+    const handle: Watch = this.datastore.watch(prefix, startRevision, {
+      onEvents: (events) => {
+        for (const event of events) this.deliver(def, event, selection, sink);
+      },
+      onProgress: (revision) => sink.progress(String(revision)),
+      onError: (error) => {
+        if (error instanceof CompactedError) {
+          sink.error(
+            errors.expired(`too old resource version: ${startRevision - 1} (${error.compactRevision})`),
+          );
+        } else {
+          sink.error(errors.internal(error.message));
+        }
+      },
+    });
+    return handle;
+  }
+
+  private deliver(def: ResourceDefinition, event: WatchEvent, selection: Selection, sink: WatchSink): void {
+    if (event.type === 'delete') {
+      const obj = this.decode(def, event.kv);
+      if (this.matches(def, obj, selection)) sink.event('DELETED', obj);
+      return;
+    }
+    const obj = this.decode(def, event.kv);
+    const nowMatches = this.matches(def, obj, selection);
+    const before = event.prevKv ? this.decode(def, event.prevKv) : undefined;
+    const beforeMatched = before !== undefined && this.matches(def, before, selection);
+    if (nowMatches) sink.event(beforeMatched ? 'MODIFIED' : 'ADDED', obj);
+    else if (beforeMatched) sink.event('DELETED', obj);
+  }
+
+  /** Delete every object of the given namespaced resources in one namespace. */
+  async deleteNamespaceContents(defs: readonly ResourceDefinition[], namespace: string): Promise<number> {
+    let deleted = 0;
+    const seen = new Set<string>();
+    for (const def of defs) {
+      if (!def.namespaced || seen.has(def.storagePath)) continue;
+      seen.add(def.storagePath);
+      const { items } = await this.datastore.list(this.keyPrefix(def, namespace));
+      for (const kv of items) {
+        try {
+          await this.datastore.delete(kv.key);
+          deleted++;
+        } catch (error) {
+          if (!(error instanceof KeyNotFoundError)) throw error;
+        }
+      }
+    }
+    return deleted;
+  }
+}
