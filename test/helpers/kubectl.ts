@@ -1,0 +1,56 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { REPO_ROOT } from './server.js';
+
+/** The kubectl clients every test runs against: the machine's, and Debian's 1.20 as the floor. */
+export interface KubectlClient {
+  name: string;
+  bin: string;
+  /** kubectl 1.20 downloads protobuf OpenAPI v2 for validation, which Drover does not serve. */
+  needsValidateFalse: boolean;
+}
+
+export const KUBECTL_1_20 = path.join(REPO_ROOT, '.cache/kubectl-1.20/usr/bin/kubectl');
+
+export function kubectlClients(): KubectlClient[] {
+  if (!fs.existsSync(KUBECTL_1_20)) {
+    throw new Error(`${KUBECTL_1_20} is missing: ./test.sh fetches it (apt-get download kubernetes-client)`);
+  }
+  return [
+    { name: 'kubectl (machine)', bin: 'kubectl', needsValidateFalse: false },
+    { name: 'kubectl 1.20 (Debian)', bin: KUBECTL_1_20, needsValidateFalse: true },
+  ];
+}
+
+export interface KubectlResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export function runKubectl(
+  client: KubectlClient,
+  kubeconfig: string,
+  cacheDir: string,
+  args: string[],
+  options: { input?: string; timeoutMs?: number } = {},
+): Promise<KubectlResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(client.bin, ['--kubeconfig', kubeconfig, '--cache-dir', cacheDir, ...args], {
+      env: { ...process.env, KUBECACHEDIR: cacheDir, KUBECONFIG: kubeconfig },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+    child.stdin.end(options.input ?? '');
+  });
+}

@@ -1,0 +1,198 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import https from 'node:https';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * Test harness: real `drover server` child processes on 127.0.0.1 with ephemeral ports, each in
+ * its own temporary data dir, stopped by PID and cleaned up after the test.
+ */
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const DROVER_BIN = path.join(REPO_ROOT, 'dist/cli/main.js');
+
+export function tempDir(prefix: string): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `drover-${prefix}-`));
+}
+
+export interface ServerProcess {
+  dataDir: string;
+  port: number;
+  url: string;
+  kubeconfig: string;
+  token: string;
+  caPem: string;
+  pid: number;
+  process: ChildProcess;
+  output(): string;
+  /** SIGTERM (or the given signal), then wait for exit; SIGKILL after the ceiling. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  exited: Promise<number | null>;
+}
+
+export interface StartOptions {
+  dataDir?: string;
+  args?: string[];
+  timeoutMs?: number;
+}
+
+const running = new Set<ServerProcess>();
+
+export async function startServer(options: StartOptions = {}): Promise<ServerProcess> {
+  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
+  const dataDir = options.dataDir ?? tempDir('server');
+  const child = spawn(
+    process.execPath,
+    [DROVER_BIN, 'server', '--data-dir', dataDir, '--https-listen-port', '0', '--bind-address', '127.0.0.1', ...(options.args ?? [])],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`server did not become ready in time; output:\n${output}`)),
+      options.timeoutMs ?? 30_000,
+    );
+    const check = (): void => {
+      for (const line of output.split('\n')) {
+        if (!line.includes('Drover server is ready')) continue;
+        clearTimeout(timer);
+        resolve((JSON.parse(line) as { port: number }).port);
+        return;
+      }
+    };
+    child.stdout!.on('data', check);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with code ${code} before it was ready; output:\n${output}`));
+    });
+  });
+  const caPem = fs.readFileSync(path.join(dataDir, 'server/tls/server-ca.crt'), 'utf8');
+  const token = fs.readFileSync(path.join(dataDir, 'server/cred/admin.token'), 'utf8').trim();
+  const server: ServerProcess = {
+    dataDir,
+    port,
+    url: `https://127.0.0.1:${port}`,
+    kubeconfig: path.join(dataDir, 'kubeconfig.yaml'),
+    token,
+    caPem,
+    pid: child.pid!,
+    process: child,
+    output: () => output,
+    exited,
+    stop: async (signal: NodeJS.Signals = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) {
+        process.kill(child.pid!, signal);
+        const timer = setTimeout(() => child.exitCode === null && child.kill('SIGKILL'), 15_000);
+        const code = await exited;
+        clearTimeout(timer);
+        running.delete(server);
+        return code;
+      }
+      running.delete(server);
+      return child.exitCode;
+    },
+  };
+  running.add(server);
+  return server;
+}
+
+/** Stop every server this process started and remove the given temp dirs. */
+export async function cleanup(...dirs: string[]): Promise<void> {
+  await Promise.all([...running].map((s) => s.stop('SIGKILL')));
+  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
+}
+
+export interface ApiResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  text: string;
+  json: unknown;
+}
+
+export interface RequestOptions {
+  token?: string | null;
+  headers?: Record<string, string>;
+  body?: unknown;
+  rawBody?: Buffer | string;
+  ca?: string;
+  agent?: https.Agent;
+}
+
+/** One HTTPS request to a server, with its admin token unless told otherwise. */
+export function request(
+  server: Pick<ServerProcess, 'port' | 'token' | 'caPem'>,
+  method: string,
+  urlPath: string,
+  options: RequestOptions = {},
+): Promise<ApiResponse> {
+  const token = options.token === undefined ? server.token : options.token;
+  const payload =
+    options.rawBody !== undefined
+      ? Buffer.from(options.rawBody)
+      : options.body !== undefined
+        ? Buffer.from(JSON.stringify(options.body))
+        : undefined;
+  return new Promise((resolve, reject) => {
+    const req = https.request(
+      {
+        host: '127.0.0.1',
+        port: server.port,
+        method,
+        path: urlPath,
+        ca: options.ca ?? server.caPem,
+        ...(options.agent ? { agent: options.agent } : {}),
+        headers: {
+          Accept: 'application/json',
+          ...(payload ? { 'Content-Type': 'application/json', 'Content-Length': String(payload.length) } : {}),
+          ...(token ? { Authorization: `Bearer ${token}` } : {}),
+          ...options.headers,
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: unknown;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
+        });
+      },
+    );
+    req.on('error', reject);
+    if (payload) req.write(payload);
+    req.end();
+  });
+}
+
+/** Poll until `check` returns a truthy value, or fail after `timeoutMs`. */
+export async function eventually<T>(
+  check: () => T | undefined | false | Promise<T | undefined | false>,
+  what: string,
+  timeoutMs = 20_000,
+  intervalMs = 50,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
