@@ -48,11 +48,25 @@ interface RowWithPrev extends Row {
   prev_create_revision: number | null;
 }
 
-/** Above every valid UTF-8 continuation of a prefix, so `[prefix, prefix+MAX)` is its key range. */
-const MAX_CHAR = '\u{10FFFF}';
+/**
+ * The smallest string above every string that starts with `prefix`: the prefix with its last code
+ * point incremented. SQLite compares text as UTF-8 bytes, which orders like code points.
+ * Undefined when no such string exists (an empty prefix, or one of only U+10FFFF).
+ */
+export function rangeEnd(prefix: string): string | undefined {
+  const codePoints = [...prefix].map((c) => c.codePointAt(0)!);
+  while (codePoints.length && codePoints[codePoints.length - 1] === 0x10ffff) codePoints.pop();
+  if (!codePoints.length) return undefined;
+  let last = codePoints.pop()! + 1;
+  if (last === 0xd800) last = 0xe000; // skip the surrogate range, which UTF-8 cannot hold
+  return String.fromCodePoint(...codePoints, last);
+}
 
-function rangeEnd(prefix: string): string {
-  return prefix + MAX_CHAR;
+/** No key is above this: U+10FFFF repeated is past any realistic key. */
+const BEYOND_ALL_KEYS = '\u{10FFFF}'.repeat(64);
+
+function upperBound(prefix: string): string {
+  return rangeEnd(prefix) ?? BEYOND_ALL_KEYS;
 }
 
 function toKeyValue(row: Row): KeyValue {
@@ -101,6 +115,8 @@ class SqliteWatch implements Watch {
     private readonly store: SqliteDatastore,
     /** Highest revision whose events (if any) are already queued for this watch. */
     private queuedThrough: number,
+    /** Events before this revision were not asked for (a watch from a future revision). */
+    private readonly startRevision: number,
   ) {}
 
   get active(): boolean {
@@ -110,7 +126,9 @@ class SqliteWatch implements Watch {
   enqueue(events: WatchEvent[], throughRevision: number): void {
     if (this.cancelled) return;
     for (const event of events) {
-      if (event.kv.key.startsWith(this.prefix)) this.queue.push(event);
+      if (event.kv.modRevision >= this.startRevision && event.kv.key.startsWith(this.prefix)) {
+        this.queue.push(event);
+      }
     }
     this.queuedThrough = throughRevision;
     if (this.queue.length > 0) this.schedule();
@@ -272,7 +290,7 @@ export class SqliteDatastore implements Datastore {
     // `continue` is exclusive; appending the smallest character turns it into an inclusive bound.
     const from =
       options.continue !== undefined && options.continue >= prefix ? `${options.continue}\0` : prefix;
-    const end = rangeEnd(prefix);
+    const end = upperBound(prefix);
     let rows: Row[];
     let revision: number;
     if (options.revision && options.revision > 0 && options.revision !== this.revision) {
@@ -288,7 +306,9 @@ export class SqliteDatastore implements Datastore {
     return { items: rows.map(toKeyValue), revision, more };
   }
 
-  async create(key: string, value: Buffer): Promise<KeyValue> {
+  async create(key: string, input: Buffer): Promise<KeyValue> {
+    // Keep our own copy: watchers see the value as written even if the caller reuses its buffer.
+    const value = Buffer.from(input);
     const result = this.db.transaction(() => {
       if (this.stmts.get.get(key)) throw new KeyExistsError(key);
       const revision = this.revision + 1;
@@ -301,7 +321,8 @@ export class SqliteDatastore implements Datastore {
     return result;
   }
 
-  async update(key: string, value: Buffer, expectedModRevision: number): Promise<KeyValue> {
+  async update(key: string, input: Buffer, expectedModRevision: number): Promise<KeyValue> {
+    const value = Buffer.from(input);
     const { kv, prevKv } = this.db.transaction(() => {
       const existing = this.stmts.get.get(key);
       if (!existing) throw new KeyNotFoundError(key);
@@ -349,7 +370,7 @@ export class SqliteDatastore implements Datastore {
 
   watch(prefix: string, fromRevision: number, callbacks: WatchCallbacks): Watch {
     const start = Math.max(1, fromRevision);
-    const watch = new SqliteWatch(prefix, callbacks, this, start - 1);
+    const watch = new SqliteWatch(prefix, callbacks, this, Math.min(start - 1, this.revision), start);
     if (start <= this.compacted) {
       watch.fail(new CompactedError(start, this.compacted));
       return watch;
@@ -357,7 +378,7 @@ export class SqliteDatastore implements Datastore {
     // Reading history and subscribing happen in one synchronous step, and writes commit on this
     // same thread, so no event can fall between the replay and the live stream.
     if (start <= this.revision) {
-      const history = this.stmts.history.all(start, prefix, rangeEnd(prefix)).map(rowToEvent);
+      const history = this.stmts.history.all(start, prefix, upperBound(prefix)).map(rowToEvent);
       watch.enqueue(history, this.revision);
     } else {
       watch.enqueue([], this.revision);
