@@ -3,6 +3,7 @@ import {
   CompactedError,
   ConflictError,
   type Datastore,
+  DatastoreError,
   FutureRevisionError,
   KeyExistsError,
   type KeyValue,
@@ -158,14 +159,19 @@ class SqliteWatch implements Watch {
     setImmediate(() => {
       this.scheduled = false;
       if (this.cancelled) return;
-      if (this.queue.length > 0) {
-        const batch = this.queue;
-        this.queue = [];
-        this.callbacks.onEvents(batch);
-      }
-      if (this.progressWanted && !this.cancelled) {
-        this.progressWanted = false;
-        this.callbacks.onProgress?.(this.queuedThrough);
+      try {
+        if (this.queue.length > 0) {
+          const batch = this.queue;
+          this.queue = [];
+          this.callbacks.onEvents(batch);
+        }
+        if (this.progressWanted && !this.cancelled) {
+          this.progressWanted = false;
+          this.callbacks.onProgress?.(this.queuedThrough);
+        }
+      } catch (error) {
+        // A failing consumer ends its own watch, not the process.
+        this.fail(error instanceof Error ? error : new Error(String(error)));
       }
     });
   }
@@ -400,7 +406,7 @@ export class SqliteDatastore implements Datastore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const watch of [...this.watches]) watch.cancel();
+    for (const watch of [...this.watches]) watch.fail(new DatastoreError('the datastore was closed'));
     this.db.close();
   }
 
