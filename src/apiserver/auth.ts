@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type { KubeObject } from './objects.js';
 
 /**
  * Who is calling, and may they. Authentication is by bearer token; authorization is a separate
@@ -56,6 +57,30 @@ export class TokenAuthenticator implements Authenticator {
     const token = bearerToken(req);
     if (!token) return undefined;
     return this.users.get(digest(token).toString('hex'));
+  }
+}
+
+/** A write about to be stored, for checks that need to see the object (node restriction). */
+export interface AdmissionAttributes extends RequestAttributes {
+  user: UserInfo;
+  object: KubeObject;
+}
+
+export interface Admission {
+  /** Throws an ApiError to refuse the write. */
+  admit(attributes: AdmissionAttributes): Promise<void>;
+}
+
+/** Several authenticators: the first that recognises the caller wins. */
+export class UnionAuthenticator implements Authenticator {
+  constructor(private readonly authenticators: readonly Authenticator[]) {}
+
+  authenticate(req: IncomingMessage): UserInfo | undefined {
+    for (const authenticator of this.authenticators) {
+      const user = authenticator.authenticate(req);
+      if (user) return user;
+    }
+    return undefined;
   }
 }
 

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../logging/logger.js';
-import type { Authenticator, Authorizer, UserInfo } from './auth.js';
+import type { Admission, Authenticator, Authorizer, UserInfo } from './auth.js';
 import {
   AGGREGATED_CONTENT_TYPE,
   aggregatedDiscovery,
@@ -60,6 +60,13 @@ export interface HandlerOptions {
   readiness(): Promise<string | undefined>;
   /** How often a watch that allows bookmarks gets one. */
   bookmarkIntervalMs?: number;
+  /** Checks on objects about to be written (node restriction). */
+  admission?: Admission;
+  /**
+   * Drover's own endpoints beside the Kubernetes API (join, bootstrap). Called before
+   * authentication; answers true when it served the request.
+   */
+  supervisor?: (req: IncomingMessage, res: ServerResponse, path: string) => Promise<boolean>;
 }
 
 interface ResourceRequest {
@@ -185,9 +192,13 @@ export class ApiHandler {
     const method = req.method ?? 'GET';
 
     if (PUBLIC_PATHS.has(path) || path.startsWith('/readyz/') || path.startsWith('/livez/')) {
+      // Anonymous callers may read these, but a token that fails authentication is refused
+      // everywhere, as kube-apiserver does.
+      if (req.headers.authorization && !this.options.authenticator.authenticate(req)) throw errors.unauthorized();
       await this.servePublic(path, method, res);
       return;
     }
+    if (this.options.supervisor && path.startsWith('/drover/') && (await this.options.supervisor(req, res, path))) return;
     const user = this.options.authenticator.authenticate(req);
     if (!user) throw errors.unauthorized();
 
@@ -363,11 +374,11 @@ export class ApiHandler {
         return this.serveWatch(req, res, url, request);
       case 'create':
         if (request.subresource === 'eviction') return this.serveEviction(req, res, request, dryRun);
-        return this.serveCreate(req, res, url, request, dryRun);
+        return this.serveCreate(req, res, url, request, user, dryRun);
       case 'update':
-        return this.serveUpdate(req, res, url, request, dryRun);
+        return this.serveUpdate(req, res, url, request, user, dryRun);
       case 'patch':
-        return this.servePatch(req, res, url, request, dryRun);
+        return this.servePatch(req, res, url, request, user, dryRun);
       case 'delete':
         return this.serveDelete(req, res, request, dryRun);
       case 'deletecollection':
@@ -524,11 +535,26 @@ export class ApiHandler {
     return { obj, unknown };
   }
 
+  private async admit(user: UserInfo, verb: string, request: ResourceRequest, obj: KubeObject): Promise<void> {
+    if (!this.options.admission) return;
+    await this.options.admission.admit({
+      user,
+      verb,
+      group: request.def.group,
+      resource: request.def.plural,
+      object: obj,
+      ...(request.subresource ? { subresource: request.subresource } : {}),
+      ...(request.namespace ? { namespace: request.namespace } : {}),
+      ...(request.name ? { name: request.name } : {}),
+    });
+  }
+
   private async serveCreate(
     req: IncomingMessage,
     res: ServerResponse,
     url: URL,
     request: ResourceRequest,
+    user: UserInfo,
     dryRun: boolean,
   ): Promise<void> {
     const negotiated = negotiate(req.headers.accept);
@@ -542,6 +568,7 @@ export class ApiHandler {
         throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
       }
     }
+    await this.admit(user, 'create', request, obj);
     const created = await this.options.store.create(def, request.namespace, obj, { dryRun });
     this.respondObject(res, 201, negotiated, def, created, 'Metadata', warningHeader(unknown));
   }
@@ -551,6 +578,7 @@ export class ApiHandler {
     res: ServerResponse,
     url: URL,
     request: ResourceRequest,
+    user: UserInfo,
     dryRun: boolean,
   ): Promise<void> {
     const negotiated = negotiate(req.headers.accept);
@@ -565,6 +593,7 @@ export class ApiHandler {
     if (def.namespaced && obj.metadata.namespace && obj.metadata.namespace !== request.namespace) {
       throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
     }
+    await this.admit(user, 'update', request, obj);
     const updated = await this.options.store.guaranteedUpdate(def, request.namespace, request.name!, () => obj, {
       dryRun,
       ...(request.subresource === 'status' ? { subresource: 'status' as const } : {}),
@@ -577,6 +606,7 @@ export class ApiHandler {
     res: ServerResponse,
     url: URL,
     request: ResourceRequest,
+    user: UserInfo,
     dryRun: boolean,
   ): Promise<void> {
     const negotiated = negotiate(req.headers.accept);
@@ -597,13 +627,14 @@ export class ApiHandler {
       def,
       request.namespace,
       request.name!,
-      (current) => {
+      async (current) => {
         const patched = asKubeObject(
           applyPatch(patchType, current as unknown as JsonObject, patch as JsonObject, def.kind),
           'the patched object',
         );
         checkTypeMeta(def, patched);
         unknown = pruneUnknownFields(def, patched, mode);
+        await this.admit(user, 'patch', request, patched);
         return patched;
       },
       { dryRun, ...(request.subresource === 'status' ? { subresource: 'status' as const } : {}) },
@@ -657,9 +688,18 @@ export class ApiHandler {
   ): Promise<KubeObject> {
     const store = this.options.store;
     const current = await store.get(def, undefined, name);
-    if (options.preconditions?.uid && options.preconditions.uid !== current.metadata.uid) {
-      throw errors.conflict(def, name, `Precondition failed: UID in precondition: ${options.preconditions.uid}, UID in object meta: ${current.metadata.uid}`);
+    const pre = options.preconditions;
+    if (pre?.uid && pre.uid !== current.metadata.uid) {
+      throw errors.conflict(def, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${current.metadata.uid}`);
     }
+    if (pre?.resourceVersion && pre.resourceVersion !== current.metadata.resourceVersion) {
+      throw errors.conflict(
+        def,
+        name,
+        `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`,
+      );
+    }
+    // Terminating first: from here on, creates in this namespace are refused.
     await store.guaranteedUpdate(
       def,
       undefined,
@@ -686,7 +726,12 @@ export class ApiHandler {
     for (const item of items) {
       if (def.undeletable?.has(item.metadata.name ?? '')) continue;
       try {
-        deleted.push(await this.options.store.delete(def, item.metadata.namespace, item.metadata.name!, { dryRun }));
+        const isNamespace = def.kind === 'Namespace' && def.group === '' && !dryRun;
+        deleted.push(
+          isNamespace
+            ? await this.deleteNamespace(def, item.metadata.name!, {})
+            : await this.options.store.delete(def, item.metadata.namespace, item.metadata.name!, { dryRun }),
+        );
       } catch (error) {
         if (!(error instanceof ApiError && error.code === 404)) throw error;
       }

@@ -472,7 +472,8 @@ export const RESOURCES: readonly ResourceDefinition[] = [
     storagePath: 'core/pods',
     nameRule: 'dns-subdomain',
     prepareForCreate: (pod) => {
-      pod.status = { phase: 'Pending', ...(pod.status as object | undefined) };
+      // Status is the node's to report; a client cannot create a pod that claims to be running.
+      pod.status = { phase: 'Pending' };
     },
     validate: validatePod,
   },

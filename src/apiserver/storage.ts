@@ -272,7 +272,7 @@ export class ObjectStore {
     const kv = await this.datastore.get(`${REGISTRY_PREFIX}core/namespaces/${namespace}`);
     if (!kv) throw errors.notFound({ group: '', plural: 'namespaces' }, namespace);
     const ns = JSON.parse(kv.value.toString('utf8')) as KubeObject;
-    if (ns.metadata.deletionTimestamp) {
+    if (ns.metadata.deletionTimestamp || (ns.status as { phase?: string } | undefined)?.phase === 'Terminating') {
       throw errors.forbidden(
         `unable to create new content in namespace ${namespace} because it is being terminated`,
       );
@@ -462,7 +462,11 @@ export class ObjectStore {
     const before = event.prevKv ? this.decode(def, event.prevKv) : undefined;
     const beforeMatched = before !== undefined && this.matches(def, before, selection);
     if (nowMatches) sink.event(beforeMatched ? 'MODIFIED' : 'ADDED', obj);
-    else if (beforeMatched) sink.event('DELETED', obj);
+    else if (beforeMatched) {
+      // Leaving the selection: the watcher last saw (and can only match) the old state.
+      before!.metadata.resourceVersion = obj.metadata.resourceVersion;
+      sink.event('DELETED', before!);
+    }
   }
 
   /** Delete every object of the given namespaced resources in one namespace. */

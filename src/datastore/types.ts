@@ -4,7 +4,8 @@
  * are interchangeable. The semantics follow etcd's, because etcd is the stricter of the two:
  *
  * - every successful write (create, update, delete) gets the next value of one global,
- *   monotonically increasing revision, and a revision is never reused, even after a crash;
+ *   monotonically increasing revision, and an acknowledged revision is never reused (for SQLite
+ *   this holds across process crashes; see docs/datastore.md for power loss);
  * - each key carries the revision that created it and the revision of its last modification;
  * - history older than the compacted revision is gone: reading or watching from it fails with
  *   {@link CompactedError}, which the API server turns into `410 Gone`.

@@ -80,7 +80,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const store = new ObjectStore(datastore);
     const registry = new ResourceRegistry();
 
-    const tls = await ensureServingMaterial(path.join(serverDir, 'tls'), servingNames(options.tlsSans));
+    const specificBind = !['0.0.0.0', '::', ''].includes(options.bindAddress) ? [options.bindAddress] : [];
+    const tls = await ensureServingMaterial(path.join(serverDir, 'tls'), servingNames([...specificBind, ...options.tlsSans]));
     for (const what of tls.created) logger.info({ dir: path.join(serverDir, 'tls') }, `generated ${what}`);
     const admin = ensureTokenFile(path.join(serverDir, 'cred', 'admin.token'));
     if (admin.created) logger.info('generated admin token');
@@ -102,7 +103,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         caCertificatePem: tls.ca.certificatePem,
         readiness: async () => {
           try {
-            await openDatastore.currentRevision();
+            // A real read, so a datastore that stopped answering makes the server not ready.
+            await openDatastore.get('/drover/readyz');
             return undefined;
           } catch (error) {
             return error instanceof Error ? error.message : String(error);
