@@ -72,8 +72,11 @@ function conditionStatus(obj: KubeObject, type: string): string | undefined {
 }
 
 export function nodeStatusText(node: KubeObject): string {
+  // Drover's verdict (Ready, NotReady, Unknown, Down, Unavailable) when the controller gave one;
+  // otherwise what the Ready condition says, as kubectl shows it for any Kubernetes node.
+  const verdict = node.metadata.labels?.['drover.io/state'];
   const ready = conditionStatus(node, 'Ready');
-  const parts = [ready === undefined ? 'Unknown' : ready === 'True' ? 'Ready' : 'NotReady'];
+  const parts = [verdict ?? (ready === undefined ? 'Unknown' : ready === 'True' ? 'Ready' : 'NotReady')];
   if (getPath(node, ['spec', 'unschedulable']) === true) parts.push('SchedulingDisabled');
   return parts.join(',');
 }

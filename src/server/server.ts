@@ -1,15 +1,26 @@
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { allowAuthenticated, TokenAuthenticator } from '../apiserver/auth.js';
+import { Agent, type Taint } from '../agent/agent.js';
+import { allowAuthenticated, TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { ApiError } from '../apiserver/errors.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
 import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js';
 import { ApiServer } from '../apiserver/server.js';
 import { ObjectStore } from '../apiserver/storage.js';
+import { LocalClient } from '../client/local.js';
+import { ensureJoinToken } from '../cluster/join-token.js';
+import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
+import { NodeRegistry } from '../cluster/node-registry.js';
+import { supervisorRoutes } from '../cluster/supervisor.js';
+import { EventRecorder } from '../controllers/events.js';
+import { LeaderElector } from '../controllers/leader-election.js';
+import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import type { Datastore } from '../datastore/types.js';
 import { createLogger, type LogLevel, type Logger } from '../logging/logger.js';
+import { writeFileAtomic } from '../security/files.js';
 import { ensureServingMaterial, servingNames } from '../security/pki.js';
 import { ensureTokenFile } from '../security/tokens.js';
 import { versionInfo } from '../version.js';
@@ -24,8 +35,15 @@ import { type DataDirLock, lockDataDir } from './lock.js';
  *   <data-dir>/server/db/state.db       the SQLite datastore (WAL)
  *   <data-dir>/server/tls/              cluster CA and serving certificate
  *   <data-dir>/server/cred/admin.token  the admin bearer token (0600)
+ *   <data-dir>/server/server-id         this server's stable identity (leader election)
+ *   <data-dir>/token                    the join token agents use (0600)
+ *   <data-dir>/agent/                   the embedded agent's identity
  *   <data-dir>/kubeconfig.yaml          admin kubeconfig (0600)
  */
+
+export class ServerConfigError extends Error {
+  override name = 'ServerConfigError';
+}
 
 export interface ServerOptions {
   dataDir: string;
@@ -37,6 +55,27 @@ export interface ServerOptions {
   /** How long history is kept before compaction; revisions older than this answer 410 Gone. */
   compactionIntervalMs?: number;
   compactionKeepRevisions?: number;
+  nodeLeaseRenewIntervalMs: number;
+  nodeMonitorGracePeriodMs: number;
+  /** Run no agent for this server's own node. */
+  disableAgent: boolean;
+  nodeName: string;
+  nodeLabels: Record<string, string>;
+  nodeTaints: Taint[];
+  agentPort: number;
+  nodeIp?: string;
+  shutdownGracePeriodMs: number;
+}
+
+/** Cluster timing rules that must hold before anything starts. */
+export function validateTimings(renewMs: number, graceMs: number): void {
+  if (renewMs <= 0) throw new ServerConfigError('node-lease-renew-interval must be positive');
+  if (graceMs < 3 * renewMs) {
+    throw new ServerConfigError(
+      `node-monitor-grace-period (${graceMs}ms) must be at least 3 × node-lease-renew-interval (${renewMs}ms), ` +
+        'so that one or two late renewals never mark a node lost',
+    );
+  }
 }
 
 export function defaultDataDir(): string {
@@ -46,6 +85,7 @@ export function defaultDataDir(): string {
 export interface RunningServer {
   port: number;
   kubeconfigPath: string;
+  joinToken: string;
   logger: Logger;
   stop(): Promise<void>;
 }
@@ -67,6 +107,7 @@ async function ensureBuiltInNamespaces(store: ObjectStore, registry: ResourceReg
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  validateTimings(options.nodeLeaseRenewIntervalMs, options.nodeMonitorGracePeriodMs);
   const started = Date.now();
   const logger = createLogger(options.logLevel, 'drover-server');
   const dataDir = path.resolve(options.dataDir);
@@ -85,8 +126,17 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     for (const what of tls.created) logger.info({ dir: path.join(serverDir, 'tls') }, `generated ${what}`);
     const admin = ensureTokenFile(path.join(serverDir, 'cred', 'admin.token'));
     if (admin.created) logger.info('generated admin token');
-    const authenticator = new TokenAuthenticator();
-    authenticator.add(admin.token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
+    const adminAuthenticator = new TokenAuthenticator();
+    adminAuthenticator.add(admin.token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
+    const join = ensureJoinToken(path.join(dataDir, 'token'), tls.ca.certificatePem);
+    if (join.created) logger.info({ file: path.join(dataDir, 'token') }, 'generated join token (drover token show)');
+    const nodeRegistry = new NodeRegistry(datastore);
+    await nodeRegistry.start();
+    const client = new LocalClient(store, registry);
+    const timings = {
+      nodeLeaseRenewIntervalMs: options.nodeLeaseRenewIntervalMs,
+      nodeMonitorGracePeriodMs: options.nodeMonitorGracePeriodMs,
+    };
 
     await ensureBuiltInNamespaces(store, registry);
 
@@ -96,8 +146,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         store,
         registry,
         openapi: new OpenApiDocuments(registry),
-        authenticator,
-        authorizer: allowAuthenticated,
+        authenticator: new UnionAuthenticator([adminAuthenticator, nodeRegistry]),
+        authorizer: new NodeAuthorizer(allowAuthenticated),
+        admission: new NodeRestrictionAdmission(client),
+        supervisor: supervisorRoutes({ joinSecret: join.secret, registry: nodeRegistry, client, ca: tls.ca, timings, logger }),
         logger,
         version: versionInfo(),
         caCertificatePem: tls.ca.certificatePem,
@@ -119,6 +171,40 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const kubeconfigPath = path.join(dataDir, 'kubeconfig.yaml');
     writeKubeconfig(kubeconfigPath, kubeconfig);
     if (options.writeKubeconfig) writeKubeconfig(path.resolve(options.writeKubeconfig), kubeconfig);
+
+    const serverId = ensureServerId(path.join(serverDir, 'server-id'));
+    const identity = `${options.nodeName}-${serverId.slice(0, 8)}`;
+    const events = new EventRecorder(client, 'drover-node-lifecycle', identity, logger);
+    const lifecycle = new NodeLifecycleController(client, events, logger.child({ controller: 'node-lifecycle' }), {
+      gracePeriodMs: options.nodeMonitorGracePeriodMs,
+    });
+    const elector = new LeaderElector(
+      client,
+      { namespace: 'kube-system', name: 'drover-controllers', identity, leaseDurationMs: 15_000, renewIntervalMs: 2000 },
+      {
+        onStartedLeading: () => void lifecycle.start(),
+        onStoppedLeading: () => lifecycle.stop(),
+      },
+      logger,
+    );
+    elector.start();
+
+    let agent: Agent | undefined;
+    if (!options.disableAgent) {
+      agent = new Agent({
+        server: serverUrl,
+        token: join.token,
+        nodeName: options.nodeName,
+        dataDir,
+        labels: { 'node-role.kubernetes.io/control-plane': 'true', ...options.nodeLabels },
+        taints: options.nodeTaints,
+        agentPort: options.agentPort,
+        ...(options.nodeIp ? { nodeIp: options.nodeIp } : {}),
+        shutdownGracePeriodMs: options.shutdownGracePeriodMs,
+        logger: logger.child({ component: 'agent' }),
+      });
+      void agent.start().catch((error: unknown) => logger.error({ err: error }, 'the embedded agent failed to start'));
+    }
 
     const compactor = startCompactor(
       datastore,
@@ -143,8 +229,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     let stopping: Promise<void> | undefined;
     const stop = (): Promise<void> => {
       stopping ??= (async () => {
+        if (agent) {
+          await Promise.race([agent.shutdown('server shutdown'), new Promise((r) => setTimeout(r, options.shutdownGracePeriodMs).unref())]);
+        }
         logger.info('shutting down: closing listeners and waiting for requests in flight');
         clearInterval(compactor);
+        await elector.stop();
+        lifecycle.stop();
+        nodeRegistry.stop();
         await api.close(4000);
         await openDatastore.close();
         lock.release();
@@ -152,12 +244,22 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       })();
       return stopping;
     };
-    return { port: address.port, kubeconfigPath, logger, stop };
+    return { port: address.port, kubeconfigPath, logger, stop, joinToken: join.token };
   } catch (error) {
     await datastore?.close();
     lock.release();
     throw error;
   }
+}
+
+function ensureServerId(file: string): string {
+  if (fs.existsSync(file)) {
+    const id = fs.readFileSync(file, 'utf8').trim();
+    if (id) return id;
+  }
+  const id = randomUUID();
+  writeFileAtomic(file, `${id}\n`, 0o644);
+  return id;
 }
 
 /**

@@ -1,0 +1,405 @@
+import fs from 'node:fs';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { ApiError } from '../apiserver/errors.js';
+import { type KubeObject, kubeMicroTime } from '../apiserver/objects.js';
+import { HttpClient } from '../client/http.js';
+import { LEASES, NODES } from '../client/types.js';
+import { parseJoinToken } from '../cluster/join-token.js';
+import type { ClusterTimings } from '../cluster/supervisor.js';
+import {
+  HEALTH_ANNOTATION,
+  leaseHolderIdentity,
+  NODE_ID_ANNOTATION,
+  NODE_LEASE_NAMESPACE,
+  RELEASED_ANNOTATION,
+  SHUTDOWN_ANNOTATION,
+} from '../controllers/node-lifecycle.js';
+import type { AgentHealth, ShutdownRecord } from '../controllers/node-state.js';
+import type { Logger } from '../logging/logger.js';
+import { writeFileAtomic } from '../security/files.js';
+import { versionInfo } from '../version.js';
+import { fetchClusterCa, JoinError, register } from './bootstrap.js';
+import { defaultNodeIp, loadOrCreateIdentity, type NodeIdentity, systemInfo } from './identity.js';
+
+/**
+ * `drover agent`: joins the cluster, keeps its Node object, and renews its Lease. The agent is
+ * the only source of truth about planned stops: on SIGTERM it writes a durable shutdown record
+ * before it stops renewing, which is how the control plane tells Down from Unavailable.
+ */
+
+export interface Taint {
+  key: string;
+  value?: string;
+  effect: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute';
+}
+
+export interface AgentOptions {
+  server: string;
+  token: string;
+  nodeName: string;
+  dataDir: string;
+  labels: Record<string, string>;
+  taints: Taint[];
+  agentPort: number;
+  nodeIp?: string;
+  shutdownGracePeriodMs: number;
+  logger: Logger;
+}
+
+const STATUS_REPORT_INTERVAL_MS = 60_000;
+const HEALTH_CHECK_INTERVAL_MS = 10_000;
+const RETRY_MS = 2000;
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export class Agent {
+  private client: HttpClient | undefined;
+  private identity: NodeIdentity;
+  private timings: ClusterTimings | undefined;
+  private nodeUid = '';
+  private renewTimer: NodeJS.Timeout | undefined;
+  private statusTimer: NodeJS.Timeout | undefined;
+  private healthTimer: NodeJS.Timeout | undefined;
+  private endpoint: https.Server | undefined;
+  private endpointPort = 0;
+  private health: AgentHealth = { ready: true, reason: 'AgentReady', message: 'Drover agent is healthy.' };
+  private stopping = false;
+  private reregistering: Promise<void> | undefined;
+  private servingPair: { cert: string; key: string } | undefined;
+  private caPem = '';
+  /** Local monotonic time of the last renewal the server confirmed (for fencing, later). */
+  lastConfirmedRenewal = 0;
+  private readonly agentDir: string;
+  private readonly logger: Logger;
+
+  constructor(private readonly options: AgentOptions) {
+    this.agentDir = path.join(options.dataDir, 'agent');
+    fs.mkdirSync(this.agentDir, { recursive: true, mode: 0o700 });
+    this.identity = loadOrCreateIdentity(this.agentDir);
+    this.logger = options.logger.child({ node: options.nodeName });
+  }
+
+  get port(): number {
+    return this.endpointPort;
+  }
+
+  get nodeId(): string {
+    return this.identity.nodeId;
+  }
+
+  /** Join, register the node, start heartbeats. Retries while the server is unreachable. */
+  async start(): Promise<void> {
+    await this.join();
+    await this.startEndpoint();
+    await this.ensureNode();
+    await this.renewLease();
+    this.scheduleRenewal();
+    this.statusTimer = setInterval(() => void this.postStatus().catch((e: unknown) => this.logger.warn({ err: e }, 'status report failed')), STATUS_REPORT_INTERVAL_MS);
+    this.healthTimer = setInterval(() => this.checkHealth(), HEALTH_CHECK_INTERVAL_MS);
+    this.logger.info(
+      {
+        server: this.options.server,
+        nodeId: this.identity.nodeId,
+        uid: this.nodeUid,
+        agentPort: this.endpointPort,
+        renewIntervalMs: this.timings!.nodeLeaseRenewIntervalMs,
+      },
+      'agent is running: node registered, lease renewals started',
+    );
+  }
+
+  private async join(): Promise<void> {
+    const token = parseJoinToken(this.options.token);
+    if (!token.caHash) this.logger.warn('the join token does not pin the CA; use the full token from `drover token show`');
+    const server = new URL(this.options.server);
+    let lastLog = 0;
+    for (;;) {
+      try {
+        const { caPem } = await fetchClusterCa(server, token);
+        const response = await register(server, caPem, token.secret, {
+          nodeName: this.options.nodeName,
+          nodeId: this.identity.nodeId,
+          password: this.identity.password,
+          addresses: [this.nodeIp()],
+        });
+        this.caPem = caPem;
+        this.timings = response.timings;
+        this.servingPair = { cert: response.servingCertificate, key: response.servingKey };
+        this.client?.close();
+        this.client = new HttpClient({ server: this.options.server, caPem, token: response.token });
+        return;
+      } catch (error) {
+        if (error instanceof JoinError && error.fatal) throw error;
+        if (Date.now() - lastLog > 10_000) {
+          lastLog = Date.now();
+          this.logger.warn({ server: this.options.server, reason: (error as Error).message }, 'waiting for the server to accept this node');
+        }
+        await sleep(RETRY_MS);
+      }
+    }
+  }
+
+  private nodeIp(): string {
+    return this.options.nodeIp ?? defaultNodeIp();
+  }
+
+  /** The agent's own HTTPS endpoint; only clients with a certificate from the cluster CA. */
+  private async startEndpoint(): Promise<void> {
+    if (this.endpoint) return;
+    const pair = this.servingPair!;
+    this.endpoint = https.createServer(
+      { cert: pair.cert, key: pair.key, ca: this.caPem, requestCert: true, rejectUnauthorized: true },
+      (req, res) => {
+        if (req.url === '/healthz') {
+          res.writeHead(this.health.ready ? 200 : 503, { 'Content-Type': 'text/plain' });
+          res.end(this.health.ready ? 'ok' : `${this.health.reason}: ${this.health.message}`);
+          return;
+        }
+        res.writeHead(404, { 'Content-Type': 'text/plain' });
+        res.end('not found');
+      },
+    );
+    await new Promise<void>((resolve, reject) => {
+      this.endpoint!.once('error', reject);
+      this.endpoint!.listen(this.options.agentPort, () => resolve());
+    });
+    this.endpointPort = (this.endpoint.address() as AddressInfo).port;
+  }
+
+  private shutdownFile(): string {
+    return path.join(this.agentDir, 'shutdown.json');
+  }
+
+  private async ensureNode(): Promise<void> {
+    const client = this.client!;
+    const name = this.options.nodeName;
+    const info = systemInfo();
+    let node = await client.get(NODES, undefined, name);
+    const providerID = `drover://${this.identity.nodeId}`;
+    const labels = {
+      'kubernetes.io/hostname': name,
+      'kubernetes.io/os': info.operatingSystem,
+      'kubernetes.io/arch': info.architecture,
+      ...this.options.labels,
+    };
+    if (!node) {
+      try {
+        node = await client.create(NODES, undefined, {
+          apiVersion: 'v1',
+          kind: 'Node',
+          metadata: { name, labels, annotations: { [NODE_ID_ANNOTATION]: this.identity.nodeId } },
+          // Taints from the command line apply at registration, as kubelet's --register-with-taints.
+          spec: { providerID, ...(this.options.taints.length ? { taints: this.options.taints } : {}) },
+        });
+        this.logger.info({ uid: node.metadata.uid }, 'created Node');
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === 409)) throw error;
+        node = (await client.get(NODES, undefined, name))!;
+      }
+    }
+    // Coming back from a planned shutdown: withdraw the notice, and undo only our own cordon.
+    const record = this.readShutdownRecord(node);
+    node = await client.patch(NODES, undefined, name, 'merge', {
+      metadata: {
+        labels,
+        annotations: { [NODE_ID_ANNOTATION]: this.identity.nodeId, [SHUTDOWN_ANNOTATION]: null },
+      },
+      spec: { providerID, ...(record?.cordoned ? { unschedulable: null } : {}) },
+    });
+    if (record) {
+      this.logger.info({ cordoned: record.cordoned }, 'back from a planned shutdown: cleared the shutdown record');
+      fs.rmSync(this.shutdownFile(), { force: true });
+    }
+    this.nodeUid = node.metadata.uid!;
+    await this.postStatus();
+  }
+
+  private readShutdownRecord(node: KubeObject): ShutdownRecord | undefined {
+    for (const text of [
+      node.metadata.annotations?.[SHUTDOWN_ANNOTATION],
+      fs.existsSync(this.shutdownFile()) ? fs.readFileSync(this.shutdownFile(), 'utf8') : undefined,
+    ]) {
+      if (!text) continue;
+      try {
+        return JSON.parse(text) as ShutdownRecord;
+      } catch {
+        // an unreadable record is as good as none
+      }
+    }
+    return undefined;
+  }
+
+  private async postStatus(): Promise<void> {
+    const info = systemInfo();
+    const ip = this.nodeIp();
+    await this.client!.patch(
+      NODES,
+      undefined,
+      this.options.nodeName,
+      'strategic',
+      {
+        status: {
+          addresses: [
+            { type: 'InternalIP', address: ip },
+            { type: 'Hostname', address: os.hostname() },
+          ],
+          capacity: { cpu: String(os.cpus().length), memory: `${Math.floor(os.totalmem() / 1024)}Ki`, pods: '110' },
+          allocatable: { cpu: String(os.cpus().length), memory: `${Math.floor(os.totalmem() / 1024)}Ki`, pods: '110' },
+          daemonEndpoints: { kubeletEndpoint: { Port: this.endpointPort } },
+          nodeInfo: {
+            machineID: info.machineID,
+            systemUUID: this.identity.nodeId,
+            bootID: info.bootID,
+            kernelVersion: info.kernelVersion,
+            osImage: info.osImage,
+            containerRuntimeVersion: 'drover-process://0.1',
+            kubeletVersion: versionInfo().gitVersion,
+            kubeProxyVersion: '',
+            operatingSystem: info.operatingSystem,
+            architecture: info.architecture,
+          },
+        },
+      },
+      'status',
+    );
+  }
+
+  private checkHealth(): void {
+    let next: AgentHealth = { ready: true, reason: 'AgentReady', message: 'Drover agent is healthy.' };
+    try {
+      fs.accessSync(this.agentDir, fs.constants.W_OK);
+      const stats = fs.statfsSync(this.agentDir);
+      if (stats.bavail / stats.blocks < 0.01) {
+        next = { ready: false, reason: 'DiskPressure', message: `less than 1% free space on ${this.agentDir}` };
+      }
+    } catch (error) {
+      next = { ready: false, reason: 'DataDirUnavailable', message: `agent data dir ${this.agentDir}: ${(error as Error).message}` };
+    }
+    if (next.ready !== this.health.ready || next.reason !== this.health.reason) {
+      this.logger.warn({ ready: next.ready, reason: next.reason }, next.message);
+    }
+    this.health = next;
+  }
+
+  private leaseObject(now: number): KubeObject {
+    const name = this.options.nodeName;
+    return {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: {
+        name,
+        namespace: NODE_LEASE_NAMESPACE,
+        annotations: { [HEALTH_ANNOTATION]: JSON.stringify(this.health) },
+        ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name, uid: this.nodeUid }],
+      },
+      spec: {
+        holderIdentity: leaseHolderIdentity(name, this.nodeUid),
+        leaseDurationSeconds: Math.ceil(this.timings!.nodeMonitorGracePeriodMs / 1000),
+        renewTime: kubeMicroTime(now),
+      },
+    };
+  }
+
+  /** One renewal. Patches are blind merges (no read first): one request per heartbeat. */
+  private async renewLease(): Promise<void> {
+    const client = this.client!;
+    const name = this.options.nodeName;
+    const now = Date.now();
+    const started = performance.now();
+    try {
+      await client.patch(LEASES, NODE_LEASE_NAMESPACE, name, 'merge', {
+        metadata: { annotations: { [HEALTH_ANNOTATION]: JSON.stringify(this.health), [RELEASED_ANNOTATION]: null } },
+        spec: {
+          holderIdentity: leaseHolderIdentity(name, this.nodeUid),
+          renewTime: kubeMicroTime(now),
+          leaseDurationSeconds: Math.ceil(this.timings!.nodeMonitorGracePeriodMs / 1000),
+        },
+      });
+    } catch (error) {
+      if (!(error instanceof ApiError)) throw error;
+      if (error.code === 404) {
+        await client.create(LEASES, NODE_LEASE_NAMESPACE, this.leaseObject(now));
+      } else if (error.code === 403 || error.code === 401) {
+        // Our node incarnation or credential is gone (node deleted, name re-registered).
+        this.logger.warn({ reason: error.message }, 'lease renewal refused; registering again');
+        await this.reregister();
+        return;
+      } else {
+        throw error;
+      }
+    }
+    this.lastConfirmedRenewal = started;
+  }
+
+  private reregister(): Promise<void> {
+    this.reregistering ??= (async () => {
+      try {
+        await this.join();
+        await this.ensureNode();
+      } finally {
+        this.reregistering = undefined;
+      }
+    })();
+    return this.reregistering;
+  }
+
+  private scheduleRenewal(): void {
+    if (this.stopping) return;
+    const interval = this.timings!.nodeLeaseRenewIntervalMs;
+    this.renewTimer = setTimeout(() => {
+      this.renewLease()
+        .catch((error: unknown) => {
+          if (error instanceof JoinError && error.fatal) {
+            this.logger.error({ reason: error.message }, 'this node can no longer join the cluster');
+          } else {
+            this.logger.warn({ reason: (error as Error).message }, 'lease renewal failed; retrying');
+          }
+        })
+        .finally(() => this.scheduleRenewal());
+    }, interval);
+  }
+
+  /**
+   * A planned stop: write the shutdown record (locally and on the Node), cordon, release the
+   * lease, and stop. The record goes first, so that whatever happens after it, the control plane
+   * knows this was planned.
+   */
+  async shutdown(reason: string): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    clearTimeout(this.renewTimer);
+    clearInterval(this.statusTimer);
+    clearInterval(this.healthTimer);
+    const client = this.client;
+    const name = this.options.nodeName;
+    try {
+      if (client && this.nodeUid) {
+        const node = await client.get(NODES, undefined, name);
+        const alreadyCordoned = (node?.spec as { unschedulable?: boolean } | undefined)?.unschedulable === true;
+        const record: ShutdownRecord = { reason, time: new Date().toISOString(), cordoned: !alreadyCordoned };
+        writeFileAtomic(this.shutdownFile(), JSON.stringify(record), 0o644);
+        await client.patch(NODES, undefined, name, 'merge', {
+          metadata: { annotations: { [SHUTDOWN_ANNOTATION]: JSON.stringify(record) } },
+          spec: { unschedulable: true },
+        });
+        this.logger.info({ reason, cordoned: record.cordoned }, 'planned shutdown: recorded and cordoned');
+        await client.patch(LEASES, NODE_LEASE_NAMESPACE, name, 'merge', {
+          metadata: { annotations: { [RELEASED_ANNOTATION]: 'true' } },
+          spec: { holderIdentity: leaseHolderIdentity(name, this.nodeUid) },
+        });
+        this.logger.info('lease released');
+      }
+    } catch (error) {
+      this.logger.warn({ err: error }, 'could not complete the shutdown notice');
+    } finally {
+      await new Promise<void>((resolve) => (this.endpoint ? this.endpoint.close(() => resolve()) : resolve()));
+      this.endpoint?.closeAllConnections();
+      client?.close();
+    }
+  }
+}

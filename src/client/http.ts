@@ -1,0 +1,213 @@
+import https from 'node:https';
+import { ApiError, type Status, type StatusReason } from '../apiserver/errors.js';
+import type { KubeObject } from '../apiserver/objects.js';
+import type {
+  ApiClient,
+  ListOptions,
+  PatchKind,
+  ResourceRef,
+  WatchEventType,
+  WatchHandle,
+  WatchHandler,
+} from './types.js';
+
+/** The API client over HTTPS, pinned to the cluster CA, with a bearer token. */
+
+const PATCH_CONTENT_TYPES: Record<PatchKind, string> = {
+  merge: 'application/merge-patch+json',
+  strategic: 'application/strategic-merge-patch+json',
+  json: 'application/json-patch+json',
+};
+
+export interface HttpClientOptions {
+  /** `https://host:port` */
+  server: string;
+  caPem: string;
+  token: string;
+  /** Per request; a watch is exempt. */
+  timeoutMs?: number;
+}
+
+export class HttpClient implements ApiClient {
+  private readonly agent: https.Agent;
+  private readonly base: URL;
+
+  constructor(private readonly options: HttpClientOptions) {
+    this.base = new URL(options.server);
+    this.agent = new https.Agent({ keepAlive: true, maxSockets: 16, ca: options.caPem });
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+
+  private path(ref: ResourceRef, namespace: string | undefined, name?: string, subresource?: string): string {
+    const root = ref.group ? `/apis/${ref.group}/${ref.version}` : `/api/${ref.version}`;
+    const ns = ref.namespaced && namespace ? `/namespaces/${encodeURIComponent(namespace)}` : '';
+    return `${root}${ns}/${ref.plural}${name ? `/${encodeURIComponent(name)}` : ''}${subresource ? `/${subresource}` : ''}`;
+  }
+
+  /** One request; resolves with the parsed JSON body, rejects with ApiError for non-2xx. */
+  request(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<unknown> {
+    const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+    return new Promise((resolve, reject) => {
+      const req = https.request(
+        {
+          host: this.base.hostname.replace(/^\[|\]$/g, ''),
+          port: this.base.port || 443,
+          method,
+          path,
+          agent: this.agent,
+          timeout: this.options.timeoutMs ?? 10_000,
+          headers: {
+            Accept: 'application/json',
+            Authorization: `Bearer ${this.options.token}`,
+            ...(payload ? { 'Content-Type': contentType, 'Content-Length': String(payload.length) } : {}),
+          },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            let parsed: unknown;
+            try {
+              parsed = text ? JSON.parse(text) : undefined;
+            } catch {
+              parsed = undefined;
+            }
+            const code = res.statusCode ?? 0;
+            if (code >= 200 && code < 300) resolve(parsed);
+            else reject(toApiError(code, parsed, text));
+          });
+          res.on('error', reject);
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error(`request to ${this.base.host} timed out`)));
+      req.on('error', reject);
+      if (payload) req.write(payload);
+      req.end();
+    });
+  }
+
+  async get(ref: ResourceRef, namespace: string | undefined, name: string): Promise<KubeObject | undefined> {
+    try {
+      return (await this.request('GET', this.path(ref, namespace, name))) as KubeObject;
+    } catch (error) {
+      if (error instanceof ApiError && error.code === 404) return undefined;
+      throw error;
+    }
+  }
+
+  async list(ref: ResourceRef, namespace: string | undefined, options: ListOptions = {}) {
+    const query = new URLSearchParams();
+    if (options.labelSelector) query.set('labelSelector', options.labelSelector);
+    if (options.fieldSelector) query.set('fieldSelector', options.fieldSelector);
+    const q = query.toString();
+    const list = (await this.request('GET', `${this.path(ref, namespace)}${q ? `?${q}` : ''}`)) as {
+      items: KubeObject[];
+      metadata: { resourceVersion: string };
+    };
+    return { items: list.items, resourceVersion: list.metadata.resourceVersion };
+  }
+
+  async create(ref: ResourceRef, namespace: string | undefined, obj: KubeObject): Promise<KubeObject> {
+    return (await this.request('POST', this.path(ref, namespace), obj)) as KubeObject;
+  }
+
+  async update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status'): Promise<KubeObject> {
+    return (await this.request('PUT', this.path(ref, namespace, obj.metadata.name, subresource), obj)) as KubeObject;
+  }
+
+  async patch(
+    ref: ResourceRef,
+    namespace: string | undefined,
+    name: string,
+    kind: PatchKind,
+    patch: unknown,
+    subresource?: 'status',
+  ): Promise<KubeObject> {
+    return (await this.request(
+      'PATCH',
+      this.path(ref, namespace, name, subresource),
+      patch,
+      PATCH_CONTENT_TYPES[kind],
+    )) as KubeObject;
+  }
+
+  async delete(ref: ResourceRef, namespace: string | undefined, name: string): Promise<void> {
+    await this.request('DELETE', this.path(ref, namespace, name));
+  }
+
+  watch(
+    ref: ResourceRef,
+    namespace: string | undefined,
+    resourceVersion: string,
+    options: ListOptions,
+    handler: WatchHandler,
+  ): WatchHandle {
+    const query = new URLSearchParams({ watch: '1', resourceVersion, allowWatchBookmarks: 'true' });
+    if (options.labelSelector) query.set('labelSelector', options.labelSelector);
+    if (options.fieldSelector) query.set('fieldSelector', options.fieldSelector);
+    let closed = false;
+    const close = (error: Error | undefined, expired: boolean): void => {
+      if (closed) return;
+      closed = true;
+      handler.onClose(error, expired);
+    };
+    const req = https.request(
+      {
+        host: this.base.hostname.replace(/^\[|\]$/g, ''),
+        port: this.base.port || 443,
+        method: 'GET',
+        path: `${this.path(ref, namespace)}?${query}`,
+        agent: this.agent,
+        headers: { Accept: 'application/json', Authorization: `Bearer ${this.options.token}` },
+      },
+      (res) => {
+        if ((res.statusCode ?? 0) !== 200) {
+          res.resume();
+          close(new Error(`watch failed with HTTP ${res.statusCode}`), res.statusCode === 410);
+          return;
+        }
+        let buffered = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          buffered += chunk;
+          let newline: number;
+          while ((newline = buffered.indexOf('\n')) >= 0) {
+            const line = buffered.slice(0, newline);
+            buffered = buffered.slice(newline + 1);
+            if (!line.trim() || closed) continue;
+            const event = JSON.parse(line) as { type: string; object: KubeObject & Partial<Status> };
+            if (event.type === 'ERROR') {
+              close(new Error(event.object.message ?? 'watch error'), event.object.code === 410);
+              req.destroy();
+              return;
+            }
+            if (event.type === 'BOOKMARK') continue;
+            handler.onEvent(event.type as WatchEventType, event.object);
+          }
+        });
+        res.on('end', () => close(undefined, false));
+        res.on('error', (error) => close(error, false));
+      },
+    );
+    req.on('error', (error) => close(error, false));
+    req.end();
+    return {
+      stop: () => {
+        closed = true;
+        req.destroy();
+      },
+    };
+  }
+}
+
+function toApiError(code: number, parsed: unknown, text: string): ApiError {
+  const status = parsed as Partial<Status> | undefined;
+  if (status && status.kind === 'Status') {
+    return new ApiError(code, (status.reason ?? 'InternalError') as StatusReason, status.message ?? text, status.details);
+  }
+  return new ApiError(code, 'InternalError', text || `HTTP ${code}`);
+}

@@ -1,0 +1,73 @@
+import type { KubeObject } from '../apiserver/objects.js';
+
+/**
+ * A small Kubernetes API client seam. Controllers run inside the server and use the in-process
+ * implementation; agents talk HTTPS. Both raise ApiError (src/apiserver/errors.ts) with the
+ * Kubernetes status code, so callers handle 404 and 409 the same way everywhere.
+ */
+
+export interface ResourceRef {
+  group: string;
+  version: string;
+  plural: string;
+  namespaced: boolean;
+}
+
+export const NODES: ResourceRef = { group: '', version: 'v1', plural: 'nodes', namespaced: false };
+export const PODS: ResourceRef = { group: '', version: 'v1', plural: 'pods', namespaced: true };
+export const EVENTS: ResourceRef = { group: '', version: 'v1', plural: 'events', namespaced: true };
+export const NAMESPACES: ResourceRef = { group: '', version: 'v1', plural: 'namespaces', namespaced: false };
+export const LEASES: ResourceRef = {
+  group: 'coordination.k8s.io',
+  version: 'v1',
+  plural: 'leases',
+  namespaced: true,
+};
+
+export type PatchKind = 'merge' | 'strategic' | 'json';
+
+export interface ListOptions {
+  labelSelector?: string;
+  fieldSelector?: string;
+}
+
+export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+export interface WatchHandler {
+  onEvent(type: WatchEventType, obj: KubeObject): void;
+  /** The watch ended; `expired` means the resourceVersion is too old and a re-list is needed. */
+  onClose(error: Error | undefined, expired: boolean): void;
+}
+
+export interface WatchHandle {
+  stop(): void;
+}
+
+export interface ApiClient {
+  get(ref: ResourceRef, namespace: string | undefined, name: string): Promise<KubeObject | undefined>;
+  list(
+    ref: ResourceRef,
+    namespace: string | undefined,
+    options?: ListOptions,
+  ): Promise<{ items: KubeObject[]; resourceVersion: string }>;
+  create(ref: ResourceRef, namespace: string | undefined, obj: KubeObject): Promise<KubeObject>;
+  /** PUT: `obj.metadata.resourceVersion`, when set, is a precondition (409 on mismatch). */
+  update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status'): Promise<KubeObject>;
+  patch(
+    ref: ResourceRef,
+    namespace: string | undefined,
+    name: string,
+    kind: PatchKind,
+    patch: unknown,
+    subresource?: 'status',
+  ): Promise<KubeObject>;
+  delete(ref: ResourceRef, namespace: string | undefined, name: string): Promise<void>;
+  /** Changes after `resourceVersion`. */
+  watch(
+    ref: ResourceRef,
+    namespace: string | undefined,
+    resourceVersion: string,
+    options: ListOptions,
+    handler: WatchHandler,
+  ): WatchHandle;
+}

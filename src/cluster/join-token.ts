@@ -1,0 +1,70 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import fs from 'node:fs';
+import { writeFileAtomic } from '../security/files.js';
+import { generateSecret } from '../security/tokens.js';
+
+/**
+ * The join token an agent needs: `D10<sha256 of the cluster CA certificate>::<user>:<secret>`.
+ * The hash pins the CA, so an agent that has never seen the cluster can still tell the real
+ * server from an impostor before it sends the secret (the idea of K3s' `K10` tokens).
+ */
+
+export const TOKEN_PREFIX = 'D10';
+
+export class JoinTokenError extends Error {
+  override name = 'JoinTokenError';
+}
+
+export interface JoinToken {
+  /** Hex SHA-256 of the CA certificate PEM, or undefined for a bare secret (no pinning). */
+  caHash?: string;
+  user: string;
+  secret: string;
+}
+
+export function caHash(caCertificatePem: string): string {
+  return createHash('sha256').update(caCertificatePem).digest('hex');
+}
+
+export function formatJoinToken(token: Required<JoinToken>): string {
+  return `${TOKEN_PREFIX}${token.caHash}::${token.user}:${token.secret}`;
+}
+
+export function parseJoinToken(text: string): JoinToken {
+  const value = text.trim();
+  if (!value) throw new JoinTokenError('the join token is empty');
+  if (!value.startsWith(TOKEN_PREFIX)) {
+    if (value.includes(':')) throw new JoinTokenError(`invalid token format: expected ${TOKEN_PREFIX}<ca-hash>::<user>:<secret> or a bare secret`);
+    return { user: 'server', secret: value };
+  }
+  const match = /^D10([^:]*)::([^:]+):(.+)$/.exec(value);
+  if (!match) throw new JoinTokenError(`invalid token format: expected ${TOKEN_PREFIX}<ca-hash>::<user>:<secret>`);
+  const hash = match[1]!;
+  if (!/^[0-9a-f]{64}$/.test(hash)) {
+    throw new JoinTokenError(`invalid token CA hash: expected 64 hex characters, got ${hash.length}`);
+  }
+  return { caHash: hash, user: match[2]!, secret: match[3]! };
+}
+
+export function secretsEqual(a: string, b: string): boolean {
+  const left = createHash('sha256').update(a).digest();
+  const right = createHash('sha256').update(b).digest();
+  return timingSafeEqual(left, right);
+}
+
+/** `<data-dir>/token`, created on first start (mode 0600) and stable afterwards. */
+export function ensureJoinToken(file: string, caCertificatePem: string): { token: string; secret: string; created: boolean } {
+  if (fs.existsSync(file)) {
+    const existing = fs.readFileSync(file, 'utf8').trim();
+    if (existing) {
+      const parsed = parseJoinToken(existing);
+      const token = formatJoinToken({ caHash: caHash(caCertificatePem), user: parsed.user, secret: parsed.secret });
+      if (token !== existing) writeFileAtomic(file, `${token}\n`, 0o600);
+      return { token, secret: parsed.secret, created: false };
+    }
+  }
+  const secret = generateSecret(24);
+  const token = formatJoinToken({ caHash: caHash(caCertificatePem), user: 'server', secret });
+  writeFileAtomic(file, `${token}\n`, 0o600);
+  return { token, secret, created: true };
+}

@@ -1,0 +1,160 @@
+import { ApiError } from '../apiserver/errors.js';
+import { type KubeObject, kubeMicroTime } from '../apiserver/objects.js';
+import { type ApiClient, LEASES } from '../client/types.js';
+import type { Logger } from '../logging/logger.js';
+
+/**
+ * Exactly one server runs the controllers: the holder of a Lease. Expiry is judged by this
+ * server's own clock from when it last saw the lease change, never by comparing timestamps
+ * written by another host. Writes are compare-and-swap on resourceVersion, so two candidates
+ * cannot both take an expired lease; the datastore (SQLite or etcd) does the arbitration.
+ */
+
+export interface LeaderElectionOptions {
+  namespace: string;
+  name: string;
+  /** Stable across restarts of the same server, so a restarted leader takes its lease straight back. */
+  identity: string;
+  leaseDurationMs: number;
+  renewIntervalMs: number;
+}
+
+export interface LeaderCallbacks {
+  onStartedLeading(): void;
+  onStoppedLeading(): void;
+}
+
+interface LeaseSpec {
+  holderIdentity?: string;
+  leaseDurationSeconds?: number;
+  acquireTime?: string;
+  renewTime?: string;
+  leaseTransitions?: number;
+}
+
+export class LeaderElector {
+  private leading = false;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private observedVersion: string | undefined;
+  private observedAt = 0;
+  private lastRenewedAt = 0;
+
+  constructor(
+    private readonly client: ApiClient,
+    private readonly options: LeaderElectionOptions,
+    private readonly callbacks: LeaderCallbacks,
+    private readonly logger: Logger,
+  ) {}
+
+  get isLeader(): boolean {
+    return this.leading;
+  }
+
+  start(): void {
+    void this.tick();
+  }
+
+  /** Stop, and release the lease so another server can take over at once. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    if (!this.leading) return;
+    this.setLeading(false);
+    try {
+      const lease = await this.client.get(LEASES, this.options.namespace, this.options.name);
+      if (lease && (lease.spec as LeaseSpec | undefined)?.holderIdentity === this.options.identity) {
+        const spec: LeaseSpec = { ...(lease.spec as LeaseSpec), holderIdentity: '', leaseDurationSeconds: 1 };
+        await this.client.update(LEASES, this.options.namespace, { ...lease, spec: spec as KubeObject['spec'] });
+      }
+    } catch (error) {
+      this.logger.debug({ err: error }, 'could not release the controller lease');
+    }
+  }
+
+  private setLeading(leading: boolean): void {
+    if (leading === this.leading) return;
+    this.leading = leading;
+    if (leading) {
+      this.logger.info({ identity: this.options.identity, lease: `${this.options.namespace}/${this.options.name}` }, 'became the controller leader');
+      this.callbacks.onStartedLeading();
+    } else {
+      this.logger.warn({ identity: this.options.identity }, 'stopped being the controller leader');
+      this.callbacks.onStoppedLeading();
+    }
+  }
+
+  private async tick(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      await this.tryAcquireOrRenew();
+    } catch (error) {
+      this.logger.debug({ err: error }, 'leader election attempt failed');
+    }
+    // A leader that cannot renew for a whole lease duration must assume someone else took over.
+    if (this.leading && Date.now() - this.lastRenewedAt > this.options.leaseDurationMs) this.setLeading(false);
+    if (!this.stopped) {
+      this.timer = setTimeout(() => void this.tick(), this.leading ? this.options.renewIntervalMs : this.options.renewIntervalMs / 2);
+    }
+  }
+
+  private async tryAcquireOrRenew(): Promise<void> {
+    const { namespace, name, identity } = this.options;
+    const now = Date.now();
+    const durationSeconds = Math.max(1, Math.ceil(this.options.leaseDurationMs / 1000));
+    const lease = await this.client.get(LEASES, namespace, name);
+    if (!lease) {
+      try {
+        await this.client.create(LEASES, namespace, {
+          apiVersion: 'coordination.k8s.io/v1',
+          kind: 'Lease',
+          metadata: { name, namespace },
+          spec: {
+            holderIdentity: identity,
+            leaseDurationSeconds: durationSeconds,
+            acquireTime: kubeMicroTime(now),
+            renewTime: kubeMicroTime(now),
+            leaseTransitions: 0,
+          },
+        });
+        this.lastRenewedAt = now;
+        this.setLeading(true);
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === 409)) throw error;
+      }
+      return;
+    }
+    const spec = (lease.spec ?? {}) as LeaseSpec;
+    if (lease.metadata.resourceVersion !== this.observedVersion) {
+      this.observedVersion = lease.metadata.resourceVersion;
+      this.observedAt = now;
+    }
+    const held = spec.holderIdentity === identity;
+    const free = !spec.holderIdentity;
+    const expired = now - this.observedAt > (spec.leaseDurationSeconds ?? durationSeconds) * 1000;
+    if (!held && !free && !expired) {
+      this.setLeading(false);
+      return;
+    }
+    const next: LeaseSpec = {
+      ...spec,
+      holderIdentity: identity,
+      leaseDurationSeconds: durationSeconds,
+      renewTime: kubeMicroTime(now),
+      ...(held ? {} : { acquireTime: kubeMicroTime(now), leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }),
+    };
+    try {
+      const updated = await this.client.update(LEASES, namespace, { ...lease, spec: next as KubeObject['spec'] });
+      this.observedVersion = updated.metadata.resourceVersion;
+      this.observedAt = now;
+      this.lastRenewedAt = now;
+      this.setLeading(true);
+    } catch (error) {
+      if (error instanceof ApiError && error.code === 409) {
+        if (held) this.logger.debug('controller lease renewal raced with another writer');
+        return;
+      }
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,321 @@
+import { kubeTime, type KubeObject } from '../apiserver/objects.js';
+import { type ApiClient, LEASES, NODES } from '../client/types.js';
+import type { Logger } from '../logging/logger.js';
+import type { EventRecorder } from './events.js';
+import { Informer } from './informer.js';
+import {
+  type AgentHealth,
+  classifyNode,
+  isDisruption,
+  isStale,
+  type NodeObservation,
+  type NodeState,
+  type ShutdownRecord,
+  type Verdict,
+} from './node-state.js';
+
+/**
+ * The node lifecycle controller: one reconcile loop over Nodes and their Leases in
+ * kube-node-lease. It times every renewal by its own clock, classifies each node (node-state.ts),
+ * and writes the verdict where users look: the Ready condition, the `drover.io/state` label, the
+ * unreachable taints, and an Event per transition. It runs only on the controller leader.
+ */
+
+export const STATE_LABEL = 'drover.io/state';
+export const SHUTDOWN_ANNOTATION = 'drover.io/shutdown';
+export const HEALTH_ANNOTATION = 'drover.io/health';
+export const RELEASED_ANNOTATION = 'drover.io/released';
+export const NODE_ID_ANNOTATION = 'drover.io/node-id';
+export const NODE_LEASE_NAMESPACE = 'kube-node-lease';
+export const UNREACHABLE_TAINT = 'node.kubernetes.io/unreachable';
+
+const UNKNOWN_EVENT_INTERVAL_MS = 60_000;
+/** How long the disruption rule may hold verdicts back before the nodes are judged anyway. */
+const DISRUPTION_LIMIT_GRACES = 10;
+
+export function leaseHolderIdentity(nodeName: string, nodeUid: string): string {
+  return `${nodeName}/${nodeUid}`;
+}
+
+interface Tracked {
+  uid: string;
+  observedAt: number;
+  renewTime?: string;
+  released: boolean;
+  health?: AgentHealth;
+  bootId?: string;
+  applied?: Verdict;
+  lastUnknownEventAt: number;
+}
+
+export interface NodeLifecycleOptions {
+  gracePeriodMs: number;
+  /** How often verdicts are recomputed. */
+  tickMs?: number;
+}
+
+interface Taint {
+  key: string;
+  value?: string;
+  effect: string;
+  timeAdded?: string;
+}
+
+function parseJson<T>(text: string | undefined): T | undefined {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text) as T;
+  } catch {
+    return undefined;
+  }
+}
+
+const CONDITION_STATUS: Record<NodeState, 'True' | 'False' | 'Unknown'> = {
+  Ready: 'True',
+  NotReady: 'False',
+  Down: 'False',
+  Unknown: 'Unknown',
+  Unavailable: 'Unknown',
+};
+
+const EVENT_FOR_STATE: Record<NodeState, { type: 'Normal' | 'Warning'; reason: string }> = {
+  Ready: { type: 'Normal', reason: 'NodeReady' },
+  NotReady: { type: 'Warning', reason: 'NodeNotReady' },
+  Unknown: { type: 'Warning', reason: 'NodeStatusUnknown' },
+  Down: { type: 'Normal', reason: 'NodeDown' },
+  Unavailable: { type: 'Warning', reason: 'NodeUnavailable' },
+};
+
+export class NodeLifecycleController {
+  private readonly tracked = new Map<string, Tracked>();
+  private nodes: Informer;
+  private leases: Informer;
+  private timer: NodeJS.Timeout | undefined;
+  private lastTick = 0;
+  private running = false;
+  private disruptionSince: number | undefined;
+  private reconciling = false;
+  private readonly tickMs: number;
+
+  constructor(
+    private readonly client: ApiClient,
+    private readonly events: EventRecorder,
+    private readonly logger: Logger,
+    private readonly options: NodeLifecycleOptions,
+  ) {
+    this.tickMs = options.tickMs ?? Math.max(50, Math.min(250, options.gracePeriodMs / 16));
+    this.nodes = this.nodeInformer();
+    this.leases = this.leaseInformer();
+  }
+
+  private nodeInformer(): Informer {
+    return new Informer(this.client, NODES, undefined, (type, node, old) => this.onNode(type, node, old), this.logger);
+  }
+
+  private leaseInformer(): Informer {
+    return new Informer(this.client, LEASES, NODE_LEASE_NAMESPACE, (type, lease) => this.onLease(type, lease), this.logger);
+  }
+
+  /** Start observing and judging. Every node gets a full grace period from now. */
+  async start(): Promise<void> {
+    this.running = true;
+    this.tracked.clear();
+    this.nodes = this.nodeInformer();
+    this.leases = this.leaseInformer();
+    // Every node seen from here on starts with a full grace period (see onNode).
+    await this.nodes.start();
+    await this.leases.start();
+    this.lastTick = Date.now();
+    this.logger.info({ gracePeriodMs: this.options.gracePeriodMs, nodes: this.tracked.size }, 'node lifecycle controller started');
+    this.schedule();
+  }
+
+  stop(): void {
+    this.running = false;
+    clearTimeout(this.timer);
+    this.nodes.stop();
+    this.leases.stop();
+    this.tracked.clear();
+  }
+
+  private schedule(): void {
+    if (!this.running) return;
+    this.timer = setTimeout(() => {
+      void this.reconcileAll().finally(() => this.schedule());
+    }, this.tickMs);
+  }
+
+  private onNode(type: string, node: KubeObject, old: KubeObject | undefined): void {
+    const name = node.metadata.name!;
+    if (type === 'DELETED') {
+      this.tracked.delete(name);
+      // Without its node, a lease only confuses; the agent makes a new one if the node returns.
+      void this.client.delete(LEASES, NODE_LEASE_NAMESPACE, name).catch(() => undefined);
+      return;
+    }
+    const bootId = (node.status as { nodeInfo?: { bootID?: string } } | undefined)?.nodeInfo?.bootID;
+    const existing = this.tracked.get(name);
+    if (!existing || existing.uid !== node.metadata.uid) {
+      // A new node, or a new incarnation under an old name: judge it from scratch, with full grace.
+      this.tracked.set(name, {
+        uid: node.metadata.uid!,
+        observedAt: Date.now(),
+        released: false,
+        ...(bootId ? { bootId } : {}),
+        lastUnknownEventAt: 0,
+      });
+      return;
+    }
+    if (bootId && existing.bootId && bootId !== existing.bootId && old) {
+      void this.events.record(
+        { kind: 'Node', name, uid: node.metadata.uid! },
+        'Warning',
+        'NodeRebooted',
+        `Node ${name} has been rebooted, boot id: ${bootId}`,
+      );
+    }
+    if (bootId) existing.bootId = bootId;
+  }
+
+  private onLease(type: string, lease: KubeObject): void {
+    if (type === 'DELETED') return;
+    const name = lease.metadata.name!;
+    const tracked = this.tracked.get(name);
+    if (!tracked) return;
+    const spec = (lease.spec ?? {}) as { holderIdentity?: string; renewTime?: string };
+    // Identity is the node's UID, never its name: a lease held by a deleted incarnation of this
+    // name is not a heartbeat of the current node.
+    if (spec.holderIdentity !== leaseHolderIdentity(name, tracked.uid)) {
+      this.logger.debug({ node: name, holder: spec.holderIdentity }, 'ignoring a lease renewal from another incarnation');
+      return;
+    }
+    const annotations = lease.metadata.annotations ?? {};
+    const released = annotations[RELEASED_ANNOTATION] === 'true';
+    if (spec.renewTime !== tracked.renewTime && !released) {
+      tracked.renewTime = spec.renewTime;
+      tracked.observedAt = Date.now();
+    }
+    tracked.released = released;
+    const health = parseJson<AgentHealth>(annotations[HEALTH_ANNOTATION]);
+    if (health) tracked.health = health;
+    else delete tracked.health;
+  }
+
+  private observation(name: string, tracked: Tracked): NodeObservation {
+    const node = this.nodes.get(undefined, name);
+    const shutdown = parseJson<ShutdownRecord>(node?.metadata.annotations?.[SHUTDOWN_ANNOTATION]);
+    return {
+      lastRenewalObservedAt: tracked.observedAt,
+      leaseReleased: tracked.released,
+      ...(tracked.health ? { health: tracked.health } : {}),
+      ...(shutdown ? { shutdown } : {}),
+    };
+  }
+
+  /** One pass over every node. Exposed for tests that drive the loop. */
+  async reconcileAll(): Promise<void> {
+    if (this.reconciling || !this.nodes.hasSynced) return;
+    this.reconciling = true;
+    try {
+      const now = Date.now();
+      const grace = this.options.gracePeriodMs;
+      if (now - this.lastTick > grace / 2) {
+        // This process was not running (stopped, swapped, starved) for a while: it did not see
+        // renewals it may have missed. Give everyone a fresh grace rather than blame the nodes.
+        this.logger.warn({ pausedMs: now - this.lastTick }, 'controller loop was paused; restarting grace periods for all nodes');
+        for (const t of this.tracked.values()) t.observedAt = now;
+      }
+      this.lastTick = now;
+      const observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
+      const stale = observations.filter(([, , o]) => isStale(o, now, grace)).length;
+      let disruption = isDisruption(stale, observations.length);
+      if (disruption) {
+        if (this.disruptionSince === undefined) {
+          this.disruptionSince = now;
+          this.logger.warn({ stale, nodes: observations.length }, 'most nodes went silent at once; holding verdicts');
+          void this.events.record(
+            { kind: 'Namespace', name: NODE_LEASE_NAMESPACE, namespace: NODE_LEASE_NAMESPACE },
+            'Warning',
+            'ControlPlaneDisruption',
+            `${stale} of ${observations.length} nodes stopped renewing at once; suspecting the control plane or datastore, not the nodes. No node is marked Unavailable for up to ${(DISRUPTION_LIMIT_GRACES * grace) / 1000}s.`,
+          );
+        } else if (now - this.disruptionSince > DISRUPTION_LIMIT_GRACES * grace) {
+          disruption = false;
+        }
+      } else if (this.disruptionSince !== undefined) {
+        this.logger.info('node renewals are back to normal; disruption mode over');
+        this.disruptionSince = undefined;
+      }
+      for (const [name, tracked, observation] of observations) {
+        const verdict = classifyNode(observation, { now, gracePeriodMs: grace, disruption });
+        await this.apply(name, tracked, verdict, now);
+      }
+    } finally {
+      this.reconciling = false;
+    }
+  }
+
+  private async apply(name: string, tracked: Tracked, verdict: Verdict, now: number): Promise<void> {
+    const node = this.nodes.get(undefined, name);
+    if (!node) return;
+    const currentState = node.metadata.labels?.[STATE_LABEL];
+    const conditions = ((node.status as { conditions?: { type: string; status: string; reason?: string }[] } | undefined)
+      ?.conditions ?? []);
+    const ready = conditions.find((c) => c.type === 'Ready');
+    const status = CONDITION_STATUS[verdict.state];
+    const inSync = currentState === verdict.state && ready?.status === status && ready.reason === verdict.reason;
+    if (inSync) {
+      tracked.applied = verdict;
+      return;
+    }
+    const previous = tracked.applied?.state ?? currentState;
+    try {
+      await this.client.patch(
+        NODES,
+        undefined,
+        name,
+        'strategic',
+        {
+          status: {
+            conditions: [
+              {
+                type: 'Ready',
+                status,
+                reason: verdict.reason,
+                message: verdict.message,
+                lastHeartbeatTime: kubeTime(tracked.observedAt),
+                lastTransitionTime: ready?.status === status && ready ? (ready as { lastTransitionTime?: string }).lastTransitionTime ?? kubeTime(now) : kubeTime(now),
+              },
+            ],
+          },
+        },
+        'status',
+      );
+      const taints = ((node.spec as { taints?: Taint[] } | undefined)?.taints ?? []).filter((t) => t.key !== UNREACHABLE_TAINT);
+      if (verdict.state === 'Unavailable') {
+        const timeAdded = kubeTime(now);
+        taints.push({ key: UNREACHABLE_TAINT, effect: 'NoSchedule', timeAdded }, { key: UNREACHABLE_TAINT, effect: 'NoExecute', timeAdded });
+      }
+      await this.client.patch(NODES, undefined, name, 'merge', {
+        metadata: { labels: { [STATE_LABEL]: verdict.state } },
+        spec: { taints: taints.length ? taints : null },
+      });
+    } catch (error) {
+      this.logger.warn({ err: error, node: name, state: verdict.state }, 'could not record node state; will retry');
+      return;
+    }
+    tracked.applied = verdict;
+    if (previous === verdict.state) return;
+    if (verdict.state === 'Unknown') {
+      if (now - tracked.lastUnknownEventAt < UNKNOWN_EVENT_INTERVAL_MS) return;
+      tracked.lastUnknownEventAt = now;
+    }
+    const { type, reason } = EVENT_FOR_STATE[verdict.state];
+    const nodeId = node.metadata.annotations?.[NODE_ID_ANNOTATION] ?? 'unknown';
+    const message =
+      verdict.state === 'Unavailable'
+        ? `Node ${name} (id ${nodeId}, uid ${node.metadata.uid}) is Unavailable: last heartbeat at ${kubeTime(tracked.observedAt)}, no shutdown notice. ${verdict.message}`
+        : `Node ${name} is ${verdict.state}${previous ? ` (was ${previous})` : ''}: ${verdict.message}`;
+    await this.events.record({ kind: 'Node', name, uid: node.metadata.uid! }, type, reason, message);
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * What the control plane says about a node, as a pure function of what it has observed. No I/O
+ * and no clock of its own: the caller passes `now`, so tests drive every transition directly.
+ *
+ *   Ready        lease fresh, the agent reports healthy
+ *   NotReady     lease fresh, the agent reports a problem (or is shutting down)
+ *   Unknown      lease late by more than half the grace, still within it: a suspect
+ *   Down         the agent announced a planned shutdown, and has since stopped renewing
+ *   Unavailable  the lease lapsed past the grace with no shutdown notice: a host-level loss
+ */
+
+export type NodeState = 'Ready' | 'NotReady' | 'Unknown' | 'Down' | 'Unavailable';
+
+export const NODE_STATES: readonly NodeState[] = ['Ready', 'NotReady', 'Unknown', 'Down', 'Unavailable'];
+
+export interface AgentHealth {
+  ready: boolean;
+  reason: string;
+  message: string;
+}
+
+/** Written by the agent on SIGTERM before it stops: the durable announcement of a planned stop. */
+export interface ShutdownRecord {
+  reason: string;
+  /** RFC 3339. */
+  time: string;
+  plannedDurationSeconds?: number;
+  /** The shutdown cordoned the node, so a restart should uncordon it. */
+  cordoned: boolean;
+}
+
+export interface NodeObservation {
+  /**
+   * The controller's own clock (ms) when it last saw this incarnation renew its lease. Never the
+   * agent's timestamp: clock skew between hosts must not mark nodes lost.
+   */
+  lastRenewalObservedAt: number;
+  /** The agent released its lease on a graceful exit. */
+  leaseReleased: boolean;
+  /** The latest health the agent reported with its heartbeat. */
+  health?: AgentHealth;
+  shutdown?: ShutdownRecord;
+}
+
+export interface Verdict {
+  state: NodeState;
+  /** For the Ready condition and events: a CamelCase reason and a sentence. */
+  reason: string;
+  message: string;
+}
+
+export interface ClassifyContext {
+  now: number;
+  gracePeriodMs: number;
+  /** Many nodes went stale at once: the control plane itself is the likely problem. */
+  disruption: boolean;
+}
+
+function seconds(ms: number): string {
+  return `${(ms / 1000).toFixed(1)}s`;
+}
+
+export function classifyNode(observation: NodeObservation, context: ClassifyContext): Verdict {
+  const late = context.now - observation.lastRenewalObservedAt;
+  const { gracePeriodMs } = context;
+  const shutdown = observation.shutdown;
+  if (shutdown && (observation.leaseReleased || late > gracePeriodMs / 2)) {
+    return {
+      state: 'Down',
+      reason: 'NodeShutdown',
+      message: `Node was shut down as planned (${shutdown.reason} at ${shutdown.time}${
+        shutdown.plannedDurationSeconds ? `, expected back within ${shutdown.plannedDurationSeconds}s` : ''
+      }).`,
+    };
+  }
+  if (late <= gracePeriodMs / 2) {
+    if (shutdown) {
+      return { state: 'NotReady', reason: 'NodeShutdown', message: `Node is shutting down (${shutdown.reason}).` };
+    }
+    if (observation.health && !observation.health.ready) {
+      return { state: 'NotReady', reason: observation.health.reason, message: observation.health.message };
+    }
+    return { state: 'Ready', reason: 'NodeReady', message: 'Agent is renewing its lease and reports healthy.' };
+  }
+  if (late <= gracePeriodMs || context.disruption) {
+    return {
+      state: 'Unknown',
+      reason: context.disruption && late > gracePeriodMs ? 'ControlPlaneDisruption' : 'NodeStatusUnknown',
+      message:
+        context.disruption && late > gracePeriodMs
+          ? `No lease renewal for ${seconds(late)}, but most nodes went silent at once: suspecting the control plane, not the node.`
+          : `Lease renewal is late by ${seconds(late)} (grace ${seconds(gracePeriodMs)}).`,
+    };
+  }
+  return {
+    state: 'Unavailable',
+    reason: 'NodeUnavailable',
+    message: `No lease renewal for ${seconds(late)} and no shutdown notice: host lost, killed, frozen or partitioned.`,
+  };
+}
+
+/** Whether a node counts as silent for the disruption rule (a planned Down does not). */
+export function isStale(observation: NodeObservation, now: number, gracePeriodMs: number): boolean {
+  if (observation.shutdown) return false;
+  return now - observation.lastRenewalObservedAt > gracePeriodMs / 2;
+}
+
+/**
+ * More than half of the nodes, and at least three, silent at once: the likelier story is that the
+ * control plane or the datastore lost them, not that they all died together.
+ */
+export function isDisruption(staleCount: number, nodeCount: number): boolean {
+  return staleCount >= 3 && staleCount * 2 > nodeCount;
+}
