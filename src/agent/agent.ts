@@ -18,6 +18,7 @@ import {
   SHUTDOWN_ANNOTATION,
 } from '../controllers/node-lifecycle.js';
 import type { AgentHealth, ShutdownRecord } from '../controllers/node-state.js';
+import type { Taint } from '../config/schema.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { versionInfo } from '../version.js';
@@ -30,12 +31,6 @@ import { defaultNodeIp, loadOrCreateIdentity, type NodeIdentity, systemInfo } fr
  * before it stops renewing, which is how the control plane tells Down from Unavailable.
  */
 
-export interface Taint {
-  key: string;
-  value?: string;
-  effect: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute';
-}
-
 export interface AgentOptions {
   server: string;
   token: string;
@@ -46,6 +41,8 @@ export interface AgentOptions {
   agentPort: number;
   nodeIp?: string;
   shutdownGracePeriodMs: number;
+  /** Serve /metrics on the agent port (this node's own setting). */
+  supervisorMetrics: boolean;
   logger: Logger;
 }
 

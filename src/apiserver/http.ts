@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml, YAMLParseError } from 'yaml';
 import { ApiError, errors } from './errors.js';
+import { decodeKubernetesProtobuf } from './protobuf.js';
 import type { IncludeObject } from './table.js';
 
 /** Request bodies above this are refused with 413, as kube-apiserver does (3 MiB). */
@@ -52,7 +53,8 @@ export function decodeBody(body: Buffer, contentType: string | undefined): unkno
     }
   }
   if (type.startsWith('application/vnd.kubernetes.protobuf')) {
-    throw errors.unsupportedMediaType(type, ['application/json', 'application/yaml']);
+    // kubectl's generator commands (create namespace, create pdb) send protobuf.
+    return decodeKubernetesProtobuf(body).object;
   }
   if (type && !type.endsWith('json')) {
     throw errors.unsupportedMediaType(type, ['application/json', 'application/yaml']);

@@ -1,61 +1,78 @@
 #!/usr/bin/env node
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { Command, InvalidArgumentError, Option } from 'commander';
-import { Agent, type Taint } from '../agent/agent.js';
+import { Command } from 'commander';
+import { Agent } from '../agent/agent.js';
 import { JoinError } from '../agent/bootstrap.js';
 import { JoinTokenError } from '../cluster/join-token.js';
-import { DurationError, parseDuration } from '../config/duration.js';
-import { createLogger, LOG_LEVELS, type LogLevel } from '../logging/logger.js';
+import { addSettingOptions, flagValues } from '../config/cli.js';
+import { ConfigError, EXIT_CONFIG, type ResolvedConfig, resolveConfig } from '../config/resolve.js';
+import { type Command as DroverCommand, defaultValue, SETTINGS_BY_NAME, type Taint } from '../config/schema.js';
+import { showConfig } from '../config/show.js';
+import { createLogger, type LogLevel } from '../logging/logger.js';
 import { DataDirLockedError, lockDataDir } from '../server/lock.js';
-import { defaultDataDir, ServerConfigError, startServer } from '../server/server.js';
+import { ServerConfigError, type ServerOptions, startServer } from '../server/server.js';
 import { DROVER_VERSION, versionInfo } from '../version.js';
 
 /** Exit codes: 1 runtime failure, 78 bad configuration (EX_CONFIG). */
 const EXIT_FAILURE = 1;
-const EXIT_CONFIG = 78;
-
-function port(value: string): number {
-  const parsed = Number(value);
-  if (!Number.isInteger(parsed) || parsed < 0 || parsed > 65535) {
-    throw new InvalidArgumentError('must be a port number between 0 and 65535 (0 picks a free port)');
-  }
-  return parsed;
-}
-
-function duration(value: string): number {
-  try {
-    return parseDuration(value);
-  } catch (error) {
-    throw new InvalidArgumentError((error as DurationError).message);
-  }
-}
-
-function collect(value: string, previous: string[]): string[] {
-  return [...previous, ...value.split(',').map((v) => v.trim()).filter(Boolean)];
-}
-
-function label(value: string, previous: Record<string, string>): Record<string, string> {
-  const eq = value.indexOf('=');
-  if (eq <= 0) throw new InvalidArgumentError(`expected key=value, got "${value}"`);
-  return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
-}
-
-function taint(value: string, previous: Taint[]): Taint[] {
-  const match = /^([^=:]+)(?:=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)$/.exec(value);
-  if (!match) throw new InvalidArgumentError(`expected key[=value]:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute, got "${value}"`);
-  return [...previous, { key: match[1]!, ...(match[2] ? { value: match[2] } : {}), effect: match[3] as Taint['effect'] }];
-}
 
 function fail(command: string, error: unknown): never {
   const message = error instanceof Error ? error.message : String(error);
-  const config = error instanceof ServerConfigError || error instanceof JoinTokenError;
-  process.stderr.write(`drover ${command}: ${config || error instanceof DataDirLockedError || error instanceof JoinError ? '' : 'failed to start: '}${message}\n`);
+  const config = error instanceof ConfigError || error instanceof ServerConfigError || error instanceof JoinTokenError;
+  const known = config || error instanceof DataDirLockedError || error instanceof JoinError;
+  if (error instanceof ConfigError) {
+    process.stderr.write(`drover ${command}: invalid configuration:\n${error.problems.map((p) => `  ${p}`).join('\n')}\n`);
+  } else {
+    process.stderr.write(`drover ${command}: ${known ? '' : 'failed to start: '}${message}\n`);
+  }
   process.exit(config ? EXIT_CONFIG : EXIT_FAILURE);
 }
 
-/** SIGTERM/SIGINT run `stop` once, and the process exits when it is done or after `limitMs`. */
+function resolveFor(which: DroverCommand, command: Command, attributes: Map<string, string>): ResolvedConfig {
+  try {
+    const config = resolveConfig({
+      command: which,
+      flags: flagValues(command, attributes),
+      env: process.env,
+      ...(command.opts<{ config?: string }>().config ? { configFlag: command.opts<{ config: string }>().config } : {}),
+    });
+    for (const warning of config.warnings) process.stderr.write(`drover ${which}: warning: ${warning}\n`);
+    return config;
+  } catch (error) {
+    fail(which, error);
+  }
+}
+
+function labels(config: ResolvedConfig): Record<string, string> {
+  return Object.fromEntries(config.get<{ key: string; value: string }[]>('node-label').map((l) => [l.key, l.value]));
+}
+
+function serverOptions(config: ResolvedConfig): ServerOptions {
+  const nodeIp = config.get<string | undefined>('node-ip');
+  const kubeconfig = config.get<string | undefined>('write-kubeconfig');
+  return {
+    config,
+    dataDir: config.get('data-dir'),
+    httpsListenPort: config.get('https-listen-port'),
+    bindAddress: config.get('bind-address'),
+    tlsSans: config.get('tls-san'),
+    ...(kubeconfig ? { writeKubeconfig: kubeconfig } : {}),
+    logLevel: config.get<LogLevel>('log-level'),
+    nodeLeaseRenewIntervalMs: config.get('node-lease-renew-interval'),
+    nodeMonitorGracePeriodMs: config.get('node-monitor-grace-period'),
+    disableAgent: config.get('disable-agent'),
+    nodeName: config.get('node-name'),
+    nodeLabels: labels(config),
+    nodeTaints: config.get<Taint[]>('node-taint'),
+    agentPort: config.get('agent-port'),
+    ...(nodeIp ? { nodeIp } : {}),
+    shutdownGracePeriodMs: config.get('shutdown-grace-period'),
+    supervisorMetrics: config.get('supervisor-metrics'),
+  };
+}
+
+/** SIGTERM/SIGINT run `stop` once; the process exits when it is done or after `limitMs`. */
 function onSignals(stop: () => Promise<void>, limitMs: number, log: (msg: string) => void): void {
   const handle = (signal: string): void => {
     log(`received ${signal}; shutting down`);
@@ -77,102 +94,44 @@ const program = new Command('drover')
   .version(`drover ${DROVER_VERSION} (Kubernetes API ${versionInfo().gitVersion})`, '-v, --version')
   .showHelpAfterError('(run with --help for usage)');
 
-const nodeOptions = (command: Command): Command =>
-  command
-    .option('--node-name <name>', 'name of this node', os.hostname().toLowerCase())
-    .option('--node-label <key=value>', 'label for this node (repeatable)', label, {})
-    .option('--node-taint <key=value:Effect>', 'taint this node registers with (repeatable)', taint, [])
-    .option('--node-ip <address>', 'address other nodes reach this one at (default: first non-loopback IPv4)')
-    .option('--agent-port <port>', "port of the agent's own HTTPS endpoint (0 picks a free port)", port, 10250)
-    .option('--shutdown-grace-period <duration>', 'how long a planned shutdown may take', duration, 10_000);
-
-interface NodeFlags {
-  nodeName: string;
-  nodeLabel: Record<string, string>;
-  nodeTaint: Taint[];
-  nodeIp?: string;
-  agentPort: number;
-  shutdownGracePeriod: number;
-}
-
-nodeOptions(
-  program
-    .command('server')
-    .description('Run a Drover server: datastore, API server, controllers, and an agent for its own node')
-    .option('--data-dir <dir>', 'folder for state, certificates and credentials', defaultDataDir())
-    .option('--https-listen-port <port>', 'HTTPS port of the API server (0 picks a free port)', port, 6443)
-    .option('--bind-address <address>', 'address the API server listens on', '0.0.0.0')
-    .option('--tls-san <name>', 'extra host name or IP for the serving certificate (repeatable)', collect, [])
-    .option('--write-kubeconfig <path>', 'also write the admin kubeconfig to this path (mode 0600)')
-    .option('--node-lease-renew-interval <duration>', 'how often agents renew their node lease', duration, 1000)
-    .option('--node-monitor-grace-period <duration>', 'silence after which a node is declared lost (>= 3 renew intervals)', duration, 4000)
-    .option('--disable-agent', 'do not run an agent for this server’s own node', false)
-    .addOption(new Option('--log-level <level>', 'log verbosity').choices(LOG_LEVELS as string[]).default('info')),
-).action(
-  async (
-    opts: NodeFlags & {
-      dataDir: string;
-      httpsListenPort: number;
-      bindAddress: string;
-      tlsSan: string[];
-      writeKubeconfig?: string;
-      nodeLeaseRenewInterval: number;
-      nodeMonitorGracePeriod: number;
-      disableAgent: boolean;
-      logLevel: LogLevel;
-    },
-  ) => {
-    let running: Awaited<ReturnType<typeof startServer>>;
-    try {
-      running = await startServer({
-        dataDir: opts.dataDir,
-        httpsListenPort: opts.httpsListenPort,
-        bindAddress: opts.bindAddress,
-        tlsSans: opts.tlsSan,
-        ...(opts.writeKubeconfig ? { writeKubeconfig: opts.writeKubeconfig } : {}),
-        logLevel: opts.logLevel,
-        nodeLeaseRenewIntervalMs: opts.nodeLeaseRenewInterval,
-        nodeMonitorGracePeriodMs: opts.nodeMonitorGracePeriod,
-        disableAgent: opts.disableAgent,
-        nodeName: opts.nodeName,
-        nodeLabels: opts.nodeLabel,
-        nodeTaints: opts.nodeTaint,
-        agentPort: opts.agentPort,
-        ...(opts.nodeIp ? { nodeIp: opts.nodeIp } : {}),
-        shutdownGracePeriodMs: opts.shutdownGracePeriod,
-      });
-    } catch (error) {
-      fail('server', error);
-    }
-    onSignals(() => running.stop(), opts.shutdownGracePeriod + 5000, (msg) => running.logger.info(msg));
-  },
-);
-
-nodeOptions(
-  program
-    .command('agent')
-    .description('Run a Drover agent: join a cluster and keep this node registered and heartbeating')
-    .requiredOption('--server <url>', 'URL of a Drover server, e.g. https://10.0.0.1:6443')
-    .requiredOption('--token <token>', 'join token (drover token show on the server)', process.env.DROVER_TOKEN)
-    .option('--data-dir <dir>', 'folder for this node’s identity', defaultDataDir())
-    .addOption(new Option('--log-level <level>', 'log verbosity').choices(LOG_LEVELS as string[]).default('info')),
-).action(async (opts: NodeFlags & { server: string; token: string; dataDir: string; logLevel: LogLevel }) => {
-  const logger = createLogger(opts.logLevel, 'drover-agent');
-  let agent: Agent;
-  let lock: ReturnType<typeof lockDataDir>;
+const server = program
+  .command('server')
+  .description('Run a Drover server: datastore, API server, controllers, and an agent for its own node');
+const serverAttributes = addSettingOptions(server, 'server');
+server.action(async () => {
+  const config = resolveFor('server', server, serverAttributes);
+  let running: Awaited<ReturnType<typeof startServer>>;
   try {
-    fs.mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
-    lock = lockDataDir(path.resolve(opts.dataDir), 'agent');
-    agent = new Agent({
-      server: opts.server,
-      token: opts.token,
-      nodeName: opts.nodeName,
-      dataDir: path.resolve(opts.dataDir),
-      labels: opts.nodeLabel,
-      taints: opts.nodeTaint,
-      agentPort: opts.agentPort,
-      ...(opts.nodeIp ? { nodeIp: opts.nodeIp } : {}),
-      shutdownGracePeriodMs: opts.shutdownGracePeriod,
+    running = await startServer(serverOptions(config));
+  } catch (error) {
+    fail('server', error);
+  }
+  onSignals(() => running.stop(), config.get<number>('shutdown-grace-period') + 5000, (msg) => running.logger.info(msg));
+});
+
+const agentCommand = program
+  .command('agent')
+  .description('Run a Drover agent: join a cluster and keep this node registered and heartbeating');
+const agentAttributes = addSettingOptions(agentCommand, 'agent');
+agentCommand.action(async () => {
+  const config = resolveFor('agent', agentCommand, agentAttributes);
+  const logger = createLogger(config.get<LogLevel>('log-level'), 'drover-agent');
+  const dataDir = path.resolve(config.get<string>('data-dir'));
+  try {
+    fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    const lock = lockDataDir(dataDir, 'agent');
+    const nodeIp = config.get<string | undefined>('node-ip');
+    const agent = new Agent({
+      server: config.get('server'),
+      token: config.get('token'),
+      nodeName: config.get('node-name'),
+      dataDir,
+      labels: labels(config),
+      taints: config.get<Taint[]>('node-taint'),
+      agentPort: config.get('agent-port'),
+      ...(nodeIp ? { nodeIp } : {}),
+      shutdownGracePeriodMs: config.get('shutdown-grace-period'),
+      supervisorMetrics: config.get('supervisor-metrics'),
       logger,
     });
     onSignals(
@@ -180,7 +139,7 @@ nodeOptions(
         await agent.shutdown('SIGTERM');
         lock.release();
       },
-      opts.shutdownGracePeriod,
+      config.get('shutdown-grace-period'),
       (msg) => logger.info(msg),
     );
     await agent.start();
@@ -193,7 +152,7 @@ const token = program.command('token').description('Show join tokens');
 token
   .command('show')
   .description('Print the join token agents use to join this server')
-  .option('--data-dir <dir>', 'the server’s data dir', defaultDataDir())
+  .option('--data-dir <dir>', 'the server’s data dir', defaultValue(SETTINGS_BY_NAME.get('data-dir')!) as string)
   .action((opts: { dataDir: string }) => {
     const file = path.join(opts.dataDir, 'token');
     if (!fs.existsSync(file)) {
@@ -202,5 +161,32 @@ token
     }
     process.stdout.write(fs.readFileSync(file, 'utf8'));
   });
+
+const configCommand = program.command('config').description('Inspect configuration');
+const show = configCommand
+  .command('show')
+  .description('Print every setting’s effective value and where it came from (same resolver as the real start)')
+  .option('--server', 'as `drover server` would resolve it (default)')
+  .option('--agent', 'as `drover agent` would resolve it')
+  .option('--json', 'machine-readable output')
+  .allowUnknownOption(false);
+// `config show` accepts every server and agent flag, so it can show their effect too; the agent's
+// server URL is the one exception (its flag is this command's --server): use DROVER_SERVER or a file.
+const showAttributes = addSettingOptions(show, 'all', new Set(['server']));
+show.action(() => {
+  const opts = show.opts<{ agent?: boolean; json?: boolean }>();
+  const which: DroverCommand = opts.agent ? 'agent' : 'server';
+  try {
+    const config = resolveConfig({
+      command: which,
+      flags: flagValues(show, showAttributes),
+      env: process.env,
+      ...(show.opts<{ config?: string }>().config ? { configFlag: show.opts<{ config: string }>().config } : {}),
+    });
+    process.stdout.write(showConfig(config, opts.json === true));
+  } catch (error) {
+    fail('config show', error);
+  }
+});
 
 await program.parseAsync(process.argv);

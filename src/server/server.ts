@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Agent, type Taint } from '../agent/agent.js';
+import { Agent } from '../agent/agent.js';
+import type { Taint } from '../config/schema.js';
 import { allowAuthenticated, TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { ApiError } from '../apiserver/errors.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
@@ -10,6 +11,7 @@ import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js
 import { ApiServer } from '../apiserver/server.js';
 import { ObjectStore } from '../apiserver/storage.js';
 import { LocalClient } from '../client/local.js';
+import type { ResolvedConfig } from '../config/resolve.js';
 import { ensureJoinToken } from '../cluster/join-token.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
 import { NodeRegistry } from '../cluster/node-registry.js';
@@ -46,6 +48,9 @@ export class ServerConfigError extends Error {
 }
 
 export interface ServerOptions {
+  /** The resolved configuration, for the cluster record check and the drift view. */
+  config?: ResolvedConfig;
+  supervisorMetrics: boolean;
   dataDir: string;
   httpsListenPort: number;
   bindAddress: string;
@@ -201,6 +206,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         agentPort: options.agentPort,
         ...(options.nodeIp ? { nodeIp: options.nodeIp } : {}),
         shutdownGracePeriodMs: options.shutdownGracePeriodMs,
+        supervisorMetrics: options.supervisorMetrics,
         logger: logger.child({ component: 'agent' }),
       });
       void agent.start().catch((error: unknown) => logger.error({ err: error }, 'the embedded agent failed to start'));

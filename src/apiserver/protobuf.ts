@@ -1,0 +1,540 @@
+/**
+ * A small decoder for Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`).
+ *
+ * kubectl's generator commands (`kubectl create namespace`, `kubectl create pdb`) send their POST
+ * body as protobuf rather than JSON. Drover stores JSON, so this decodes the envelope and the few
+ * kinds those commands create into the JSON shape the JSON API accepts. Everything else is refused
+ * with a message telling the user to send JSON or YAML.
+ *
+ * Wire format: the 4 magic bytes `k8s\0`, then a `runtime.Unknown` message
+ * (k8s.io/apimachinery/pkg/runtime/generated.proto):
+ *   1 typeMeta { 1 apiVersion, 2 kind }, 2 raw (the object's own message), 3 contentEncoding,
+ *   4 contentType.
+ * Go's gogo-protobuf writes every non-pointer field, so empty strings and zero integers are on the
+ * wire; they are dropped here where Go's JSON encoding (`omitempty`) would drop them.
+ */
+
+import { ApiError } from './errors.js';
+
+/** A malformed protobuf body (bad magic, truncated varint or length, wrong wire type): 400. */
+export class ProtobufDecodeError extends ApiError {
+  override name = 'ProtobufDecodeError';
+  constructor(detail: string) {
+    super(400, 'BadRequest', `error decoding protobuf request body: ${detail}`);
+  }
+}
+
+/** A well-formed protobuf body that Drover cannot decode (another kind, an unknown field): 415. */
+export class ProtobufUnsupportedError extends ApiError {
+  override name = 'ProtobufUnsupportedError';
+  constructor(message: string) {
+    super(415, 'UnsupportedMediaType', message);
+  }
+}
+
+export interface DecodedProtobuf {
+  apiVersion: string;
+  kind: string;
+  /** The object in its JSON shape, apiVersion and kind included. */
+  object: Record<string, unknown>;
+}
+
+const MAGIC = Buffer.from([0x6b, 0x38, 0x73, 0x00]); // "k8s\0"
+
+const SUPPORTED = 'v1 Namespace and policy/v1 PodDisruptionBudget';
+
+/** kubectl's generator subcommand for a kind, where it has one. */
+const GENERATORS = new Map<string, string>(Object.entries({
+  Namespace: 'namespace',
+  PodDisruptionBudget: 'pdb',
+  ConfigMap: 'configmap',
+  Secret: 'secret generic',
+  ServiceAccount: 'serviceaccount',
+  Deployment: 'deployment',
+  Job: 'job',
+  CronJob: 'cronjob',
+  Service: 'service clusterip',
+  Ingress: 'ingress',
+  Role: 'role',
+  RoleBinding: 'rolebinding',
+  ClusterRole: 'clusterrole',
+  ClusterRoleBinding: 'clusterrolebinding',
+  ResourceQuota: 'quota',
+  PriorityClass: 'priorityclass',
+}));
+
+function jsonHint(kind: string): string {
+  const generator = GENERATORS.get(kind);
+  return generator
+    ? `send JSON or YAML instead, e.g. kubectl create ${generator} ... --dry-run=client -o yaml | kubectl apply -f -`
+    : 'send JSON or YAML instead, e.g. write the object to a YAML file and kubectl apply -f it';
+}
+
+function unsupportedField(kind: string, message: string, field: number): ProtobufUnsupportedError {
+  return new ProtobufUnsupportedError(
+    `Drover cannot decode field ${field} of ${message} in a protobuf request body; ${jsonHint(kind)}`,
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wire format
+
+const WIRE_VARINT = 0;
+const WIRE_FIXED64 = 1;
+const WIRE_BYTES = 2;
+const WIRE_FIXED32 = 5;
+
+interface Field {
+  field: number;
+  wire: number;
+  /** Varints as bigint (unsigned 64-bit); length-delimited and fixed-width values as bytes. */
+  value: bigint | Uint8Array;
+}
+
+/** Split one message into its fields, in wire order. */
+function parseMessage(buf: Uint8Array, message: string): Field[] {
+  const fields: Field[] = [];
+  let pos = 0;
+
+  const varint = (what: string): bigint => {
+    let result = 0n;
+    for (let i = 0; i < 10; i++) {
+      if (pos >= buf.length) throw new ProtobufDecodeError(`truncated varint (${what}) in ${message}`);
+      const byte = buf[pos++]!;
+      result |= BigInt(byte & 0x7f) << BigInt(7 * i);
+      if ((byte & 0x80) === 0) return BigInt.asUintN(64, result);
+    }
+    throw new ProtobufDecodeError(`varint longer than 10 bytes (${what}) in ${message}`);
+  };
+  const take = (length: number, what: string): Uint8Array => {
+    if (length > buf.length - pos) {
+      throw new ProtobufDecodeError(
+        `truncated ${what} in ${message}: ${length} bytes declared, ${buf.length - pos} left`,
+      );
+    }
+    const bytes = buf.subarray(pos, pos + length);
+    pos += length;
+    return bytes;
+  };
+
+  while (pos < buf.length) {
+    const tag = varint('field tag');
+    const field = Number(tag >> 3n);
+    const wire = Number(tag & 7n);
+    if (field === 0 || tag >> 3n > 0x1fffffffn) {
+      throw new ProtobufDecodeError(`invalid field number ${tag >> 3n} in ${message}`);
+    }
+    switch (wire) {
+      case WIRE_VARINT:
+        fields.push({ field, wire, value: varint(`field ${field}`) });
+        break;
+      case WIRE_FIXED64:
+        fields.push({ field, wire, value: take(8, `fixed64 field ${field}`) });
+        break;
+      case WIRE_BYTES: {
+        const length = varint(`length of field ${field}`);
+        if (length > BigInt(buf.length - pos)) {
+          throw new ProtobufDecodeError(
+            `truncated field ${field} in ${message}: ${length} bytes declared, ${buf.length - pos} left`,
+          );
+        }
+        fields.push({ field, wire, value: take(Number(length), `field ${field}`) });
+        break;
+      }
+      case WIRE_FIXED32:
+        fields.push({ field, wire, value: take(4, `fixed32 field ${field}`) });
+        break;
+      default:
+        throw new ProtobufDecodeError(`unsupported wire type ${wire} for field ${field} in ${message}`);
+    }
+  }
+  return fields;
+}
+
+function expectWire(f: Field, wire: number, message: string): void {
+  if (f.wire !== wire) {
+    throw new ProtobufDecodeError(`field ${f.field} of ${message} has wire type ${f.wire}, expected ${wire}`);
+  }
+}
+
+const utf8 = new TextDecoder('utf-8');
+
+function str(f: Field, message: string): string {
+  expectWire(f, WIRE_BYTES, message);
+  return utf8.decode(f.value as Uint8Array);
+}
+
+function bytes(f: Field, message: string): Uint8Array {
+  expectWire(f, WIRE_BYTES, message);
+  return f.value as Uint8Array;
+}
+
+function toSafeNumber(value: bigint, f: Field, message: string): number {
+  if (value > BigInt(Number.MAX_SAFE_INTEGER) || value < BigInt(Number.MIN_SAFE_INTEGER)) {
+    throw new ProtobufDecodeError(`field ${f.field} of ${message} is out of range: ${value}`);
+  }
+  return Number(value);
+}
+
+function int64(f: Field, message: string): number {
+  expectWire(f, WIRE_VARINT, message);
+  return toSafeNumber(BigInt.asIntN(64, f.value as bigint), f, message);
+}
+
+function int32(f: Field, message: string): number {
+  expectWire(f, WIRE_VARINT, message);
+  return Number(BigInt.asIntN(32, f.value as bigint));
+}
+
+function bool(f: Field, message: string): boolean {
+  expectWire(f, WIRE_VARINT, message);
+  return (f.value as bigint) !== 0n;
+}
+
+/**
+ * The fields of a singular embedded message, or undefined when absent. A message field that
+ * occurs more than once is merged, as protobuf specifies, by decoding the concatenation.
+ */
+function embedded(fields: Field[], number: number, message: string): Uint8Array | undefined {
+  const parts = fields.filter((f) => f.field === number).map((f) => bytes(f, message));
+  if (parts.length === 0) return undefined;
+  return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+}
+
+// ---------------------------------------------------------------------------------------------
+// k8s.io/apimachinery/pkg/apis/meta/v1
+
+const MIN_TIME_SECONDS = -62135596800; // 0001-01-01T00:00:00Z
+const MAX_TIME_SECONDS = 253402300799; // 9999-12-31T23:59:59Z
+
+/** meta/v1 Time {1 seconds int64, 2 nanos int32}; JSON is RFC 3339 at second precision, or null when zero. */
+function decodeTime(buf: Uint8Array, message: string): string | null {
+  if (buf.length === 0) return null; // Go marshals the zero Time as an empty message
+  let seconds = 0;
+  for (const f of parseMessage(buf, message)) {
+    if (f.field === 1) seconds = int64(f, message);
+    else if (f.field === 2) int32(f, message); // nanos: JSON Time has second precision
+  }
+  if (seconds < MIN_TIME_SECONDS || seconds > MAX_TIME_SECONDS) {
+    throw new ProtobufDecodeError(`${message} is out of range: ${seconds} seconds`);
+  }
+  return new Date(seconds * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** map<string,string>: repeated entries {1 key, 2 value}; a missing key or value is "". */
+function decodeStringMap(entries: Field[], message: string): Record<string, string> {
+  const map = new Map<string, string>();
+  for (const entry of entries) {
+    let key = '';
+    let value = '';
+    for (const f of parseMessage(bytes(entry, message), `${message} entry`)) {
+      if (f.field === 1) key = str(f, `${message} entry`);
+      else if (f.field === 2) value = str(f, `${message} entry`);
+    }
+    map.set(key, value);
+  }
+  return Object.fromEntries(map);
+}
+
+function decodeOwnerReference(buf: Uint8Array): Record<string, unknown> {
+  const m = 'OwnerReference';
+  let apiVersion = '';
+  let kind = '';
+  let name = '';
+  let uid = '';
+  let controller: boolean | undefined;
+  let blockOwnerDeletion: boolean | undefined;
+  for (const f of parseMessage(buf, m)) {
+    switch (f.field) {
+      case 1: kind = str(f, m); break;
+      case 3: name = str(f, m); break;
+      case 4: uid = str(f, m); break;
+      case 5: apiVersion = str(f, m); break;
+      case 6: controller = bool(f, m); break;
+      case 7: blockOwnerDeletion = bool(f, m); break;
+      default: break; // no other fields are defined; ignore as Go would
+    }
+  }
+  return {
+    apiVersion,
+    kind,
+    name,
+    uid,
+    ...(controller !== undefined ? { controller } : {}),
+    ...(blockOwnerDeletion !== undefined ? { blockOwnerDeletion } : {}),
+  };
+}
+
+/**
+ * meta/v1 ObjectMeta. Server-populated and obsolete fields Drover does not take from clients
+ * (15 clusterName, 16 initializers, 17 managedFields) are skipped, as is anything newer.
+ */
+function decodeObjectMeta(buf: Uint8Array | undefined): Record<string, unknown> {
+  const meta: Record<string, unknown> = {};
+  if (!buf) return meta;
+  const m = 'ObjectMeta';
+  const fields = parseMessage(buf, m);
+  const strings: Record<number, string> = {
+    1: 'name',
+    2: 'generateName',
+    3: 'namespace',
+    4: 'selfLink',
+    5: 'uid',
+    6: 'resourceVersion',
+  };
+  const labels: Field[] = [];
+  const annotations: Field[] = [];
+  const ownerReferences: Record<string, unknown>[] = [];
+  const finalizers: string[] = [];
+  for (const f of fields) {
+    const key = strings[f.field];
+    if (key !== undefined) {
+      const value = str(f, m);
+      if (value) meta[key] = value;
+      else delete meta[key];
+      continue;
+    }
+    switch (f.field) {
+      case 7: {
+        const generation = int64(f, m);
+        if (generation) meta.generation = generation;
+        else delete meta.generation;
+        break;
+      }
+      case 8:
+      case 9:
+        break; // timestamps are decoded below, merged across occurrences
+      case 10: meta.deletionGracePeriodSeconds = int64(f, m); break;
+      case 11: labels.push(f); break;
+      case 12: annotations.push(f); break;
+      case 13: ownerReferences.push(decodeOwnerReference(bytes(f, m))); break;
+      case 14: finalizers.push(str(f, m)); break;
+      default: break;
+    }
+  }
+  const created = embedded(fields, 8, m);
+  const creationTimestamp = created && decodeTime(created, 'ObjectMeta.creationTimestamp');
+  if (creationTimestamp) meta.creationTimestamp = creationTimestamp;
+  const deleting = embedded(fields, 9, m);
+  const deletionTimestamp = deleting && decodeTime(deleting, 'ObjectMeta.deletionTimestamp');
+  if (deletionTimestamp) meta.deletionTimestamp = deletionTimestamp;
+  if (labels.length) {
+    const map = decodeStringMap(labels, 'ObjectMeta.labels');
+    if (Object.keys(map).length) meta.labels = map;
+  }
+  if (annotations.length) {
+    const map = decodeStringMap(annotations, 'ObjectMeta.annotations');
+    if (Object.keys(map).length) meta.annotations = map;
+  }
+  if (ownerReferences.length) meta.ownerReferences = ownerReferences;
+  if (finalizers.length) meta.finalizers = finalizers;
+  return orderKeys(meta, [
+    'name',
+    'generateName',
+    'namespace',
+    'selfLink',
+    'uid',
+    'resourceVersion',
+    'generation',
+    'creationTimestamp',
+    'deletionTimestamp',
+    'deletionGracePeriodSeconds',
+    'labels',
+    'annotations',
+    'ownerReferences',
+    'finalizers',
+  ]);
+}
+
+function orderKeys(obj: Record<string, unknown>, order: string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of order) if (key in obj) out[key] = obj[key];
+  return out;
+}
+
+/** meta/v1 LabelSelector {1 matchLabels map, 2 matchExpressions [{1 key, 2 operator, 3 values}]}. */
+function decodeLabelSelector(buf: Uint8Array, kind: string): Record<string, unknown> {
+  const m = 'LabelSelector';
+  const matchLabels: Field[] = [];
+  const matchExpressions: Record<string, unknown>[] = [];
+  for (const f of parseMessage(buf, m)) {
+    if (f.field === 1) matchLabels.push(f);
+    else if (f.field === 2) matchExpressions.push(decodeLabelSelectorRequirement(bytes(f, m), kind));
+    else throw unsupportedField(kind, m, f.field);
+  }
+  const selector: Record<string, unknown> = {};
+  if (matchLabels.length) {
+    const map = decodeStringMap(matchLabels, 'LabelSelector.matchLabels');
+    if (Object.keys(map).length) selector.matchLabels = map;
+  }
+  if (matchExpressions.length) selector.matchExpressions = matchExpressions;
+  return selector;
+}
+
+function decodeLabelSelectorRequirement(buf: Uint8Array, kind: string): Record<string, unknown> {
+  const m = 'LabelSelectorRequirement';
+  let key = '';
+  let operator = '';
+  const values: string[] = [];
+  for (const f of parseMessage(buf, m)) {
+    if (f.field === 1) key = str(f, m);
+    else if (f.field === 2) operator = str(f, m);
+    else if (f.field === 3) values.push(str(f, m));
+    else throw unsupportedField(kind, m, f.field);
+  }
+  return { key, operator, ...(values.length ? { values } : {}) };
+}
+
+/** util/intstr IntOrString {1 type int64 (0 int, 1 string), 2 intVal int32, 3 strVal string}. */
+function decodeIntOrString(buf: Uint8Array, kind: string): number | string {
+  const m = 'IntOrString';
+  let type = 0;
+  let intVal = 0;
+  let strVal = '';
+  for (const f of parseMessage(buf, m)) {
+    if (f.field === 1) type = int64(f, m);
+    else if (f.field === 2) intVal = int32(f, m);
+    else if (f.field === 3) strVal = str(f, m);
+    else throw unsupportedField(kind, m, f.field);
+  }
+  if (type === 0) return intVal;
+  if (type === 1) return strVal;
+  throw new ProtobufDecodeError(`IntOrString has unknown type ${type}`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kinds
+
+/** core/v1 Namespace {1 metadata, 2 spec {1 finalizers}, 3 status {1 phase, 2 conditions}}. */
+function decodeNamespace(raw: Uint8Array): Record<string, unknown> {
+  const kind = 'Namespace';
+  const fields = parseMessage(raw, kind);
+  for (const f of fields) if (f.field > 3) throw unsupportedField(kind, kind, f.field);
+  const metadata = decodeObjectMeta(embedded(fields, 1, kind));
+
+  const spec: Record<string, unknown> = {};
+  const specBytes = embedded(fields, 2, kind);
+  if (specBytes) {
+    const finalizers: string[] = [];
+    for (const f of parseMessage(specBytes, 'NamespaceSpec')) {
+      if (f.field === 1) finalizers.push(str(f, 'NamespaceSpec'));
+      else throw unsupportedField(kind, 'NamespaceSpec', f.field);
+    }
+    if (finalizers.length) spec.finalizers = finalizers;
+  }
+
+  const status: Record<string, unknown> = {};
+  const statusBytes = embedded(fields, 3, kind);
+  if (statusBytes) {
+    for (const f of parseMessage(statusBytes, 'NamespaceStatus')) {
+      if (f.field === 1) {
+        const phase = str(f, 'NamespaceStatus');
+        if (phase) status.phase = phase;
+        else delete status.phase;
+      } else {
+        // 2 conditions: server-owned and never sent by kubectl; refused rather than guessed at.
+        throw unsupportedField(kind, 'NamespaceStatus', f.field);
+      }
+    }
+  }
+
+  return {
+    apiVersion: 'v1',
+    kind,
+    metadata,
+    spec,
+    ...(Object.keys(status).length ? { status } : {}),
+  };
+}
+
+/**
+ * policy/v1 PodDisruptionBudget {1 metadata, 2 spec, 3 status (ignored: the controller's)}.
+ * Spec {1 minAvailable, 2 selector, 3 maxUnavailable, 4 unhealthyPodEvictionPolicy}; all four are
+ * pointers in Go, so presence is kept: an empty selector `{}` selects every pod, an absent one none.
+ */
+function decodePodDisruptionBudget(raw: Uint8Array): Record<string, unknown> {
+  const kind = 'PodDisruptionBudget';
+  const fields = parseMessage(raw, kind);
+  for (const f of fields) if (f.field > 3) throw unsupportedField(kind, kind, f.field);
+  const metadata = decodeObjectMeta(embedded(fields, 1, kind));
+
+  const spec: Record<string, unknown> = {};
+  const specBytes = embedded(fields, 2, kind);
+  if (specBytes) {
+    const m = 'PodDisruptionBudgetSpec';
+    const specFields = parseMessage(specBytes, m);
+    for (const f of specFields) if (f.field > 4) throw unsupportedField(kind, m, f.field);
+    const minAvailable = embedded(specFields, 1, m);
+    if (minAvailable) spec.minAvailable = decodeIntOrString(minAvailable, kind);
+    const selector = embedded(specFields, 2, m);
+    if (selector) spec.selector = decodeLabelSelector(selector, kind);
+    const maxUnavailable = embedded(specFields, 3, m);
+    if (maxUnavailable) spec.maxUnavailable = decodeIntOrString(maxUnavailable, kind);
+    for (const f of specFields) if (f.field === 4) spec.unhealthyPodEvictionPolicy = str(f, m);
+  }
+
+  return { apiVersion: 'policy/v1', kind, metadata, spec };
+}
+
+const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
+  ['v1/Namespace', decodeNamespace],
+  ['policy/v1/PodDisruptionBudget', decodePodDisruptionBudget],
+]);
+
+// ---------------------------------------------------------------------------------------------
+// Envelope
+
+/** True when a body starts with the Kubernetes protobuf magic `k8s\0`. */
+export function isKubernetesProtobuf(body: Uint8Array): boolean {
+  return body.length >= MAGIC.length && MAGIC.equals(body.subarray(0, MAGIC.length));
+}
+
+/**
+ * Decode a Kubernetes protobuf request body into the object's JSON form.
+ *
+ * Throws ProtobufDecodeError (an ApiError: 400 BadRequest) for malformed input and
+ * ProtobufUnsupportedError (an ApiError: 415 UnsupportedMediaType) for kinds, encodings and
+ * fields Drover does not decode; both messages are fit to show to a kubectl user.
+ */
+export function decodeKubernetesProtobuf(body: Buffer): DecodedProtobuf {
+  if (!isKubernetesProtobuf(body)) {
+    throw new ProtobufDecodeError('the body does not start with the Kubernetes protobuf magic "k8s\\0"');
+  }
+  const m = 'runtime.Unknown';
+  const fields = parseMessage(body.subarray(MAGIC.length), m);
+  let apiVersion = '';
+  let kind = '';
+  let contentEncoding = '';
+  let contentType = '';
+  for (const f of fields) {
+    if (f.field === 3) contentEncoding = str(f, m);
+    else if (f.field === 4) contentType = str(f, m);
+  }
+  const typeMeta = embedded(fields, 1, m);
+  if (typeMeta) {
+    for (const f of parseMessage(typeMeta, 'runtime.TypeMeta')) {
+      if (f.field === 1) apiVersion = str(f, 'runtime.TypeMeta');
+      else if (f.field === 2) kind = str(f, 'runtime.TypeMeta');
+    }
+  }
+  const raw = embedded(fields, 2, m) ?? new Uint8Array(0);
+
+  const decoder = DECODERS.get(`${apiVersion}/${kind}`);
+  if (!decoder) {
+    const got = kind ? `${apiVersion ? `${apiVersion} ` : ''}${kind}` : 'an object without a kind';
+    throw new ProtobufUnsupportedError(
+      `Drover accepts protobuf request bodies only for ${SUPPORTED} (got ${got}); ${jsonHint(kind)}`,
+    );
+  }
+  if (contentEncoding) {
+    throw new ProtobufUnsupportedError(
+      `Drover does not accept protobuf request bodies with content encoding "${contentEncoding}"; ${jsonHint(kind)}`,
+    );
+  }
+  if (contentType && !contentType.toLowerCase().startsWith('application/vnd.kubernetes.protobuf')) {
+    throw new ProtobufUnsupportedError(
+      `Drover does not accept protobuf envelopes carrying ${contentType}; ${jsonHint(kind)}`,
+    );
+  }
+  return { apiVersion, kind, object: decoder(raw) };
+}

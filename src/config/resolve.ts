@@ -1,0 +1,253 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { isMap, isScalar, LineCounter, parseDocument } from 'yaml';
+import { formatDuration } from './duration.js';
+import {
+  type Command,
+  defaultValue,
+  envName,
+  expectedType,
+  parseText,
+  parseYamlValue,
+  type Setting,
+  SETTINGS,
+  SETTINGS_BY_NAME,
+  settingsFor,
+  suggest,
+  ValueError,
+} from './schema.js';
+
+/**
+ * The one resolver every command uses (server, agent, config show): defaults < config file <
+ * drop-ins (lexical order) < environment < flags, with where each value came from.
+ */
+
+export const DEFAULT_CONFIG_FILE = '/etc/drover/config.yaml';
+export const CONFIG_FILE_ENV = 'DROVER_CONFIG_FILE';
+export const EXIT_CONFIG = 78;
+
+export type Source =
+  | { kind: 'default' }
+  | { kind: 'file' | 'drop-in'; file: string; line: number }
+  | { kind: 'env'; name: string }
+  | { kind: 'flag'; name: string };
+
+export function formatSource(source: Source): string {
+  switch (source.kind) {
+    case 'default':
+      return 'default';
+    case 'file':
+    case 'drop-in':
+      return `${source.kind}:${source.file}:${source.line}`;
+    case 'env':
+      return `env:${source.name}`;
+    case 'flag':
+      return `flag:--${source.name}`;
+  }
+}
+
+/** Bad configuration: every problem found, one a line. Exit code 78 (EX_CONFIG). */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+  readonly exitCode = EXIT_CONFIG;
+  constructor(readonly problems: string[]) {
+    super(problems.join('\n'));
+  }
+}
+
+/** Raw flag values by setting name, as text: repeated list flags as arrays. */
+export type FlagValues = Record<string, string | string[] | boolean | undefined>;
+
+export interface ResolveInput {
+  command: Command;
+  flags: FlagValues;
+  env: NodeJS.ProcessEnv;
+  /** `--config`, when given. */
+  configFlag?: string;
+}
+
+export interface ResolvedSetting {
+  setting: Setting;
+  value: unknown;
+  /** Every source that contributed, in order (several when a file appended with `key+`). */
+  sources: Source[];
+}
+
+export class ResolvedConfig {
+  constructor(
+    readonly command: Command,
+    readonly settings: ReadonlyMap<string, ResolvedSetting>,
+    readonly warnings: readonly string[],
+    readonly configFile: string,
+    readonly filesRead: readonly string[],
+  ) {}
+
+  get<T>(name: string): T {
+    const resolved = this.settings.get(name);
+    if (!resolved) throw new Error(`setting ${name} is not a ${this.command} setting`);
+    return resolved.value as T;
+  }
+
+  source(name: string): string {
+    return (this.settings.get(name)?.sources ?? []).map(formatSource).join(', ');
+  }
+}
+
+interface FileEntry {
+  setting: Setting;
+  value: unknown;
+  append: boolean;
+  source: Source;
+}
+
+function configFiles(input: ResolveInput, problems: string[]): { main: string; files: { file: string; kind: 'file' | 'drop-in' }[] } {
+  const explicit = input.configFlag ?? input.env[CONFIG_FILE_ENV];
+  const main = path.resolve(explicit ?? DEFAULT_CONFIG_FILE);
+  const files: { file: string; kind: 'file' | 'drop-in' }[] = [];
+  if (fs.existsSync(main)) files.push({ file: main, kind: 'file' });
+  else if (explicit) problems.push(`config file ${main} does not exist (named by ${input.configFlag ? '--config' : CONFIG_FILE_ENV})`);
+  const dropInDir = `${main}.d`;
+  if (fs.existsSync(dropInDir) && fs.statSync(dropInDir).isDirectory()) {
+    for (const name of fs.readdirSync(dropInDir).sort()) {
+      const file = path.join(dropInDir, name);
+      if (/\.ya?ml$/i.test(name) && fs.statSync(file).isFile()) files.push({ file, kind: 'drop-in' });
+    }
+  }
+  return { main, files };
+}
+
+function readFile(
+  file: string,
+  kind: 'file' | 'drop-in',
+  command: Command,
+  problems: string[],
+  warnings: string[],
+): FileEntry[] {
+  const text = fs.readFileSync(file, 'utf8');
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: false });
+  if (doc.errors.length) {
+    for (const error of doc.errors) {
+      const pos = lineCounter.linePos(error.pos[0]);
+      const what = error.code === 'DUPLICATE_KEY' ? 'duplicate key' : 'YAML syntax error';
+      problems.push(`${file}:${pos.line}:${pos.col}: ${what}: ${error.message.split('\n')[0]}`);
+    }
+    return [];
+  }
+  if (doc.contents === null) return [];
+  if (!isMap(doc.contents)) {
+    problems.push(`${file}:1:1: expected a map of settings (key: value), got ${typeof doc.toJS()}`);
+    return [];
+  }
+  const entries: FileEntry[] = [];
+  for (const pair of doc.contents.items) {
+    const keyNode = pair.key;
+    const offset = isScalar(keyNode) && keyNode.range ? keyNode.range[0] : 0;
+    const line = lineCounter.linePos(offset).line;
+    const where = `${file}:${line}`;
+    const rawKey = isScalar(keyNode) ? String(keyNode.value) : String(keyNode);
+    const append = rawKey.endsWith('+');
+    const name = append ? rawKey.slice(0, -1) : rawKey;
+    const setting = SETTINGS_BY_NAME.get(name);
+    if (!setting) {
+      const hint = suggest(name, SETTINGS.map((s) => s.name));
+      problems.push(`${where}: unknown key "${rawKey}"${hint ? ` (did you mean "${hint}"?)` : ''}`);
+      continue;
+    }
+    if (!setting.commands.includes(command)) {
+      warnings.push(`${where}: "${name}" is a ${setting.commands.join('/')}-only setting, ignored by ${command}`);
+      continue;
+    }
+    if (append && !['list', 'labels', 'taints'].includes(setting.type)) {
+      problems.push(`${where}: "${rawKey}" appends to a list, but "${name}" is ${expectedType(setting)}`);
+      continue;
+    }
+    const raw = pair.value === null ? null : (pair.value as { toJSON?: () => unknown }).toJSON?.() ?? pair.value;
+    try {
+      entries.push({ setting, value: parseYamlValue(setting, raw), append, source: { kind, file, line } });
+    } catch (error) {
+      if (!(error instanceof ValueError)) throw error;
+      problems.push(`${where}: "${name}": ${error.message}`);
+    }
+  }
+  return entries;
+}
+
+function flagText(value: string | string[] | boolean): string {
+  if (typeof value === 'boolean') return String(value);
+  return Array.isArray(value) ? value.join(',') : value;
+}
+
+export function resolveConfig(input: ResolveInput): ResolvedConfig {
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  const { main, files } = configFiles(input, problems);
+  const resolved = new Map<string, ResolvedSetting>();
+  const filesRead: string[] = [];
+
+  // Files: the last value wins, `key+` appends.
+  for (const { file, kind } of files) {
+    filesRead.push(file);
+    for (const entry of readFile(file, kind, input.command, problems, warnings)) {
+      const previous = resolved.get(entry.setting.name);
+      if (entry.append && previous) {
+        previous.value = [...(previous.value as unknown[]), ...(entry.value as unknown[])];
+        previous.sources.push(entry.source);
+      } else {
+        resolved.set(entry.setting.name, { setting: entry.setting, value: entry.value, sources: [entry.source] });
+      }
+    }
+  }
+
+  for (const setting of settingsFor(input.command)) {
+    // Environment, then flags: each replaces whatever came before, lists included.
+    const env = input.env[envName(setting)];
+    if (env !== undefined) {
+      try {
+        resolved.set(setting.name, { setting, value: parseText(setting, env), sources: [{ kind: 'env', name: envName(setting) }] });
+      } catch (error) {
+        problems.push(`${envName(setting)}: ${(error as Error).message}`);
+      }
+    }
+    const flag = input.flags[setting.name];
+    if (flag !== undefined) {
+      try {
+        resolved.set(setting.name, { setting, value: parseText(setting, flagText(flag)), sources: [{ kind: 'flag', name: setting.name }] });
+      } catch (error) {
+        problems.push(`--${setting.name}: ${(error as Error).message}`);
+      }
+    }
+    if (!resolved.has(setting.name)) {
+      resolved.set(setting.name, { setting, value: defaultValue(setting), sources: [{ kind: 'default' }] });
+    }
+  }
+
+  const config = new ResolvedConfig(input.command, resolved, warnings, main, filesRead);
+  if (!problems.length) problems.push(...combinationProblems(config));
+  if (problems.length) throw new ConfigError(problems);
+  return config;
+}
+
+/** Rules across settings, each naming every key involved. */
+function combinationProblems(config: ResolvedConfig): string[] {
+  const problems: string[] = [];
+  if (config.command === 'server') {
+    const renew = config.get<number>('node-lease-renew-interval');
+    const grace = config.get<number>('node-monitor-grace-period');
+    if (renew <= 0) problems.push(`node-lease-renew-interval must be positive (${config.source('node-lease-renew-interval')})`);
+    else if (grace < 3 * renew) {
+      problems.push(
+        `node-monitor-grace-period (${formatDuration(grace)}, ${config.source('node-monitor-grace-period')}) must be at least 3 × ` +
+          `node-lease-renew-interval (${formatDuration(renew)}, ${config.source('node-lease-renew-interval')}), so that one or two late renewals never mark a node lost`,
+      );
+    }
+  }
+  if (config.command === 'agent') {
+    for (const name of ['server', 'token']) {
+      if (!config.get<string | undefined>(name)) {
+        problems.push(`the agent needs "${name}": pass --${name}, set ${envName({ name })}, or put "${name}:" in the config file`);
+      }
+    }
+  }
+  return problems;
+}

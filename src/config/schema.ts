@@ -1,0 +1,403 @@
+import os from 'node:os';
+import path from 'node:path';
+import { z } from 'zod';
+import { formatDuration, parseDuration } from './duration.js';
+
+/**
+ * Every setting of `drover server` and `drover agent`, in one table. Flags, environment
+ * variables, config-file keys, `drover config show` and docs/configuration.md are all generated
+ * from it, so they cannot disagree.
+ *
+ * Scope says where a value may come from:
+ * - `cluster`: must be identical on every server, and is checked against the cluster's record at
+ *   every server start. These are the settings whose effect depends on which server leads (the
+ *   controllers run on one leader at a time): if they differed, behaviour would change whenever
+ *   leadership moved. Agents never set them; they receive them from the server.
+ * - `node`: taken only from this node's own local config; may differ per node, and is never taken
+ *   from another server.
+ */
+
+export type Command = 'server' | 'agent';
+export type Scope = 'cluster' | 'node';
+export type SettingType = 'string' | 'bool' | 'port' | 'duration' | 'enum' | 'list' | 'labels' | 'taints';
+
+export interface Taint {
+  key: string;
+  value?: string;
+  effect: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute';
+}
+
+export interface Setting {
+  name: string;
+  type: SettingType;
+  help: string;
+  commands: readonly Command[];
+  scope: Scope;
+  /** The typed default, or a function for defaults that depend on the machine. */
+  default?: unknown | (() => unknown);
+  secret?: boolean;
+  choices?: readonly string[];
+  /** Why a cluster-scoped setting is cluster-scoped (docs). */
+  why?: string;
+  /** Shown as the default in help and docs when the default is computed. */
+  defaultText?: string;
+}
+
+export const LOG_LEVEL_CHOICES = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+
+function defaultDataDir(): string {
+  return process.getuid?.() === 0 ? '/var/lib/drover' : path.join(os.homedir(), '.drover');
+}
+
+export const SETTINGS: readonly Setting[] = [
+  // --- cluster-scoped -------------------------------------------------------------------------
+  {
+    name: 'cluster-name',
+    type: 'string',
+    help: 'name of the cluster (in kubeconfigs and events)',
+    commands: ['server'],
+    scope: 'cluster',
+    default: 'drover',
+    why: 'names the cluster in every kubeconfig and record; two servers disagreeing would mean two clusters',
+  },
+  {
+    name: 'node-lease-renew-interval',
+    type: 'duration',
+    help: 'how often agents renew their node lease',
+    commands: ['server'],
+    scope: 'cluster',
+    default: 1000,
+    why: 'agents learn it from whichever server they join; the leader judges silence against it',
+  },
+  {
+    name: 'node-monitor-grace-period',
+    type: 'duration',
+    help: 'silence after which a node is declared lost (at least 3 renew intervals)',
+    commands: ['server'],
+    scope: 'cluster',
+    default: 4000,
+    why: 'the controller leader uses it to mark nodes Unavailable; a different value on another server would change verdicts when leadership moves',
+  },
+  // --- node-scoped, server -----------------------------------------------------------------------
+  {
+    name: 'https-listen-port',
+    type: 'port',
+    help: 'HTTPS port of the API server and supervisor (0 picks a free port)',
+    commands: ['server'],
+    scope: 'node',
+    default: 6443,
+  },
+  {
+    name: 'bind-address',
+    type: 'string',
+    help: 'address the API server listens on',
+    commands: ['server'],
+    scope: 'node',
+    default: '0.0.0.0',
+  },
+  {
+    name: 'tls-san',
+    type: 'list',
+    help: 'extra host name or IP for the serving certificate (repeatable)',
+    commands: ['server'],
+    scope: 'node',
+    default: [],
+  },
+  {
+    name: 'write-kubeconfig',
+    type: 'string',
+    help: 'also write the admin kubeconfig to this path (mode 0600)',
+    commands: ['server'],
+    scope: 'node',
+  },
+  {
+    name: 'disable-agent',
+    type: 'bool',
+    help: 'do not run an agent for this server’s own node',
+    commands: ['server'],
+    scope: 'node',
+    default: false,
+  },
+  // --- node-scoped, agent ------------------------------------------------------------------------
+  {
+    name: 'server',
+    type: 'string',
+    help: 'URL of a Drover server to join, e.g. https://10.0.0.1:6443',
+    commands: ['agent'],
+    scope: 'node',
+  },
+  {
+    name: 'token',
+    type: 'string',
+    help: 'join token (drover token show on a server)',
+    commands: ['agent'],
+    scope: 'node',
+    secret: true,
+  },
+  // --- node-scoped, both -------------------------------------------------------------------------
+  {
+    name: 'data-dir',
+    type: 'string',
+    help: 'folder for state, certificates and credentials',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: defaultDataDir,
+    defaultText: '/var/lib/drover as root, else ~/.drover',
+  },
+  {
+    name: 'node-name',
+    type: 'string',
+    help: 'name of this node',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: () => os.hostname().toLowerCase(),
+    defaultText: 'the host name',
+  },
+  {
+    name: 'node-label',
+    type: 'labels',
+    help: 'label for this node, key=value (repeatable)',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: [],
+  },
+  {
+    name: 'node-taint',
+    type: 'taints',
+    help: 'taint this node registers with, key[=value]:Effect (repeatable)',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: [],
+  },
+  {
+    name: 'node-ip',
+    type: 'string',
+    help: 'address other nodes reach this one at',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    defaultText: 'the first non-loopback IPv4 address',
+  },
+  {
+    name: 'agent-port',
+    type: 'port',
+    help: "port of the agent's own HTTPS endpoint (0 picks a free port)",
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: 10250,
+  },
+  {
+    name: 'shutdown-grace-period',
+    type: 'duration',
+    help: 'how long a planned shutdown may take',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: 10_000,
+  },
+  {
+    name: 'supervisor-metrics',
+    type: 'bool',
+    help: 'serve Prometheus metrics on /metrics (server: its API port; agent: its agent port)',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: false,
+  },
+  {
+    name: 'log-level',
+    type: 'enum',
+    help: 'log verbosity',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: 'info',
+    choices: LOG_LEVEL_CHOICES,
+  },
+];
+
+export const SETTINGS_BY_NAME: ReadonlyMap<string, Setting> = new Map(SETTINGS.map((s) => [s.name, s]));
+
+export function settingsFor(command: Command): Setting[] {
+  return SETTINGS.filter((s) => s.commands.includes(command));
+}
+
+export function envName(setting: Pick<Setting, 'name'>): string {
+  return `DROVER_${setting.name.toUpperCase().replace(/-/g, '_')}`;
+}
+
+export function defaultValue(setting: Setting): unknown {
+  return typeof setting.default === 'function' ? (setting.default as () => unknown)() : setting.default;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values: each type has one parser for text (flags, env) and one check for YAML values.
+
+export class ValueError extends Error {
+  override name = 'ValueError';
+  constructor(
+    readonly expected: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const LABEL_PATTERN = /^([^=\s]+)=(.*)$/;
+const TAINT_PATTERN = /^([^=:\s]+)(?:=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)$/;
+
+export function expectedType(setting: Setting): string {
+  switch (setting.type) {
+    case 'string':
+      return 'a string';
+    case 'bool':
+      return 'a boolean (true or false)';
+    case 'port':
+      return 'a port number (0-65535)';
+    case 'duration':
+      return 'a duration such as 500ms, 4s or 1m30s';
+    case 'enum':
+      return `one of ${setting.choices!.join(', ')}`;
+    case 'list':
+      return 'a list of strings';
+    case 'labels':
+      return 'a list of key=value strings';
+    case 'taints':
+      return 'a list of key[=value]:Effect strings (Effect: NoSchedule, PreferNoSchedule or NoExecute)';
+  }
+}
+
+function describeValue(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'object') return 'a map';
+  return `${typeof value} ${JSON.stringify(value)}`;
+}
+
+function parseItem(setting: Setting, item: string): unknown {
+  if (setting.type === 'labels') {
+    const match = LABEL_PATTERN.exec(item.trim());
+    if (!match) throw new ValueError(expectedType(setting), `expected key=value, got "${item}"`);
+    return { key: match[1]!, value: match[2]! };
+  }
+  if (setting.type === 'taints') {
+    const match = TAINT_PATTERN.exec(item.trim());
+    if (!match) throw new ValueError(expectedType(setting), `expected key[=value]:Effect, got "${item}"`);
+    return { key: match[1]!, ...(match[2] ? { value: match[2] } : {}), effect: match[3] as Taint['effect'] } satisfies Taint;
+  }
+  return item;
+}
+
+/** From a flag or environment variable. Lists are comma-separated there. */
+export function parseText(setting: Setting, text: string): unknown {
+  switch (setting.type) {
+    case 'string':
+      return text;
+    case 'bool': {
+      const lowered = text.trim().toLowerCase();
+      if (['true', '1', 'yes', ''].includes(lowered)) return true;
+      if (['false', '0', 'no'].includes(lowered)) return false;
+      throw new ValueError(expectedType(setting), `expected true or false, got "${text}"`);
+    }
+    case 'port': {
+      const port = Number(text);
+      if (!/^\d+$/.test(text.trim()) || port > 65535) {
+        throw new ValueError(expectedType(setting), `expected a port number (0-65535), got "${text}"`);
+      }
+      return port;
+    }
+    case 'duration':
+      try {
+        return parseDuration(text);
+      } catch (error) {
+        throw new ValueError(expectedType(setting), (error as Error).message);
+      }
+    case 'enum':
+      if (!setting.choices!.includes(text)) {
+        throw new ValueError(expectedType(setting), `expected one of ${setting.choices!.join(', ')}, got "${text}"`);
+      }
+      return text;
+    case 'list':
+    case 'labels':
+    case 'taints':
+      return text
+        .split(',')
+        .map((item) => item.trim())
+        .filter(Boolean)
+        .map((item) => parseItem(setting, item));
+  }
+}
+
+const scalarText = z.union([z.string(), z.number(), z.boolean()]);
+
+/** From a YAML value. Strictly typed: `port: "6443"` is fine, `port: [1]` is not. */
+export function parseYamlValue(setting: Setting, value: unknown): unknown {
+  const wrong = (): never => {
+    throw new ValueError(expectedType(setting), `expected ${expectedType(setting)}, got ${describeValue(value)}`);
+  };
+  switch (setting.type) {
+    case 'bool':
+      if (typeof value === 'boolean') return value;
+      return wrong();
+    case 'port':
+      if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 65535) return value;
+      if (typeof value === 'string') return parseText(setting, value);
+      return wrong();
+    case 'duration':
+      if (typeof value !== 'string') return wrong();
+      return parseText(setting, value);
+    case 'string':
+    case 'enum':
+      if (!scalarText.safeParse(value).success || typeof value === 'boolean') return wrong();
+      return parseText(setting, String(value));
+    case 'list':
+    case 'labels':
+    case 'taints': {
+      const items = typeof value === 'string' ? [value] : value;
+      if (!Array.isArray(items) || !items.every((i) => typeof i === 'string')) return wrong();
+      return (items as string[]).map((item) => parseItem(setting, item));
+    }
+  }
+}
+
+/** How a value prints in `config show`, in errors, and in the cluster record. */
+export function formatValue(setting: Setting, value: unknown): string {
+  if (value === undefined) return '(unset)';
+  if (setting.secret) return '[redacted]';
+  switch (setting.type) {
+    case 'duration':
+      return formatDuration(value as number);
+    case 'labels':
+      return (value as { key: string; value: string }[]).map((l) => `${l.key}=${l.value}`).join(',') || '[]';
+    case 'taints':
+      return (value as Taint[]).map((t) => `${t.key}${t.value ? `=${t.value}` : ''}:${t.effect}`).join(',') || '[]';
+    case 'list':
+      return (value as string[]).join(',') || '[]';
+    default:
+      return String(value);
+  }
+}
+
+/** Levenshtein distance, for "did you mean". */
+export function editDistance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    let previous = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const current = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, previous + (a[i - 1] === b[j - 1] ? 0 : 1));
+      previous = current;
+    }
+  }
+  return row[b.length]!;
+}
+
+export function suggest(name: string, candidates: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const candidate of candidates) {
+    const distance = editDistance(name, candidate);
+    if (distance < bestDistance) {
+      best = candidate;
+      bestDistance = distance;
+    }
+  }
+  return best !== undefined && bestDistance <= Math.max(2, Math.floor(name.length / 3)) ? best : undefined;
+}
