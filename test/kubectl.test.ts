@@ -265,7 +265,7 @@ for (const client of kubectlClients()) {
     };
 
     before(async () => {
-      server = await startServer();
+      server = await startServer({ handMadeNodes: true });
       files = tempDir('kubectl-files');
     });
     after(async () => {

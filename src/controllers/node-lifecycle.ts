@@ -40,6 +40,7 @@ export function leaseHolderIdentity(nodeName: string, nodeUid: string): string {
 interface Tracked {
   uid: string;
   observedAt: number;
+  heardFrom: boolean;
   renewTime?: string;
   released: boolean;
   health?: AgentHealth;
@@ -160,6 +161,7 @@ export class NodeLifecycleController {
       this.tracked.set(name, {
         uid: node.metadata.uid!,
         observedAt: Date.now(),
+        heardFrom: false,
         released: false,
         ...(bootId ? { bootId } : {}),
         lastUnknownEventAt: 0,
@@ -194,6 +196,7 @@ export class NodeLifecycleController {
     if (spec.renewTime !== tracked.renewTime && !released) {
       tracked.renewTime = spec.renewTime;
       tracked.observedAt = Date.now();
+      tracked.heardFrom = true;
     }
     tracked.released = released;
     const health = parseJson<AgentHealth>(annotations[HEALTH_ANNOTATION]);
@@ -207,6 +210,7 @@ export class NodeLifecycleController {
     return {
       lastRenewalObservedAt: tracked.observedAt,
       leaseReleased: tracked.released,
+      heardFrom: tracked.heardFrom,
       ...(tracked.health ? { health: tracked.health } : {}),
       ...(shutdown ? { shutdown } : {}),
     };
@@ -248,7 +252,7 @@ export class NodeLifecycleController {
       }
       for (const [name, tracked, observation] of observations) {
         const verdict = classifyNode(observation, { now, gracePeriodMs: grace, disruption });
-        await this.apply(name, tracked, verdict, now);
+        if (verdict) await this.apply(name, tracked, verdict, now);
       }
     } finally {
       this.reconciling = false;

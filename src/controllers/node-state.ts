@@ -37,6 +37,12 @@ export interface NodeObservation {
   lastRenewalObservedAt: number;
   /** The agent released its lease on a graceful exit. */
   leaseReleased: boolean;
+  /**
+   * Whether this controller has seen any lease from this node incarnation (default true). A node
+   * never heard from gets no verdict until its grace runs out: no false "Ready" for a node object
+   * that nobody runs, and no "Unknown" flicker while a new agent creates its lease.
+   */
+  heardFrom?: boolean;
   /** The latest health the agent reported with its heartbeat. */
   health?: AgentHealth;
   shutdown?: ShutdownRecord;
@@ -60,9 +66,20 @@ function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(1)}s`;
 }
 
-export function classifyNode(observation: NodeObservation, context: ClassifyContext): Verdict {
+/** The verdict, or undefined while a node never heard from is still within its grace. */
+export function classifyNode(observation: NodeObservation, context: ClassifyContext): Verdict | undefined {
   const late = context.now - observation.lastRenewalObservedAt;
   const { gracePeriodMs } = context;
+  if (observation.heardFrom === false) {
+    if (late <= gracePeriodMs) return undefined;
+    if (!context.disruption) {
+      return {
+        state: 'Unavailable',
+        reason: 'NodeUnavailable',
+        message: `No heartbeat received for ${seconds(late)} since the node appeared, and no shutdown notice.`,
+      };
+    }
+  }
   const shutdown = observation.shutdown;
   if (shutdown && (observation.leaseReleased || late > gracePeriodMs / 2)) {
     return {

@@ -36,6 +36,13 @@ export interface StartOptions {
   dataDir?: string;
   args?: string[];
   timeoutMs?: number;
+  /** Run the server's own agent (off by default so API tests see an empty cluster). */
+  embeddedAgent?: boolean;
+  /**
+   * For tests that create Node objects by hand (no agent behind them): a grace period so long that
+   * the node lifecycle controller never judges them during the test.
+   */
+  handMadeNodes?: boolean;
 }
 
 const running = new Set<ServerProcess>();
@@ -45,7 +52,19 @@ export async function startServer(options: StartOptions = {}): Promise<ServerPro
   const dataDir = options.dataDir ?? tempDir('server');
   const child = spawn(
     process.execPath,
-    [DROVER_BIN, 'server', '--data-dir', dataDir, '--https-listen-port', '0', '--bind-address', '127.0.0.1', ...(options.args ?? [])],
+    [
+      DROVER_BIN,
+      'server',
+      '--data-dir',
+      dataDir,
+      '--https-listen-port',
+      '0',
+      '--bind-address',
+      '127.0.0.1',
+      ...(options.embeddedAgent ? ['--agent-port', '0', '--node-ip', '127.0.0.1'] : ['--disable-agent']),
+      ...(options.handMadeNodes ? ['--node-monitor-grace-period', '1h'] : []),
+      ...(options.args ?? []),
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let output = '';
