@@ -7,7 +7,10 @@ import { ApiError } from '../apiserver/errors.js';
 import { type KubeObject, kubeMicroTime } from '../apiserver/objects.js';
 import { HttpClient } from '../client/http.js';
 import { LEASES, NODES } from '../client/types.js';
-import { parseJoinToken } from '../cluster/join-token.js';
+import type { TLSSocket } from 'node:tls';
+import { bearerToken } from '../apiserver/auth.js';
+import { parseJoinToken, secretsEqual } from '../cluster/join-token.js';
+import { AgentMetrics, METRICS_CONTENT_TYPE } from '../metrics/metrics.js';
 import type { ClusterTimings } from '../cluster/supervisor.js';
 import {
   HEALTH_ANNOTATION,
@@ -43,6 +46,8 @@ export interface AgentOptions {
   shutdownGracePeriodMs: number;
   /** Serve /metrics on the agent port (this node's own setting). */
   supervisorMetrics: boolean;
+  /** This agent's effective settings, published for `drover config drift` (standalone agents). */
+  publishedConfig?: Record<string, string>;
   logger: Logger;
 }
 
@@ -73,12 +78,15 @@ export class Agent {
   lastConfirmedRenewal = 0;
   private readonly agentDir: string;
   private readonly logger: Logger;
+  /** Only when this node's own `supervisor-metrics` is on. */
+  private readonly metrics: AgentMetrics | undefined;
 
   constructor(private readonly options: AgentOptions) {
     this.agentDir = path.join(options.dataDir, 'agent');
     fs.mkdirSync(this.agentDir, { recursive: true, mode: 0o700 });
     this.identity = loadOrCreateIdentity(this.agentDir);
     this.logger = options.logger.child({ node: options.nodeName });
+    this.metrics = options.supervisorMetrics ? new AgentMetrics() : undefined;
   }
 
   get port(): number {
@@ -96,6 +104,11 @@ export class Agent {
     await this.ensureNode();
     await this.renewLease();
     this.scheduleRenewal();
+    if (this.options.publishedConfig) {
+      await this.client!.request('PUT', '/drover/v1/node-config', { values: this.options.publishedConfig }).catch((error: unknown) =>
+        this.logger.warn({ err: error }, 'could not publish this agent’s configuration for the drift view'),
+      );
+    }
     this.statusTimer = setInterval(() => void this.postStatus().catch((e: unknown) => this.logger.warn({ err: e }, 'status report failed')), STATUS_REPORT_INTERVAL_MS);
     this.healthTimer = setInterval(() => this.checkHealth(), HEALTH_CHECK_INTERVAL_MS);
     this.logger.info(
@@ -145,20 +158,35 @@ export class Agent {
     return this.options.nodeIp ?? defaultNodeIp();
   }
 
-  /** The agent's own HTTPS endpoint; only clients with a certificate from the cluster CA. */
+  /**
+   * The agent's own HTTPS endpoint. Callers authenticate with a client certificate from the
+   * cluster CA, or with the cluster's join secret as a bearer token.
+   */
   private async startEndpoint(): Promise<void> {
     if (this.endpoint) return;
     const pair = this.servingPair!;
+    const joinSecret = parseJoinToken(this.options.token).secret;
     this.endpoint = https.createServer(
-      { cert: pair.cert, key: pair.key, ca: this.caPem, requestCert: true, rejectUnauthorized: true },
+      { cert: pair.cert, key: pair.key, ca: this.caPem, requestCert: true, rejectUnauthorized: false },
       (req, res) => {
-        if (req.url === '/healthz') {
+        const token = bearerToken(req);
+        const authorized = (req.socket as TLSSocket).authorized || (token !== undefined && secretsEqual(token, joinSecret));
+        const path = (req.url ?? '/').split('?')[0];
+        if (!authorized) {
+          res.writeHead(401, { 'Content-Type': 'text/plain' });
+          res.end('Unauthorized');
+        } else if (path === '/healthz') {
           res.writeHead(this.health.ready ? 200 : 503, { 'Content-Type': 'text/plain' });
           res.end(this.health.ready ? 'ok' : `${this.health.reason}: ${this.health.message}`);
-          return;
+        } else if (path === '/metrics' && this.metrics) {
+          void this.metrics.registry.metrics().then((text) => {
+            res.writeHead(200, { 'Content-Type': METRICS_CONTENT_TYPE });
+            res.end(text);
+          });
+        } else {
+          res.writeHead(404, { 'Content-Type': 'text/plain' });
+          res.end('not found');
         }
-        res.writeHead(404, { 'Content-Type': 'text/plain' });
-        res.end('not found');
       },
     );
     await new Promise<void>((resolve, reject) => {
@@ -318,6 +346,7 @@ export class Agent {
         },
       });
     } catch (error) {
+      this.metrics?.leaseRenewal.observe({ result: 'error' }, (performance.now() - started) / 1000);
       if (!(error instanceof ApiError)) throw error;
       if (error.code === 404) {
         await client.create(LEASES, NODE_LEASE_NAMESPACE, this.leaseObject(now));
@@ -331,6 +360,7 @@ export class Agent {
       }
     }
     this.lastConfirmedRenewal = started;
+    this.metrics?.leaseRenewal.observe({ result: 'ok' }, (performance.now() - started) / 1000);
   }
 
   private reregister(): Promise<void> {

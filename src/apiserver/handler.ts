@@ -29,6 +29,7 @@ import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import type { ObjectStore, Selection, WatchEventType } from './storage.js';
 import { type IncludeObject, toTable } from './table.js';
+import { METRICS_CONTENT_TYPE, type ServerMetrics } from '../metrics/metrics.js';
 
 /**
  * The request path of the API: parse the URL into a request (as Kubernetes' RequestInfo does),
@@ -67,6 +68,8 @@ export interface HandlerOptions {
    * authentication; answers true when it served the request.
    */
   supervisor?: (req: IncomingMessage, res: ServerResponse, path: string) => Promise<boolean>;
+  /** Present when this node's own `supervisor-metrics` is on: /metrics serves it, requests feed it. */
+  metrics?: ServerMetrics;
 }
 
 interface ResourceRequest {
@@ -149,6 +152,8 @@ function listKind(def: ResourceDefinition): string {
 
 export class ApiHandler {
   private readonly bookmarkIntervalMs: number;
+  /** What each request turned out to be, for metrics. */
+  private readonly requestKinds = new WeakMap<ServerResponse, { verb: string; resource: string }>();
 
   constructor(private readonly options: HandlerOptions) {
     this.bookmarkIntervalMs = options.bookmarkIntervalMs ?? 15_000;
@@ -158,6 +163,14 @@ export class ApiHandler {
   handle = (req: IncomingMessage, res: ServerResponse): void => {
     const started = process.hrtime.bigint();
     res.on('finish', () => {
+      const metrics = this.options.metrics;
+      if (metrics) {
+        const kind = this.requestKinds.get(res) ?? { verb: (req.method ?? 'GET').toLowerCase(), resource: '' };
+        metrics.apiRequests.inc({ ...kind, code: String(res.statusCode) });
+        if (kind.verb !== 'watch') {
+          metrics.apiLatency.observe(kind, Number(process.hrtime.bigint() - started) / 1e9);
+        }
+      }
       if (this.options.logger.isLevelEnabled('debug')) {
         this.options.logger.debug(
           {
@@ -199,6 +212,10 @@ export class ApiHandler {
       return;
     }
     if (this.options.supervisor && path.startsWith('/drover/') && (await this.options.supervisor(req, res, path))) return;
+    if (path === '/metrics') {
+      await this.serveMetrics(req, res);
+      return;
+    }
     const user = this.options.authenticator.authenticate(req);
     if (!user) throw errors.unauthorized();
 
@@ -246,6 +263,16 @@ export class ApiHandler {
     }
     const request = this.parseResourcePath(group, version, rest, path);
     await this.serveResource(req, res, url, request, user);
+  }
+
+  /** 404 unless this node's own supervisor-metrics is on; any authenticated caller may read. */
+  private async serveMetrics(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const metrics = this.options.metrics;
+    if (!metrics) throw errors.pathNotFound('/metrics');
+    if (!this.options.authenticator.authenticate(req)) throw errors.unauthorized();
+    const text = await metrics.registry.metrics();
+    res.writeHead(200, { 'Content-Type': METRICS_CONTENT_TYPE, 'Content-Length': Buffer.byteLength(text) });
+    res.end(text);
   }
 
   private requireMethod(method: string, expected: string, path: string): void {
@@ -351,6 +378,7 @@ export class ApiHandler {
     const verb = this.verbOf(method, request, url);
     if (verb === 'invalid') throw errors.methodNotAllowed(method, url.pathname);
     const { def } = request;
+    this.requestKinds.set(res, { verb, resource: request.subresource ? `${def.plural}/${request.subresource}` : def.plural });
     const decision = this.options.authorizer.authorize(user, {
       verb,
       group: def.group,

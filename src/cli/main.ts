@@ -4,11 +4,14 @@ import path from 'node:path';
 import { Command } from 'commander';
 import { Agent } from '../agent/agent.js';
 import { JoinError } from '../agent/bootstrap.js';
+import { ApiError } from '../apiserver/errors.js';
 import { JoinTokenError } from '../cluster/join-token.js';
 import { addSettingOptions, flagValues } from '../config/cli.js';
 import { ConfigError, EXIT_CONFIG, type ResolvedConfig, resolveConfig } from '../config/resolve.js';
 import { type Command as DroverCommand, defaultValue, SETTINGS_BY_NAME, type Taint } from '../config/schema.js';
+import { formatDrift, type DriftReport, publishedValues } from '../config/drift.js';
 import { showConfig } from '../config/show.js';
+import { adminClient } from './kubeconfig.js';
 import { createLogger, type LogLevel } from '../logging/logger.js';
 import { DataDirLockedError, lockDataDir } from '../server/lock.js';
 import { ServerConfigError, type ServerOptions, startServer } from '../server/server.js';
@@ -132,6 +135,7 @@ agentCommand.action(async () => {
       ...(nodeIp ? { nodeIp } : {}),
       shutdownGracePeriodMs: config.get('shutdown-grace-period'),
       supervisorMetrics: config.get('supervisor-metrics'),
+      publishedConfig: publishedValues(config),
       logger,
     });
     onSignals(
@@ -188,5 +192,56 @@ show.action(() => {
     fail('config show', error);
   }
 });
+
+const defaultKubeconfig = (): string =>
+  process.env.KUBECONFIG ?? path.join(defaultValue(SETTINGS_BY_NAME.get('data-dir')!) as string, 'kubeconfig.yaml');
+
+configCommand
+  .command('drift')
+  .description('Show how nodes’ effective configurations differ (cluster-wide differences are errors)')
+  .option('--kubeconfig <file>', 'admin kubeconfig (default: $KUBECONFIG or <data-dir>/kubeconfig.yaml)')
+  .option('--json', 'machine-readable output')
+  .action(async (opts: { kubeconfig?: string; json?: boolean }) => {
+    try {
+      const client = adminClient(opts.kubeconfig ?? defaultKubeconfig());
+      const report = (await client.request('GET', '/drover/v1/config/drift')) as DriftReport;
+      client.close();
+      process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatDrift(report));
+      if (report.rows.some((r) => r.severity === 'error')) process.exitCode = 1;
+    } catch (error) {
+      process.stderr.write(`drover config drift: ${(error as Error).message}\n`);
+      process.exit(EXIT_FAILURE);
+    }
+  });
+
+const cluster = program.command('cluster').description('Cluster-wide operations');
+const clusterConfig = cluster.command('config').description('Cluster-wide settings');
+clusterConfig
+  .command('set')
+  .description('Change a cluster-wide setting on a live cluster (then restart each server with the new value)')
+  .argument('<key=value>', 'e.g. node-monitor-grace-period=6s')
+  .option('--kubeconfig <file>', 'admin kubeconfig (default: $KUBECONFIG or <data-dir>/kubeconfig.yaml)')
+  .action(async (assignment: string, opts: { kubeconfig?: string }) => {
+    const eq = assignment.indexOf('=');
+    if (eq <= 0) {
+      process.stderr.write(`drover cluster config set: expected KEY=VALUE, got "${assignment}"\n`);
+      process.exit(EXIT_CONFIG);
+    }
+    try {
+      const client = adminClient(opts.kubeconfig ?? defaultKubeconfig());
+      const result = (await client.request('PUT', '/drover/v1/cluster-config', {
+        key: assignment.slice(0, eq),
+        value: assignment.slice(eq + 1),
+      })) as { key: string; previous?: string; value: string };
+      client.close();
+      process.stdout.write(
+        `${result.key}: ${result.previous ?? '(unset)'} -> ${result.value}\n` +
+          'Update each server’s local config to the new value and restart it; until then it shows as drifted (drover config drift).\n',
+      );
+    } catch (error) {
+      process.stderr.write(`drover cluster config set: ${(error as Error).message}\n`);
+      process.exit(error instanceof ApiError && error.code === 422 ? EXIT_CONFIG : EXIT_FAILURE);
+    }
+  });
 
 await program.parseAsync(process.argv);

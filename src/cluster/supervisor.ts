@@ -1,5 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { bearerToken } from '../apiserver/auth.js';
+import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
+import { CLUSTER_RECORD_KEY, type ClusterRecord, setClusterValue } from '../config/cluster-record.js';
+import { computeDrift, publication, publishConfig, readPublished } from '../config/drift.js';
+import { ConfigError } from '../config/resolve.js';
+import type { EventRecorder } from '../controllers/events.js';
+import type { Datastore } from '../datastore/types.js';
+import { nodeNameOf } from './node-authorization.js';
 import { ApiError, errors } from '../apiserver/errors.js';
 import { decodeBody, readBody, sendError, sendJson } from '../apiserver/http.js';
 import { isJsonObject } from '../apiserver/json.js';
@@ -36,6 +42,9 @@ export interface SupervisorOptions {
   ca: KeyPair;
   timings: ClusterTimings;
   logger: Logger;
+  authenticator: Authenticator;
+  datastore: Datastore;
+  events: EventRecorder;
 }
 
 function stringField(body: Record<string, unknown>, field: string): string {
@@ -44,9 +53,78 @@ function stringField(body: Record<string, unknown>, field: string): string {
   return value;
 }
 
+async function readJsonObject(req: IncomingMessage, what: string): Promise<Record<string, unknown>> {
+  const body = decodeBody(await readBody(req), req.headers['content-type']);
+  if (!isJsonObject(body)) throw errors.badRequest(`${what}: body must be a JSON object`);
+  return body;
+}
+
+function requireAdmin(options: SupervisorOptions, req: IncomingMessage): UserInfo {
+  const user = options.authenticator.authenticate(req);
+  if (!user) throw errors.unauthorized();
+  if (!user.groups.includes('system:masters')) throw errors.forbidden(`User "${user.name}" is not a cluster admin`);
+  return user;
+}
+
+async function readRecord(datastore: Datastore): Promise<ClusterRecord | undefined> {
+  const kv = await datastore.get(CLUSTER_RECORD_KEY);
+  return kv ? (JSON.parse(kv.value.toString('utf8')) as ClusterRecord) : undefined;
+}
+
+/** Cluster configuration endpoints: the record, live changes, drift, node publications. */
+async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+  if (path === '/drover/v1/cluster-config' && req.method === 'GET') {
+    requireAdmin(options, req);
+    sendJson(res, 200, (await readRecord(options.datastore)) ?? { values: {} });
+    return;
+  }
+  if (path === '/drover/v1/cluster-config' && req.method === 'PUT') {
+    const user = requireAdmin(options, req);
+    const body = await readJsonObject(req, 'cluster config');
+    const key = stringField(body, 'key');
+    const value = stringField(body, 'value');
+    let result: { previous: string | undefined; value: string };
+    try {
+      result = await setClusterValue(options.datastore, key, value, user.name);
+    } catch (error) {
+      if (error instanceof ConfigError) throw new ApiError(422, 'Invalid', error.problems.join('; '));
+      throw error;
+    }
+    const message = `Cluster setting ${key} changed from ${result.previous ?? '(unset)'} to ${result.value} by ${user.name}; servers still running with the old value show as drifted and must be restarted with the new value`;
+    await options.events.record({ kind: 'Namespace', name: 'kube-system', namespace: 'kube-system' }, 'Normal', 'ClusterConfigChanged', message);
+    sendJson(res, 200, { key, ...result });
+    return;
+  }
+  if (path === '/drover/v1/config/drift' && req.method === 'GET') {
+    requireAdmin(options, req);
+    sendJson(res, 200, computeDrift(await readPublished(options.datastore), await readRecord(options.datastore)));
+    return;
+  }
+  if (path === '/drover/v1/node-config' && req.method === 'PUT') {
+    const user = options.authenticator.authenticate(req);
+    const node = user ? nodeNameOf(user) : undefined;
+    if (!node) throw errors.unauthorized();
+    const body = await readJsonObject(req, 'node config');
+    const values = isJsonObject(body.values) ? body.values : {};
+    const strings = Object.fromEntries(Object.entries(values).filter((e): e is [string, string] => typeof e[1] === 'string'));
+    await publishConfig(options.datastore, publication(node, 'agent', strings));
+    sendJson(res, 200, { node });
+    return;
+  }
+  throw errors.pathNotFound(path);
+}
+
 export function supervisorRoutes(options: SupervisorOptions) {
   return async (req: IncomingMessage, res: ServerResponse, path: string): Promise<boolean> => {
-    if (path !== '/drover/v1/register') return false;
+    if (path !== '/drover/v1/register') {
+      if (!path.startsWith('/drover/v1/')) return false;
+      try {
+        await serveConfig(options, req, res, path);
+      } catch (error) {
+        sendError(res, error instanceof ApiError ? error : errors.internal(error instanceof Error ? error.message : String(error)));
+      }
+      return true;
+    }
     try {
       if (req.method !== 'POST') throw errors.methodNotAllowed(req.method ?? '', path);
       const token = bearerToken(req);

@@ -53,6 +53,8 @@ export interface NodeLifecycleOptions {
   gracePeriodMs: number;
   /** How often verdicts are recomputed. */
   tickMs?: number;
+  /** Seconds from the last observed renewal to an Unavailable verdict (metrics). */
+  onUnavailable?: (seconds: number) => void;
 }
 
 interface Taint {
@@ -310,6 +312,7 @@ export class NodeLifecycleController {
     }
     tracked.applied = verdict;
     if (previous === verdict.state) return;
+    if (verdict.state === 'Unavailable') this.options.onUnavailable?.((now - tracked.observedAt) / 1000);
     if (verdict.state === 'Unknown') {
       if (now - tracked.lastUnknownEventAt < UNKNOWN_EVENT_INTERVAL_MS) return;
       tracked.lastUnknownEventAt = now;

@@ -11,6 +11,10 @@ import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js
 import { ApiServer } from '../apiserver/server.js';
 import { ObjectStore } from '../apiserver/storage.js';
 import { LocalClient } from '../client/local.js';
+import { CLUSTER_RECORD_KEY, checkClusterRecord } from '../config/cluster-record.js';
+import { computeDrift, publication, publishConfig, publishedValues, readPublished } from '../config/drift.js';
+import { instrumentDatastore, ServerMetrics } from '../metrics/metrics.js';
+import type { ListResult } from '../datastore/types.js';
 import type { ResolvedConfig } from '../config/resolve.js';
 import { ensureJoinToken } from '../cluster/join-token.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
@@ -49,7 +53,7 @@ export class ServerConfigError extends Error {
 
 export interface ServerOptions {
   /** The resolved configuration, for the cluster record check and the drift view. */
-  config?: ResolvedConfig;
+  config: ResolvedConfig;
   supervisorMetrics: boolean;
   dataDir: string;
   httpsListenPort: number;
@@ -122,7 +126,29 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   try {
     const serverDir = path.join(dataDir, 'server');
     fs.mkdirSync(path.join(serverDir, 'db'), { recursive: true, mode: 0o700 });
-    datastore = openSqliteDatastore(path.join(serverDir, 'db', 'state.db'));
+    const sqlite = openSqliteDatastore(path.join(serverDir, 'db', 'state.db'));
+    datastore = sqlite;
+    // Before any component starts: this server's cluster-wide settings must match the record.
+    await checkClusterRecord(datastore, options.config, options.nodeName, logger);
+    await publishConfig(datastore, publication(options.nodeName, 'server', publishedValues(options.config)));
+    // Metrics exist only when this node's own setting asks for them, whatever other nodes say.
+    let metrics: ServerMetrics | undefined;
+    if (options.supervisorMetrics) {
+      const base = datastore;
+      metrics = new ServerMetrics(
+        async () => nodeStateCounts(await base.list('/registry/core/nodes/')),
+        async () => {
+          const record = await base.get(CLUSTER_RECORD_KEY);
+          const report = computeDrift(await readPublished(base), record ? JSON.parse(record.value.toString('utf8')) : undefined);
+          return {
+            error: report.rows.filter((r) => r.severity === 'error').length,
+            info: report.rows.filter((r) => r.severity === 'info').length,
+          };
+        },
+      );
+      datastore = instrumentDatastore(datastore, metrics.datastoreLatency);
+      logger.info('supervisor metrics enabled on /metrics (this node’s supervisor-metrics setting)');
+    }
     const store = new ObjectStore(datastore);
     const registry = new ResourceRegistry();
 
@@ -138,6 +164,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const nodeRegistry = new NodeRegistry(datastore);
     await nodeRegistry.start();
     const client = new LocalClient(store, registry);
+    const serverId = ensureServerId(path.join(serverDir, 'server-id'));
+    const identity = `${options.nodeName}-${serverId.slice(0, 8)}`;
+    const events = new EventRecorder(client, 'drover-node-lifecycle', identity, logger);
+    const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry]);
     const timings = {
       nodeLeaseRenewIntervalMs: options.nodeLeaseRenewIntervalMs,
       nodeMonitorGracePeriodMs: options.nodeMonitorGracePeriodMs,
@@ -151,10 +181,21 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         store,
         registry,
         openapi: new OpenApiDocuments(registry),
-        authenticator: new UnionAuthenticator([adminAuthenticator, nodeRegistry]),
+        authenticator,
         authorizer: new NodeAuthorizer(allowAuthenticated),
         admission: new NodeRestrictionAdmission(client),
-        supervisor: supervisorRoutes({ joinSecret: join.secret, registry: nodeRegistry, client, ca: tls.ca, timings, logger }),
+        ...(metrics ? { metrics } : {}),
+        supervisor: supervisorRoutes({
+          joinSecret: join.secret,
+          registry: nodeRegistry,
+          client,
+          ca: tls.ca,
+          timings,
+          logger,
+          authenticator,
+          datastore,
+          events,
+        }),
         logger,
         version: versionInfo(),
         caCertificatePem: tls.ca.certificatePem,
@@ -177,11 +218,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     writeKubeconfig(kubeconfigPath, kubeconfig);
     if (options.writeKubeconfig) writeKubeconfig(path.resolve(options.writeKubeconfig), kubeconfig);
 
-    const serverId = ensureServerId(path.join(serverDir, 'server-id'));
-    const identity = `${options.nodeName}-${serverId.slice(0, 8)}`;
-    const events = new EventRecorder(client, 'drover-node-lifecycle', identity, logger);
     const lifecycle = new NodeLifecycleController(client, events, logger.child({ controller: 'node-lifecycle' }), {
       gracePeriodMs: options.nodeMonitorGracePeriodMs,
+      ...(metrics ? { onUnavailable: (seconds: number) => metrics.detection.observe(seconds) } : {}),
     });
     const elector = new LeaderElector(
       client,
@@ -256,6 +295,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     lock.release();
     throw error;
   }
+}
+
+function nodeStateCounts(nodes: ListResult): Record<string, number> {
+  const counts: Record<string, number> = { Ready: 0, NotReady: 0, Unknown: 0, Down: 0, Unavailable: 0 };
+  for (const kv of nodes.items) {
+    const node = JSON.parse(kv.value.toString('utf8')) as { metadata?: { labels?: Record<string, string> } };
+    const state = node.metadata?.labels?.['drover.io/state'] ?? 'none';
+    counts[state] = (counts[state] ?? 0) + 1;
+  }
+  return counts;
 }
 
 function ensureServerId(file: string): string {

@@ -1,0 +1,117 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type {
+  Datastore,
+  KeyValue,
+  ListOptions,
+  ListResult,
+  Watch,
+  WatchCallbacks,
+} from '../datastore/types.js';
+
+/**
+ * Supervisor metrics, in Prometheus text format via prom-client. Each node serves its own, and
+ * only when its own local `supervisor-metrics` setting is on. One registry per component, so a
+ * server's embedded agent and the server itself never mix their series.
+ */
+
+export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+
+export class ServerMetrics {
+  readonly registry = new Registry();
+  readonly apiRequests = new Counter({
+    name: 'drover_apiserver_requests_total',
+    help: 'API requests by verb, resource and HTTP status code',
+    labelNames: ['verb', 'resource', 'code'] as const,
+    registers: [this.registry],
+  });
+  readonly apiLatency = new Histogram({
+    name: 'drover_apiserver_request_duration_seconds',
+    help: 'API request latency by verb and resource (watches excluded)',
+    labelNames: ['verb', 'resource'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly datastoreLatency = new Histogram({
+    name: 'drover_datastore_operation_duration_seconds',
+    help: 'Datastore operation latency by operation',
+    labelNames: ['operation', 'backend'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly detection = new Histogram({
+    name: 'drover_node_detection_seconds',
+    help: "Seconds from a node's last observed lease renewal to its Unavailable verdict",
+    buckets: [1, 2, 3, 4, 5, 6, 8, 10, 15, 30, 60, 120],
+    registers: [this.registry],
+  });
+
+  constructor(
+    nodeStates: () => Promise<Record<string, number>>,
+    drift: () => Promise<{ error: number; info: number }>,
+  ) {
+    collectDefaultMetrics({ register: this.registry, prefix: 'drover_server_' });
+    new Gauge({
+      name: 'drover_nodes',
+      help: 'Nodes by Drover state (Ready, NotReady, Unknown, Down, Unavailable, or none yet)',
+      labelNames: ['state'] as const,
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        for (const [state, count] of Object.entries(await nodeStates())) this.set({ state }, count);
+      },
+    });
+    new Gauge({
+      name: 'drover_config_drift_keys',
+      help: 'Settings whose values differ between nodes (severity error: cluster-wide; info: node settings)',
+      labelNames: ['severity'] as const,
+      registers: [this.registry],
+      async collect() {
+        const counts = await drift();
+        this.set({ severity: 'error' }, counts.error);
+        this.set({ severity: 'info' }, counts.info);
+      },
+    });
+  }
+}
+
+export class AgentMetrics {
+  readonly registry = new Registry();
+  readonly leaseRenewal = new Histogram({
+    name: 'drover_agent_lease_renewal_duration_seconds',
+    help: 'Latency of node lease renewals, by result',
+    labelNames: ['result'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: 'drover_agent_' });
+  }
+}
+
+/** The datastore seam, timed: every operation observed in one histogram. */
+export function instrumentDatastore(inner: Datastore, histogram: Histogram<'operation' | 'backend'>): Datastore {
+  const time = async <T>(operation: string, run: () => Promise<T>): Promise<T> => {
+    const end = histogram.startTimer({ operation, backend: inner.name });
+    try {
+      return await run();
+    } finally {
+      end();
+    }
+  };
+  return {
+    name: inner.name,
+    currentRevision: () => inner.currentRevision(),
+    compactRevision: () => inner.compactRevision(),
+    get: (key: string): Promise<KeyValue | undefined> => time('get', () => inner.get(key)),
+    list: (prefix: string, options?: ListOptions): Promise<ListResult> => time('list', () => inner.list(prefix, options)),
+    create: (key: string, value: Buffer) => time('create', () => inner.create(key, value)),
+    update: (key: string, value: Buffer, rev: number) => time('update', () => inner.update(key, value, rev)),
+    delete: (key: string, rev?: number) => time('delete', () => inner.delete(key, rev)),
+    watch: (prefix: string, from: number, callbacks: WatchCallbacks): Watch => inner.watch(prefix, from, callbacks),
+    compact: (revision: number) => time('compact', () => inner.compact(revision)),
+    close: () => inner.close(),
+  };
+}
