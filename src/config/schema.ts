@@ -54,11 +54,11 @@ export const SETTINGS: readonly Setting[] = [
   {
     name: 'cluster-name',
     type: 'string',
-    help: 'name of the cluster (in kubeconfigs and events)',
+    help: 'name of the cluster (the cluster and context name in kubeconfigs)',
     commands: ['server'],
     scope: 'cluster',
     default: 'drover',
-    why: 'names the cluster in every kubeconfig and record; two servers disagreeing would mean two clusters',
+    why: 'names the cluster in every kubeconfig the servers write; two servers disagreeing would hand out kubeconfigs for two differently named clusters',
   },
   {
     name: 'node-lease-renew-interval',

@@ -213,7 +213,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     );
     const address = await api.listen({ host: options.bindAddress, port: options.httpsListenPort });
     const serverUrl = `https://${clientHost(options.bindAddress)}:${address.port}`;
-    const kubeconfig = { serverUrl, caCertificatePem: tls.ca.certificatePem, token: admin.token };
+    const kubeconfig = {
+      serverUrl,
+      caCertificatePem: tls.ca.certificatePem,
+      token: admin.token,
+      clusterName: options.config.get<string>('cluster-name'),
+    };
     const kubeconfigPath = path.join(dataDir, 'kubeconfig.yaml');
     writeKubeconfig(kubeconfigPath, kubeconfig);
     if (options.writeKubeconfig) writeKubeconfig(path.resolve(options.writeKubeconfig), kubeconfig);
