@@ -129,6 +129,7 @@ export class Agent {
     const server = new URL(this.options.server);
     let lastLog = 0;
     for (;;) {
+      if (this.stopping) throw new JoinError('the agent is shutting down', true);
       try {
         const { caPem } = await fetchClusterCa(server, token);
         const response = await register(server, caPem, token.secret, {

@@ -481,6 +481,8 @@ export class ApiHandler {
     }
     const include = includeObjectParam(url.searchParams.get('includeObject'));
     const allowBookmarks = url.searchParams.get('allowWatchBookmarks') === 'true';
+    const fromVersion = url.searchParams.get('resourceVersion');
+    if (fromVersion && !/^\d+$/.test(fromVersion)) throw errors.badRequest(`invalid resource version: ${fromVersion}`);
     const timeoutParam = Number(url.searchParams.get('timeoutSeconds') ?? '');
     // Like kube-apiserver, close an unbounded watch after 30-60 minutes; clients re-watch.
     const timeoutMs =
@@ -621,8 +623,15 @@ export class ApiHandler {
     if (def.namespaced && obj.metadata.namespace && obj.metadata.namespace !== request.namespace) {
       throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
     }
+    const uid = obj.metadata.uid;
     await this.admit(user, 'update', request, obj);
-    const updated = await this.options.store.guaranteedUpdate(def, request.namespace, request.name!, () => obj, {
+    const updated = await this.options.store.guaranteedUpdate(def, request.namespace, request.name!, (current) => {
+      // A uid in the body is a precondition, as in Kubernetes: it names one incarnation.
+      if (uid && uid !== current.metadata.uid) {
+        throw errors.conflict(def, request.name!, `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${current.metadata.uid}`);
+      }
+      return obj;
+    }, {
       dryRun,
       ...(request.subresource === 'status' ? { subresource: 'status' as const } : {}),
     });
@@ -661,6 +670,16 @@ export class ApiHandler {
           'the patched object',
         );
         checkTypeMeta(def, patched);
+        if (patched.metadata.name !== current.metadata.name) {
+          throw errors.badRequest(
+            `the name of the object (${String(patched.metadata.name)}) does not match the name on the URL (${request.name})`,
+          );
+        }
+        if (patched.metadata.uid !== undefined && patched.metadata.uid !== current.metadata.uid) {
+          throw errors.invalid(def.kind, request.name!, def.group, [
+            { reason: 'FieldValueInvalid', message: 'field is immutable', field: 'metadata.uid' },
+          ]);
+        }
         unknown = pruneUnknownFields(def, patched, mode);
         await this.admit(user, 'patch', request, patched);
         return patched;

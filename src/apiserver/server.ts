@@ -1,5 +1,5 @@
 import https from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { ApiHandler, type HandlerOptions } from './handler.js';
 
 /**
@@ -23,6 +23,8 @@ export class ApiServer {
   private readonly handler: ApiHandler;
   private inFlight = 0;
   private drained: (() => void) | undefined;
+  /** Every TCP connection, including ones still in their TLS handshake (not yet HTTP). */
+  private readonly sockets = new Set<Socket>();
 
   constructor(options: HandlerOptions, tls: TlsMaterial) {
     this.handler = new ApiHandler(options);
@@ -36,6 +38,10 @@ export class ApiServer {
         });
       }
       this.handler.handle(req, res);
+    });
+    this.server.on('connection', (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
     });
     // Clients keep connections open between heartbeats; outlive their idle intervals.
     this.server.keepAliveTimeout = 65_000;
@@ -71,6 +77,9 @@ export class ApiServer {
       ]);
     }
     this.server.closeAllConnections();
+    // closeAllConnections() knows only HTTP connections; a client still in its TLS handshake
+    // would hold close() open until it gave up by itself.
+    for (const socket of this.sockets) socket.destroy();
     await closed;
   }
 }

@@ -11,6 +11,7 @@ import {
   type WatchEvent,
 } from '../datastore/types.js';
 import { ApiError, errors } from './errors.js';
+import { jsonEqual } from './json.js';
 import { type KubeObject, kubeTime } from './objects.js';
 import { apiVersionOf, type ResourceDefinition } from './resources.js';
 import {
@@ -127,11 +128,8 @@ function carryServerFields(next: KubeObject, current: KubeObject, markDeleted: b
   if (current.metadata.generateName) meta.generateName = current.metadata.generateName;
 }
 
-/** The part of an object whose change bumps metadata.generation: all but metadata and status. */
-function specDigest(obj: KubeObject): string {
-  const { metadata: _m, status: _s, resourceVersion: _r, ...rest } = obj;
-  return JSON.stringify(rest);
-}
+/** Everything but metadata and status: a change there bumps metadata.generation. */
+const NOT_SPEC: ReadonlySet<string> = new Set(['metadata', 'status']);
 
 export class ObjectStore {
   constructor(private readonly datastore: Datastore) {}
@@ -308,7 +306,8 @@ export class ObjectStore {
       const next = this.prepareForUpdate(def, current, proposed, options);
       this.validate(def, next);
       const nextValue = this.encode(def, next);
-      const unchanged = nextValue.equals(this.encode(def, current));
+      // Byte-equal is the common no-op; otherwise compare as data, since key order means nothing.
+      const unchanged = nextValue.equals(kv.value) || this.sameContent(current, next);
       if (unchanged || options.dryRun) {
         next.metadata.resourceVersion = current.metadata.resourceVersion;
         return unchanged ? current : next;
@@ -335,6 +334,12 @@ export class ObjectStore {
     throw errors.conflict(def, name, 'too many concurrent writers; try again');
   }
 
+  private sameContent(current: KubeObject, next: KubeObject): boolean {
+    const { resourceVersion: _a, ...currentMeta } = current.metadata;
+    const { resourceVersion: _b, ...nextMeta } = next.metadata;
+    return jsonEqual(currentMeta, nextMeta) && jsonEqual(current, next, new Set(['metadata']));
+  }
+
   private prepareForUpdate(
     def: ResourceDefinition,
     current: KubeObject,
@@ -358,7 +363,7 @@ export class ObjectStore {
     next.apiVersion = apiVersionOf(def);
     next.kind = def.kind;
     carryServerFields(next, current, options.markDeleted === true);
-    if (specDigest(next) !== specDigest(current)) {
+    if (!jsonEqual(next, current, NOT_SPEC)) {
       next.metadata.generation = (current.metadata.generation ?? 1) + 1;
     }
     return next;

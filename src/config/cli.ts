@@ -36,8 +36,8 @@ export function addSettingOptions(
     } else if (['list', 'labels', 'taints'].includes(setting.type)) {
       option = new Option(`--${setting.name} <value>`, describe(setting)).argParser(repeatable);
     } else {
-      option = new Option(`--${setting.name} <value>`, describe(setting));
-      if (setting.choices) option.choices(setting.choices as string[]);
+      // Choices are checked by the resolver (exit 78 like every other bad value), not commander.
+      option = new Option(`--${setting.name} <value>`, `${describe(setting)}${setting.choices ? ` (one of ${setting.choices.join(', ')})` : ''}`);
     }
     command.addOption(option);
     attributes.set(setting.name, option.attributeName());

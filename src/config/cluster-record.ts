@@ -2,7 +2,7 @@ import { ConflictError, type Datastore, KeyExistsError } from '../datastore/type
 import type { Logger } from '../logging/logger.js';
 import { parseDuration } from './duration.js';
 import { ConfigError, type ResolvedConfig } from './resolve.js';
-import { formatValue, parseText, type Setting, SETTINGS, SETTINGS_BY_NAME } from './schema.js';
+import { formatValue, parseText, type Setting, SETTINGS, SETTINGS_BY_NAME, ValueError } from './schema.js';
 
 /**
  * The cluster's record of its cluster-scoped settings, in the datastore. The first server writes
@@ -137,7 +137,13 @@ export async function setClusterValue(
     const clusterKeys = CLUSTER_SETTINGS.map((s) => s.name).join(', ');
     throw new ConfigError([`"${key}" is not a cluster-wide setting; cluster-wide settings are: ${clusterKeys}`]);
   }
-  const formatted = formatValue(setting, parseText(setting, value));
+  let formatted: string;
+  try {
+    formatted = formatValue(setting, parseText(setting, value));
+  } catch (error) {
+    if (error instanceof ValueError) throw new ConfigError([`${key}: ${error.message}`]);
+    throw error;
+  }
   for (;;) {
     const existing = await datastore.get(CLUSTER_RECORD_KEY);
     if (!existing) throw new ConfigError(['the cluster has no record of its settings yet; start a server first']);

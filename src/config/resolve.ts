@@ -1,10 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { isMap, isScalar, LineCounter, parseDocument } from 'yaml';
+import { isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
 import { formatDuration } from './duration.js';
 import {
   type Command,
   defaultValue,
+  describeValue,
   envName,
   expectedType,
   parseText,
@@ -136,7 +137,7 @@ function readFile(
   }
   if (doc.contents === null) return [];
   if (!isMap(doc.contents)) {
-    problems.push(`${file}:1:1: expected a map of settings (key: value), got ${typeof doc.toJS()}`);
+    problems.push(`${file}:1:1: expected a map of settings (key: value), got ${describeValue(doc.toJS())}`);
     return [];
   }
   const entries: FileEntry[] = [];
@@ -162,7 +163,7 @@ function readFile(
       problems.push(`${where}: "${rawKey}" appends to a list, but "${name}" is ${expectedType(setting)}`);
       continue;
     }
-    const raw = pair.value === null ? null : (pair.value as { toJSON?: () => unknown }).toJSON?.() ?? pair.value;
+    const raw: unknown = isNode(pair.value) ? pair.value.toJSON() : pair.value;
     try {
       entries.push({ setting, value: parseYamlValue(setting, raw), append, source: { kind, file, line } });
     } catch (error) {

@@ -263,7 +263,7 @@ export function expectedType(setting: Setting): string {
   }
 }
 
-function describeValue(value: unknown): string {
+export function describeValue(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'a list';
   if (typeof value === 'object') return 'a map';
