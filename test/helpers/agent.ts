@@ -1,0 +1,466 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import https from 'node:https';
+import net from 'node:net';
+import path from 'node:path';
+import { DROVER_BIN, request, type ServerProcess, tempDir } from './server.js';
+
+/**
+ * Test harness for nodes: real `drover agent` child processes joining a test server, each with
+ * its own temporary data dir (unless told otherwise), stopped by PID; a sampler that records the
+ * state of every node several times a second, so a test can claim "never" and "throughout"; and
+ * small helpers to read a node's state and pick a free port.
+ */
+
+export const STATE_LABEL = 'drover.io/state';
+
+/** What an agent needs from its server: where it is, and where its join token lives. */
+export type ServerTarget = Pick<ServerProcess, 'url' | 'dataDir'>;
+/** What `request()` needs. */
+export type ApiTarget = Pick<ServerProcess, 'port' | 'token' | 'caPem'>;
+
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** Date.now() when the test process saw the exit. */
+  at: number;
+}
+
+export interface AgentProcess {
+  name: string;
+  dataDir: string;
+  pid: number;
+  process: ChildProcess;
+  output(): string;
+  /** SIGTERM (or the given signal), then wait for exit; SIGKILL after the ceiling. */
+  stop(signal?: NodeJS.Signals, ceilingMs?: number): Promise<ExitInfo>;
+  exited: Promise<ExitInfo>;
+  /** Whether the process has exited (as far as this process has seen). */
+  readonly hasExited: boolean;
+}
+
+export interface StartAgentOptions {
+  server: ServerTarget;
+  name: string;
+  /** Defaults to a fresh temp dir, removed by cleanupAgents(). */
+  dataDir?: string;
+  /** Extra arguments after the defaults (`--agent-port 0 --node-ip 127.0.0.1`). */
+  args?: string[];
+  /** Join token; defaults to the contents of `<server.dataDir>/token`. */
+  token?: string;
+  timeoutMs?: number;
+}
+
+const runningAgents = new Set<AgentProcess>();
+const ownedDirs = new Set<string>();
+
+export function joinToken(server: Pick<ServerProcess, 'dataDir'>): string {
+  return fs.readFileSync(path.join(server.dataDir, 'token'), 'utf8').trim();
+}
+
+/** The join token's secret, the part after the last ':' (what POST /drover/v1/register takes). */
+export function joinSecret(server: Pick<ServerProcess, 'dataDir'>): string {
+  const token = joinToken(server);
+  return token.slice(token.lastIndexOf(':') + 1);
+}
+
+/** Spawn `drover agent` and return at once (the agent may still be joining, or about to fail). */
+export function spawnAgent(options: StartAgentOptions): AgentProcess {
+  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
+  let dataDir = options.dataDir;
+  if (!dataDir) {
+    dataDir = tempDir(`agent-${options.name}`);
+    ownedDirs.add(dataDir);
+  }
+  const child = spawn(
+    process.execPath,
+    [
+      DROVER_BIN,
+      'agent',
+      '--server',
+      options.server.url,
+      '--token',
+      options.token ?? joinToken(options.server),
+      '--data-dir',
+      dataDir,
+      '--node-name',
+      options.name,
+      '--agent-port',
+      '0',
+      '--node-ip',
+      '127.0.0.1',
+      ...(options.args ?? []),
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  let hasExited = false;
+  const exited = new Promise<ExitInfo>((resolve) =>
+    child.once('exit', (code, signal) => {
+      hasExited = true;
+      resolve({ code, signal, at: Date.now() });
+    }),
+  );
+  const agent: AgentProcess = {
+    name: options.name,
+    dataDir,
+    pid: child.pid!,
+    process: child,
+    output: () => output,
+    exited,
+    get hasExited() {
+      return hasExited;
+    },
+    stop: async (signal: NodeJS.Signals = 'SIGTERM', ceilingMs = 15_000) => {
+      if (!hasExited) {
+        process.kill(child.pid!, signal);
+        const timer = setTimeout(() => {
+          if (!hasExited) process.kill(child.pid!, 'SIGKILL');
+        }, ceilingMs);
+        const info = await exited;
+        clearTimeout(timer);
+        runningAgents.delete(agent);
+        return info;
+      }
+      runningAgents.delete(agent);
+      return exited;
+    },
+  };
+  runningAgents.add(agent);
+  void exited.then(() => runningAgents.delete(agent));
+  return agent;
+}
+
+/** Spawn `drover agent` and wait for its "agent is running" log line. */
+export async function startAgent(options: StartAgentOptions): Promise<AgentProcess> {
+  const agent = spawnAgent(options);
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      reject(new Error(`agent ${options.name} did not start in time; output:\n${agent.output()}`));
+    }, options.timeoutMs ?? 30_000);
+    const check = (): void => {
+      if (!agent.output().includes('agent is running')) return;
+      clearTimeout(timer);
+      agent.process.stdout!.off('data', check);
+      resolve();
+    };
+    agent.process.stdout!.on('data', check);
+    void agent.exited.then((info) => {
+      clearTimeout(timer);
+      reject(new Error(`agent ${options.name} exited (code ${info.code}, signal ${info.signal}) before it was running; output:\n${agent.output()}`));
+    });
+    check();
+  });
+  return agent;
+}
+
+/** SIGKILL every agent this process started (SIGCONT first, in case one is stopped) and remove their temp dirs. */
+export async function cleanupAgents(): Promise<void> {
+  await Promise.all(
+    [...runningAgents].map(async (agent) => {
+      try {
+        process.kill(agent.pid, 'SIGCONT');
+      } catch {
+        // already gone
+      }
+      await agent.stop('SIGKILL');
+    }),
+  );
+  for (const dir of ownedDirs) fs.rmSync(dir, { recursive: true, force: true });
+  ownedDirs.clear();
+}
+
+/** A TCP port that was free a moment ago (listen on 0, read the port, close). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const port = (server.address() as net.AddressInfo).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface CliResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Run `drover <args>` to completion (SIGKILL after the ceiling). */
+export function runDrover(args: string[], timeoutMs = 30_000): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [DROVER_BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading nodes
+
+export interface NodeCondition {
+  type: string;
+  status: string;
+  reason?: string;
+  message?: string;
+  lastHeartbeatTime?: string;
+  lastTransitionTime?: string;
+}
+
+export interface NodeTaint {
+  key: string;
+  value?: string;
+  effect: string;
+  timeAdded?: string;
+}
+
+export interface NodeObject {
+  metadata: {
+    name: string;
+    uid: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+  };
+  spec?: { unschedulable?: boolean; taints?: NodeTaint[]; providerID?: string };
+  status?: {
+    conditions?: NodeCondition[];
+    addresses?: { type: string; address: string }[];
+  };
+}
+
+export function nodeState(node: NodeObject): string | undefined {
+  return node.metadata.labels?.[STATE_LABEL];
+}
+
+export function readyCondition(node: NodeObject): NodeCondition | undefined {
+  return node.status?.conditions?.find((c) => c.type === 'Ready');
+}
+
+export async function getNode(server: ApiTarget, name: string): Promise<NodeObject | undefined> {
+  const res = await request(server, 'GET', `/api/v1/nodes/${name}`);
+  if (res.status === 404) return undefined;
+  if (res.status !== 200) throw new Error(`GET node ${name}: HTTP ${res.status} ${res.text}`);
+  return res.json as NodeObject;
+}
+
+export async function listNodes(server: ApiTarget): Promise<NodeObject[]> {
+  const res = await request(server, 'GET', '/api/v1/nodes');
+  if (res.status !== 200) throw new Error(`GET nodes: HTTP ${res.status} ${res.text}`);
+  return (res.json as { items: NodeObject[] }).items;
+}
+
+/**
+ * Poll one node every `intervalMs` until `predicate` holds; resolve with the node and the
+ * Date.now() of the response that showed it. Polls tightly, so measured times are accurate to
+ * about one interval plus one request.
+ */
+export async function waitForNode(
+  server: ApiTarget,
+  name: string,
+  predicate: (node: NodeObject) => boolean,
+  what: string,
+  timeoutMs = 20_000,
+  intervalMs = 50,
+): Promise<{ node: NodeObject; at: number }> {
+  const deadline = Date.now() + timeoutMs;
+  let last: NodeObject | undefined;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      last = await getNode(server, name);
+      const at = Date.now();
+      if (last && predicate(last)) return { node: last, at };
+    } catch (error) {
+      lastError = error;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for node ${name}: ${what}; last state ${
+          last ? `${nodeState(last)} ${JSON.stringify(readyCondition(last))}` : 'absent'
+        }${lastError ? `; last error: ${String(lastError)}` : ''}`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+export function waitForState(server: ApiTarget, name: string, state: string, timeoutMs = 20_000) {
+  return waitForNode(server, name, (n) => nodeState(n) === state, `state ${state}`, timeoutMs);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling
+
+export interface Sample {
+  /** Date.now() when the list answered. */
+  time: number;
+  node: string;
+  state: string | undefined;
+}
+
+/**
+ * Lists nodes every `intervalMs` and records (time, node, drover.io/state) for every node in
+ * every answer. Requests that fail or time out (the server is down or stopped) are counted and
+ * otherwise ignored. `rounds` holds the time of every successful list, so "throughout" can be
+ * checked as "in every round of the window, present and in that state".
+ */
+export class NodeSampler {
+  readonly samples: Sample[] = [];
+  readonly rounds: number[] = [];
+  failures = 0;
+  private running = false;
+  private loop: Promise<void> | undefined;
+  private readonly agent = new https.Agent({ keepAlive: true });
+
+  constructor(
+    private readonly server: ApiTarget,
+    private readonly intervalMs = 200,
+    private readonly requestTimeoutMs = 2000,
+  ) {}
+
+  start(): this {
+    if (this.running) return this;
+    this.running = true;
+    this.loop = this.run();
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    this.agent.destroy();
+    await this.loop;
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      const started = Date.now();
+      try {
+        let timer: NodeJS.Timeout | undefined;
+        const res = await Promise.race([
+          request(this.server, 'GET', '/api/v1/nodes', { agent: this.agent }),
+          new Promise<never>((_, reject) => {
+            timer = setTimeout(() => reject(new Error('sampler request timed out')), this.requestTimeoutMs);
+          }),
+        ]).finally(() => clearTimeout(timer));
+        if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
+        const time = Date.now();
+        if (!this.running) break;
+        this.rounds.push(time);
+        for (const node of (res.json as { items: NodeObject[] }).items) {
+          this.samples.push({ time, node: node.metadata.name, state: nodeState(node) });
+        }
+      } catch {
+        if (this.running) this.failures++;
+      }
+      const wait = this.intervalMs - (Date.now() - started);
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    }
+  }
+
+  /** The node's state in every successful round of [from, to]; `undefined` where it was absent. */
+  statesOf(node: string, from = 0, to = Infinity): (string | undefined)[] {
+    const byTime = new Map<number, string | undefined>();
+    for (const s of this.samples) if (s.node === node && s.time >= from && s.time <= to) byTime.set(s.time, s.state);
+    return this.rounds.filter((t) => t >= from && t <= to).map((t) => (byTime.has(t) ? byTime.get(t) : '<absent>'));
+  }
+
+  roundsIn(from = 0, to = Infinity): number {
+    return this.rounds.filter((t) => t >= from && t <= to).length;
+  }
+
+  /** Every state the node was seen in, in order, collapsed (e.g. Ready → NotReady → Down). */
+  transitions(node: string, from = 0, to = Infinity): string[] {
+    const out: string[] = [];
+    for (const state of this.statesOf(node, from, to)) {
+      const label = state ?? '<none>';
+      if (out[out.length - 1] !== label) out.push(label);
+    }
+    return out;
+  }
+
+  /** Rounds of the window in which the node was absent or in a state other than `state`. */
+  violations(node: string, state: string, from = 0, to = Infinity): { time: number; state: string | undefined }[] {
+    const out: { time: number; state: string | undefined }[] = [];
+    const rounds = this.rounds.filter((t) => t >= from && t <= to);
+    const byTime = new Map<number, string | undefined>();
+    for (const s of this.samples) if (s.node === node && s.time >= from && s.time <= to) byTime.set(s.time, s.state);
+    for (const t of rounds) {
+      const seen = byTime.has(t) ? byTime.get(t) : '<absent>';
+      if (seen !== state) out.push({ time: t, state: seen });
+    }
+    return out;
+  }
+
+  /** Whether the node was ever seen in `state` in the window. */
+  everIn(node: string, state: string, from = 0, to = Infinity): boolean {
+    return this.samples.some((s) => s.node === node && s.state === state && s.time >= from && s.time <= to);
+  }
+
+  /** The longest gap between successful rounds in the window (ms). */
+  maxGap(from = 0, to = Infinity): number {
+    const rounds = this.rounds.filter((t) => t >= from && t <= to);
+    let gap = 0;
+    for (let i = 1; i < rounds.length; i++) gap = Math.max(gap, rounds[i]! - rounds[i - 1]!);
+    return gap;
+  }
+
+  /** The first time at or after `from` the node was seen in `state`. */
+  firstSeen(node: string, state: string, from = 0): number | undefined {
+    return this.samples.find((s) => s.node === node && s.state === state && s.time >= from)?.time;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Watching
+
+export interface NodeWatch {
+  close(): void;
+}
+
+/**
+ * Watch every Node (`GET /api/v1/nodes?watch=true`) and call `onEvent` for each event as it
+ * arrives, within a millisecond or so of the write: for tests that must act at a precise moment
+ * of an agent's sequence (e.g. freeze it right after a given write).
+ */
+export function watchNodes(server: ApiTarget, onEvent: (type: string, node: NodeObject) => void): NodeWatch {
+  const req = https.request({
+    host: '127.0.0.1',
+    port: server.port,
+    method: 'GET',
+    path: '/api/v1/nodes?watch=true',
+    ca: server.caPem,
+    agent: false,
+    headers: { Accept: 'application/json', Authorization: `Bearer ${server.token}` },
+  });
+  req.on('response', (res) => {
+    let buffer = '';
+    res.setEncoding('utf8');
+    res.on('data', (chunk: string) => {
+      buffer += chunk;
+      for (let nl = buffer.indexOf('\n'); nl >= 0; nl = buffer.indexOf('\n')) {
+        const line = buffer.slice(0, nl).trim();
+        buffer = buffer.slice(nl + 1);
+        if (!line) continue;
+        const event = JSON.parse(line) as { type: string; object: NodeObject };
+        onEvent(event.type, event.object);
+      }
+    });
+    res.on('error', () => undefined);
+  });
+  req.on('error', () => undefined);
+  req.end();
+  return { close: () => req.destroy() };
+}
