@@ -440,7 +440,9 @@ describe('supervisor-metrics is per node, from each node’s own local config', 
         const parsed = assertMetricsResponse(res, 'server /metrics');
         const nodes = parsed.get('drover_nodes');
         const total = (nodes?.metrics ?? []).reduce((sum, m) => sum + Number(m.value), 0);
-        return wanted.every((name) => parsed.has(name)) && total === 2 ? parsed : undefined;
+        // The counters start at zero after the restart: wait until the agents' renewals arrive.
+        const counted = (parsed.get('drover_apiserver_requests_total')?.metrics ?? []).some((m) => Number(m.value) > 0);
+        return wanted.every((name) => parsed.has(name)) && total === 2 && counted ? parsed : undefined;
       },
       `server metrics with ${wanted.join(', ')} and two nodes`,
       30_000,

@@ -349,9 +349,18 @@ export class Agent {
     } catch (error) {
       this.metrics?.leaseRenewal.observe({ result: 'error' }, (performance.now() - started) / 1000);
       if (!(error instanceof ApiError)) throw error;
+      const refused = (e: unknown): boolean => e instanceof ApiError && (e.code === 403 || e.code === 401);
       if (error.code === 404) {
-        await client.create(LEASES, NODE_LEASE_NAMESPACE, this.leaseObject(now));
-      } else if (error.code === 403 || error.code === 401) {
+        try {
+          await client.create(LEASES, NODE_LEASE_NAMESPACE, this.leaseObject(now));
+        } catch (createError) {
+          if (!refused(createError)) throw createError;
+          // The lease went with our Node (kubectl delete node): register again, which recreates both.
+          this.logger.warn({ reason: (createError as Error).message }, 'our Node is gone; registering again');
+          await this.reregister();
+          return;
+        }
+      } else if (refused(error)) {
         // Our node incarnation or credential is gone (node deleted, name re-registered).
         this.logger.warn({ reason: error.message }, 'lease renewal refused; registering again');
         await this.reregister();

@@ -30,7 +30,11 @@ import { validateObjectMeta } from './validation.js';
  */
 
 const REGISTRY_PREFIX = '/registry/';
-const MAX_UPDATE_ATTEMPTS = 16;
+/**
+ * Compare-and-swap retries before giving up with 409. Writes commit in batches, so among N
+ * writers racing on one object one wins per batch; the bound must exceed realistic contention.
+ */
+const MAX_UPDATE_ATTEMPTS = 100;
 const NAME_SUFFIX_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
 
 export interface Selection {

@@ -103,13 +103,25 @@ const server = program
 const serverAttributes = addSettingOptions(server, 'server');
 server.action(async () => {
   const config = resolveFor('server', server, serverAttributes);
-  let running: Awaited<ReturnType<typeof startServer>>;
+  // Signals are handled from the first moment: one that arrives while the server is still
+  // starting stops it as soon as it is up, rather than killing it halfway.
+  let running: Awaited<ReturnType<typeof startServer>> | undefined;
+  let started: () => void = () => undefined;
+  const up = new Promise<void>((resolve) => (started = resolve));
+  onSignals(
+    async () => {
+      await up;
+      await running!.stop();
+    },
+    config.get<number>('shutdown-grace-period') + 5000,
+    (msg) => (running ? running.logger.info(msg) : process.stderr.write(`drover server: ${msg}\n`)),
+  );
   try {
     running = await startServer(serverOptions(config));
+    started();
   } catch (error) {
     fail('server', error);
   }
-  onSignals(() => running.stop(), config.get<number>('shutdown-grace-period') + 5000, (msg) => running.logger.info(msg));
 });
 
 const agentCommand = program
@@ -120,9 +132,10 @@ agentCommand.action(async () => {
   const config = resolveFor('agent', agentCommand, agentAttributes);
   const logger = createLogger(config.get<LogLevel>('log-level'), 'drover-agent');
   const dataDir = path.resolve(config.get<string>('data-dir'));
+  let lock: ReturnType<typeof lockDataDir> | undefined;
   try {
     fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-    const lock = lockDataDir(dataDir, 'agent');
+    lock = lockDataDir(dataDir, 'agent');
     const nodeIp = config.get<string | undefined>('node-ip');
     const agent = new Agent({
       server: config.get('server'),
@@ -141,13 +154,14 @@ agentCommand.action(async () => {
     onSignals(
       async () => {
         await agent.shutdown('SIGTERM');
-        lock.release();
+        lock?.release();
       },
       config.get('shutdown-grace-period'),
       (msg) => logger.info(msg),
     );
     await agent.start();
   } catch (error) {
+    lock?.release();
     fail('agent', error);
   }
 });

@@ -179,6 +179,12 @@ export class NodeLifecycleController {
       );
     }
     if (bootId) existing.bootId = bootId;
+    if (old?.metadata.annotations?.[SHUTDOWN_ANNOTATION] && !node.metadata.annotations?.[SHUTDOWN_ANNOTATION]) {
+      // The agent is back and withdrew its shutdown notice; its first renewal follows right after.
+      // Judge it from now, not from the heartbeat it stopped sending when it shut down.
+      existing.observedAt = Date.now();
+      existing.released = false;
+    }
   }
 
   private onLease(type: string, lease: KubeObject): void {
@@ -195,10 +201,11 @@ export class NodeLifecycleController {
     }
     const annotations = lease.metadata.annotations ?? {};
     const released = annotations[RELEASED_ANNOTATION] === 'true';
+    // A lease held by this incarnation, released or not, is word from the node.
+    tracked.heardFrom = true;
     if (spec.renewTime !== tracked.renewTime && !released) {
       tracked.renewTime = spec.renewTime;
       tracked.observedAt = Date.now();
-      tracked.heardFrom = true;
     }
     tracked.released = released;
     const health = parseJson<AgentHealth>(annotations[HEALTH_ANNOTATION]);

@@ -70,7 +70,7 @@ function seconds(ms: number): string {
 export function classifyNode(observation: NodeObservation, context: ClassifyContext): Verdict | undefined {
   const late = context.now - observation.lastRenewalObservedAt;
   const { gracePeriodMs } = context;
-  if (observation.heardFrom === false) {
+  if (observation.heardFrom === false && !observation.shutdown) {
     if (late <= gracePeriodMs) return undefined;
     if (!context.disruption) {
       return {

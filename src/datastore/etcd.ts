@@ -9,6 +9,8 @@ import {
   type IOptions,
   type IRangeRequest,
   type IRangeResponse,
+  type ITxnRequest,
+  type ITxnResponse,
   type IWatchRequest,
   type IWatchResponse,
 } from 'etcd3';
@@ -50,17 +52,30 @@ import {
  *
  * Progress. etcd 3.4's `progress_request` answers with the store revision on a control channel
  * that is not ordered with the event channel (and regardless of unsynced watchers), so its
- * revision can be ahead of events not yet sent (etcd-io/etcd#15220, fixed in 3.4.25 / 3.5.8).
- * It is therefore not used. Instead a watch asks the hub: the hub reads the current revision R
- * (a linearizable read) and reports progress once it has itself received every event up to R.
- * Without a key namespace the hub sees every revision, so that is simply "an event at R or later
- * arrived". With a namespace, writes outside it leave no trace in the hub, so the hub proves
- * there is nothing left for it below R with a short-lived watcher over the whole keyspace from
- * the hub's last revision up to R.
+ * revision can be ahead of events not yet sent (etcd-io/etcd#15220; fixed by #15237 and, for new
+ * watchers, #17557, in later 3.4/3.5 patch releases than Debian's 3.4.23). The etcd3 client does
+ * not expose it either. It is therefore not used. Instead a watch asks the hub: the hub reads the
+ * current revision R (a linearizable read) and reports progress once it has itself received
+ * every event up to R. Without a key namespace the hub sees every revision, so that is simply
+ * "an event at R or later arrived". With a namespace, writes outside it leave no trace in the
+ * hub, so the hub proves there is nothing left for it below R with a short-lived watcher over
+ * the whole keyspace from the hub's last revision up to R.
  *
  * compactRevision(). etcd has no call that returns it, but a read at revision r fails exactly
  * when r < compact revision, so it is found by a binary search between the last known compact
  * revision and the current revision (one read when nothing changed since this client compacted).
+ *
+ * Failures. Every unary call has a deadline. Reads retry briefly on transient failures; writes
+ * retry only when the request provably never left this process (no connection), because a
+ * retried write whose first attempt committed would report a conflict for its own success. The
+ * watch stream reconnects with backoff and resumes every watcher after its last event; if it
+ * stays down past `watchRetryTimeoutMs`, every watch ends with onError. gRPC and etcd errors
+ * surface as {@link DatastoreError}s.
+ *
+ * Known limits: etcd attaches prevKv to a watch event by reading the previous revision when it
+ * sends the event, so an event sent after that revision was compacted lacks it (a delete event
+ * then has an empty value and createRevision 0). A watch that lags behind a compaction ends with
+ * {@link CompactedError}, like SQLite's.
  */
 
 export interface EtcdOptions {
@@ -91,7 +106,7 @@ export interface EtcdOptions {
 }
 
 const ZERO_KEY = Buffer.from([0]);
-/** Node's Buffer.slice and etcd both count in bytes; JS strings are UTF-16. */
+/** etcd keys are bytes; a string key is stored as its UTF-8, which also orders like etcd's. */
 const utf8 = (s: string): Buffer => Buffer.from(s, 'utf8');
 const num = (value: string | number | undefined | null): number => Number(value ?? 0);
 
@@ -125,13 +140,22 @@ function isFutureRevisionError(error: unknown): boolean {
   return /required revision is a future revision/.test(errorText(error));
 }
 
-/** Transient cluster conditions worth one more try for a read. */
+/** Transient cluster conditions worth another try for a read (reads are idempotent). */
 function isTransient(error: unknown): boolean {
   const name = error instanceof Error ? error.constructor.name : '';
   return (
     name === 'GRPCUnavailableError' ||
-    /leader changed|no leader|timed out|UNAVAILABLE/i.test(errorText(error))
+    neverSent(error) ||
+    /leader changed|no leader|request timed out|UNAVAILABLE/i.test(errorText(error))
   );
+}
+
+/**
+ * Failures that prove the request never reached etcd (no connection, or the client's circuit
+ * breaker refused it), so even a write can be retried, on another endpoint if there is one.
+ */
+function neverSent(error: unknown): boolean {
+  return /No connection established|ECONNREFUSED|circuit breaker is open/i.test(errorText(error));
 }
 
 function wrap(error: unknown, what: string): Error {
@@ -187,6 +211,8 @@ class WatchStream {
   private stream: IDuplexStream<IWatchRequest, IWatchResponse> | undefined;
   private connecting = false;
   private readonly watchers = new Map<number, RawWatcher>();
+  /** IDs cancelled on the current stream whose cancel confirmation has not arrived yet. */
+  private cancelled = new Set<number>();
   private nextId = 1;
   private closed = false;
   private backoffMs = 0;
@@ -214,6 +240,7 @@ class WatchStream {
     if (this.watchers.get(watcher.id) !== watcher) return;
     this.watchers.delete(watcher.id);
     if (this.stream && watcher.sentOn === this.stream) {
+      this.cancelled.add(watcher.id);
       this.write(this.stream, { cancel_request: { watch_id: watcher.id } });
     }
   }
@@ -265,6 +292,7 @@ class WatchStream {
           return;
         }
         this.stream = stream;
+        this.cancelled = new Set();
         stream.on('data', (response) => this.onResponse(stream, response));
         stream.on('error', (error) => this.broken(stream, error));
         stream.on('end', () => this.broken(stream, new Error('the etcd watch stream ended')));
@@ -306,7 +334,7 @@ class WatchStream {
       this.brokenSince = undefined;
       return;
     }
-    if (process.env.DBG) console.error('BROKEN', error.message); this.backoffMs = Math.min(2000, Math.max(50, this.backoffMs * 2));
+    this.backoffMs = Math.min(2000, Math.max(50, this.backoffMs * 2));
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
@@ -322,7 +350,13 @@ class WatchStream {
     if (id === -1) return; // a progress broadcast; not used (see the module comment)
     const watcher = this.watchers.get(id);
     if (!watcher || watcher.sentOn !== stream) {
-      if (!response.canceled && id > 0 && !watcher) this.write(stream, { cancel_request: { watch_id: id } });
+      if (this.cancelled.has(id)) {
+        if (response.canceled) this.cancelled.delete(id);
+      } else if (!response.canceled && !watcher) {
+        // Not ours (any more): make sure etcd stops sending it.
+        this.cancelled.add(id);
+        this.write(stream, { cancel_request: { watch_id: id } });
+      }
       return;
     }
     try {
@@ -345,6 +379,7 @@ class WatchStream {
     } catch (error) {
       // A handler bug must not take the shared stream down; fail just that watcher.
       this.watchers.delete(id);
+      this.cancelled.add(id);
       this.write(stream, { cancel_request: { watch_id: id } });
       try {
         watcher.handler.failed(error instanceof Error ? error : new Error(String(error)));
@@ -503,7 +538,7 @@ class Hub {
         this.ringBytes -= this.ring[this.ringHead]!.size;
         this.ringHead++;
       }
-      this.ringFrom = first.revision + 1; if (process.env.DBG === '2') console.error('TRIM', this.ringFrom);
+      this.ringFrom = first.revision + 1;
     }
     if (this.ringHead > 1024 && this.ringHead * 2 > this.ring.length) {
       this.ring = this.ring.slice(this.ringHead);
@@ -550,7 +585,7 @@ class Hub {
   private confirm(target: number): void {
     this.confirmTarget = Math.max(this.confirmTarget, target);
     if (this.confirming || this.dead) return;
-    const upTo = this.confirmTarget; if (process.env.DBG) console.error('CONFIRM', this.through, upTo);
+    const upTo = this.confirmTarget;
     let needs = 0;
     const store = this.store;
     const finish = (raw: RawWatcher): void => {
@@ -574,7 +609,7 @@ class Hub {
         }
         if (!reached) return;
         finish(raw);
-        this.confirmed = { upTo, needs }; if (process.env.DBG) console.error('CONFIRMED', upTo, needs, this.through);
+        this.confirmed = { upTo, needs };
         this.checkConfirmed();
         this.resolveProgress();
         // A later progress request may have raised the target meanwhile.
@@ -605,7 +640,9 @@ class EtcdWatch implements Watch {
   private scheduled = false;
   private progressDue = false;
   private progressWanted = false;
+  /** Cancelled or failed: nothing more is delivered. */
   private done = false;
+  private cancelled = false;
   /** The hub once live. */
   private hub: Hub | undefined;
   /** The hub while replaying older history from etcd (it holds the ring for us). */
@@ -635,6 +672,7 @@ class EtcdWatch implements Watch {
   }
 
   cancel(): void {
+    this.cancelled = true; // also silences an onError that is scheduled but not yet delivered
     if (this.done) return;
     this.done = true;
     this.release();
@@ -644,7 +682,9 @@ class EtcdWatch implements Watch {
     if (this.done) return;
     this.done = true;
     this.release();
-    setImmediate(() => this.callbacks.onError(error));
+    setImmediate(() => {
+      if (!this.cancelled) this.callbacks.onError(error);
+    });
   }
 
   /**
@@ -653,7 +693,7 @@ class EtcdWatch implements Watch {
    */
   beginCatchUp(hub: Hub, target: number): void {
     if (this.done) return;
-    hub.pin(this, target + 1); if (process.env.DBG) console.error('CATCHUP', this.start, target);
+    hub.pin(this, target + 1);
     this.hub = undefined;
     const store = this.store;
     const raw: RawWatcher = new RawWatcher(ZERO_KEY, ZERO_KEY, true, this.start, {
@@ -781,16 +821,21 @@ export class EtcdDatastore implements Datastore {
     const ca = read(options.caFile, options.ca);
     const cert = read(options.certFile, options.cert);
     const key = read(options.keyFile, options.key);
-    const https = options.endpoints.filter((e) => e.startsWith('https://')).length;
-    if (https > 0 && https !== options.endpoints.length) {
+    const endpoints = options.endpoints.map((e) => e.trim().replace(/\/+$/, ''));
+    const https = endpoints.filter((e) => e.startsWith('https://')).length;
+    const http = endpoints.filter((e) => e.startsWith('http://')).length;
+    if (https > 0 && https !== endpoints.length) {
       throw new DatastoreError('etcd: endpoints must be all http:// or all https://');
     }
     if ((cert === undefined) !== (key === undefined)) {
       throw new DatastoreError('etcd: a client certificate needs its key, and a key its certificate');
     }
     const tls = https > 0 || ca !== undefined || cert !== undefined;
+    if (tls && http > 0) {
+      throw new DatastoreError('etcd: TLS settings were given, but the endpoints are http://');
+    }
     const clientOptions: IOptions = {
-      hosts: options.endpoints,
+      hosts: endpoints,
       grpcOptions: {
         // Lists of large objects exceed gRPC's default 4 MiB receive limit.
         'grpc.max_receive_message_length': -1,
@@ -801,7 +846,7 @@ export class EtcdDatastore implements Datastore {
       },
       faultHandling: {
         // No blind retries: a retried write whose first attempt did commit would report a
-        // conflict for its own success. Reads retry on their own (see `read`).
+        // conflict for its own success. Calls retry where that is safe (see `call`).
         global: noRetryPolicy,
       },
     };
@@ -884,17 +929,29 @@ export class EtcdDatastore implements Datastore {
     if (this.closed) throw new DatastoreError('the datastore was closed');
   }
 
-  /** A range read, retried briefly on transient cluster conditions (reads are idempotent). */
-  private async range(request: IRangeRequest): Promise<IRangeResponse> {
+  /**
+   * Runs a call, retrying briefly (each attempt may pick another endpoint): reads on any
+   * transient failure, writes only when the request provably never left this process.
+   */
+  private async call<T>(kind: 'read' | 'write', op: () => Promise<T>): Promise<T> {
     this.checkOpen();
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.client.kv.range(request, this.callOptions());
+        return await op();
       } catch (error) {
-        if (attempt >= 2 || !isTransient(error) || this.closed) throw error;
+        const retry = kind === 'read' ? isTransient(error) : neverSent(error);
+        if (attempt >= 2 || !retry || this.closed) throw error;
         await new Promise((resolve) => setTimeout(resolve, 100 * 3 ** attempt));
       }
     }
+  }
+
+  private range(request: IRangeRequest): Promise<IRangeResponse> {
+    return this.call('read', () => this.client.kv.range(request, this.callOptions()));
+  }
+
+  private txn(request: ITxnRequest): Promise<ITxnResponse> {
+    return this.call('write', () => this.client.kv.txn(request, this.callOptions()));
   }
 
   async currentRevision(): Promise<number> {
@@ -996,15 +1053,14 @@ export class EtcdDatastore implements Datastore {
     // Our own copy, taken now: the caller may reuse its buffer as soon as we return.
     const value = Buffer.from(input);
     const fullKey = this.fullKey(key);
-    let response;
+    let response: ITxnResponse;
     try {
-      response = await this.client.kv.txn(
+      response = await this.txn(
         {
           compare: [{ key: fullKey, target: 'Create', result: 'Equal', create_revision: 0 }],
           success: [{ request_put: { key: fullKey, value } }],
           failure: [],
         },
-        this.callOptions(),
       );
     } catch (error) {
       throw wrap(error, 'create');
@@ -1018,9 +1074,9 @@ export class EtcdDatastore implements Datastore {
     this.checkOpen();
     const value = Buffer.from(input);
     const fullKey = this.fullKey(key);
-    let response;
+    let response: ITxnResponse;
     try {
-      response = await this.client.kv.txn(
+      response = await this.txn(
         {
           compare: [
             { key: fullKey, target: 'Create', result: 'Greater', create_revision: 0 },
@@ -1029,7 +1085,6 @@ export class EtcdDatastore implements Datastore {
           success: [{ request_put: { key: fullKey, value, prev_kv: true } }],
           failure: [{ request_range: { key: fullKey } }],
         },
-        this.callOptions(),
       );
     } catch (error) {
       throw wrap(error, 'update');
@@ -1049,15 +1104,14 @@ export class EtcdDatastore implements Datastore {
     if (expectedModRevision !== undefined) {
       compare.push({ key: fullKey, target: 'Mod', result: 'Equal', mod_revision: expectedModRevision });
     }
-    let response;
+    let response: ITxnResponse;
     try {
-      response = await this.client.kv.txn(
+      response = await this.txn(
         {
           compare,
           success: [{ request_delete_range: { key: fullKey, prev_kv: true } }],
           failure: [{ request_range: { key: fullKey } }],
         },
-        this.callOptions(),
       );
     } catch (error) {
       throw wrap(error, 'delete');
@@ -1087,7 +1141,8 @@ export class EtcdDatastore implements Datastore {
     this.checkOpen();
     if (revision <= this.knownCompact) return;
     try {
-      await this.client.kv.compact({ revision, physical: true }, this.callOptions());
+      // Compaction is idempotent (a repeat fails as "compacted", handled below): retry like a read.
+      await this.call('read', () => this.client.kv.compact({ revision, physical: true }, this.callOptions()));
     } catch (error) {
       if (isCompactedError(error)) return; // already compacted at or past it
       if (isFutureRevisionError(error)) {

@@ -35,6 +35,12 @@ export interface SqliteOptions {
   synchronous?: 'NORMAL' | 'FULL';
 }
 
+interface PendingWrite {
+  apply: () => { kv: KeyValue; event: WatchEvent };
+  resolve: (kv: KeyValue) => void;
+  reject: (error: unknown) => void;
+}
+
 interface Row {
   revision: number;
   key: string;
@@ -184,6 +190,8 @@ export class SqliteDatastore implements Datastore {
   private compacted: number;
   private readonly watches = new Set<SqliteWatch>();
   private closed = false;
+  private pendingWrites: PendingWrite[] = [];
+  private readonly batchTransaction: (run: () => void) => void;
 
   private readonly stmts: {
     get: Database.Statement<[string], Row>;
@@ -232,6 +240,8 @@ export class SqliteDatastore implements Datastore {
       .get();
     this.compacted = compact?.value ?? 0;
 
+    const transaction = this.db.transaction((run: () => void) => run());
+    this.batchTransaction = (run) => transaction(run);
     const selectWithPrev = `
       SELECT kv.*, p.value AS prev_value, p.create_revision AS prev_create_revision
       FROM kv LEFT JOIN kv AS p ON p.revision = kv.prev_revision AND kv.prev_revision > 0`;
@@ -315,21 +325,20 @@ export class SqliteDatastore implements Datastore {
   async create(key: string, input: Buffer): Promise<KeyValue> {
     // Keep our own copy: watchers see the value as written even if the caller reuses its buffer.
     const value = Buffer.from(input);
-    const result = this.db.transaction(() => {
+    return this.write(() => {
       if (this.stmts.get.get(key)) throw new KeyExistsError(key);
       const revision = this.revision + 1;
       this.stmts.insert.run(revision, key, revision, 0, 0, value);
       this.stmts.upsertCurrent.run(key, revision);
-      return { key, value, createRevision: revision, modRevision: revision };
-    })();
-    this.revision = result.modRevision;
-    this.publish([{ type: 'put', kv: result }]);
-    return result;
+      this.revision = revision;
+      const kv: KeyValue = { key, value, createRevision: revision, modRevision: revision };
+      return { kv, event: { type: 'put', kv } };
+    });
   }
 
   async update(key: string, input: Buffer, expectedModRevision: number): Promise<KeyValue> {
     const value = Buffer.from(input);
-    const { kv, prevKv } = this.db.transaction(() => {
+    return this.write(() => {
       const existing = this.stmts.get.get(key);
       if (!existing) throw new KeyNotFoundError(key);
       if (existing.revision !== expectedModRevision) {
@@ -338,21 +347,14 @@ export class SqliteDatastore implements Datastore {
       const revision = this.revision + 1;
       this.stmts.insert.run(revision, key, existing.create_revision, existing.revision, 0, value);
       this.stmts.upsertCurrent.run(key, revision);
-      const next: KeyValue = {
-        key,
-        value,
-        createRevision: existing.create_revision,
-        modRevision: revision,
-      };
-      return { kv: next, prevKv: toKeyValue(existing) };
-    })();
-    this.revision = kv.modRevision;
-    this.publish([{ type: 'put', kv, prevKv }]);
-    return kv;
+      this.revision = revision;
+      const kv: KeyValue = { key, value, createRevision: existing.create_revision, modRevision: revision };
+      return { kv, event: { type: 'put', kv, prevKv: toKeyValue(existing) } };
+    });
   }
 
   async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
-    const { kv, prevKv } = this.db.transaction(() => {
+    return this.write(() => {
       const existing = this.stmts.get.get(key);
       if (!existing) throw new KeyNotFoundError(key);
       if (expectedModRevision !== undefined && existing.revision !== expectedModRevision) {
@@ -361,17 +363,60 @@ export class SqliteDatastore implements Datastore {
       const revision = this.revision + 1;
       this.stmts.insert.run(revision, key, existing.create_revision, existing.revision, 1, Buffer.alloc(0));
       this.stmts.deleteCurrent.run(key);
-      const deleted: KeyValue = {
-        key,
-        value: existing.value,
-        createRevision: existing.create_revision,
-        modRevision: revision,
-      };
-      return { kv: deleted, prevKv: toKeyValue(existing) };
-    })();
-    this.revision = kv.modRevision;
-    this.publish([{ type: 'delete', kv, prevKv }]);
-    return kv;
+      this.revision = revision;
+      const kv: KeyValue = { key, value: existing.value, createRevision: existing.create_revision, modRevision: revision };
+      return { kv, event: { type: 'delete', kv, prevKv: toKeyValue(existing) } };
+    });
+  }
+
+  /**
+   * Group commit: writes issued in the same turn of the event loop are applied in order inside
+   * one transaction, and each caller is answered only after that transaction committed. One
+   * commit (one WAL sync) then carries many writes, which is most of the cost of a write. Every
+   * write still sees the ones before it, so compare-and-swap works exactly as if they were alone,
+   * and a write that fails its check changes nothing and takes no revision.
+   */
+  private write(apply: () => { kv: KeyValue; event: WatchEvent }): Promise<KeyValue> {
+    if (this.closed) return Promise.reject(new DatastoreError('the datastore is closed'));
+    return new Promise((resolve, reject) => {
+      this.pendingWrites.push({ apply, resolve, reject });
+      if (this.pendingWrites.length === 1) setImmediate(() => this.flushWrites());
+    });
+  }
+
+  private flushWrites(): void {
+    const batch = this.pendingWrites;
+    this.pendingWrites = [];
+    if (this.closed) {
+      for (const op of batch) op.reject(new DatastoreError('the datastore is closed'));
+      return;
+    }
+    const outcomes: ({ kv: KeyValue; event: WatchEvent } | Error)[] = [];
+    const revisionBefore = this.revision;
+    try {
+      this.batchTransaction(() => {
+        for (const op of batch) {
+          try {
+            outcomes.push(op.apply());
+          } catch (error) {
+            if (!(error instanceof DatastoreError)) throw error;
+            outcomes.push(error);
+          }
+        }
+      });
+    } catch (error) {
+      // The transaction rolled back as a whole: nobody's write happened.
+      this.revision = revisionBefore;
+      for (const op of batch) op.reject(error);
+      return;
+    }
+    const events = outcomes.flatMap((o) => (o instanceof Error ? [] : [o.event]));
+    if (events.length) this.publish(events);
+    batch.forEach((op, i) => {
+      const outcome = outcomes[i]!;
+      if (outcome instanceof Error) op.reject(outcome);
+      else op.resolve(outcome.kv);
+    });
   }
 
   watch(prefix: string, fromRevision: number, callbacks: WatchCallbacks): Watch {

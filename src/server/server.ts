@@ -231,7 +231,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       client,
       { namespace: 'kube-system', name: 'drover-controllers', identity, leaseDurationMs: 15_000, renewIntervalMs: 2000 },
       {
-        onStartedLeading: () => void lifecycle.start(),
+        onStartedLeading: () =>
+          void lifecycle.start().catch((error: unknown) => logger.error({ err: error }, 'node lifecycle controller failed to start')),
         onStoppedLeading: () => lifecycle.stop(),
       },
       logger,
