@@ -665,17 +665,19 @@ export class ApiHandler {
       request.namespace,
       request.name!,
       async (current) => {
+        const currentUid = current.metadata.uid;
         const patched = asKubeObject(
-          applyPatch(patchType, current as unknown as JsonObject, patch as JsonObject, def.kind),
+          // `current` is this attempt's private copy: the patch may work in it directly.
+          applyPatch(patchType, current as unknown as JsonObject, patch as JsonObject, def.kind, { consumeOriginal: true }),
           'the patched object',
         );
         checkTypeMeta(def, patched);
-        if (patched.metadata.name !== current.metadata.name) {
+        if (patched.metadata.name !== request.name) {
           throw errors.badRequest(
             `the name of the object (${String(patched.metadata.name)}) does not match the name on the URL (${request.name})`,
           );
         }
-        if (patched.metadata.uid !== undefined && patched.metadata.uid !== current.metadata.uid) {
+        if (patched.metadata.uid !== undefined && patched.metadata.uid !== currentUid) {
           throw errors.invalid(def.kind, request.name!, def.group, [
             { reason: 'FieldValueInvalid', message: 'field is immutable', field: 'metadata.uid' },
           ]);

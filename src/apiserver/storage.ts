@@ -467,6 +467,11 @@ export class ObjectStore {
       return;
     }
     const obj = this.decode(def, event.kv);
+    if (!selection.labelSelector.length && !selection.fieldSelector.length) {
+      // Everything matches: no need to decode the previous value to see what changed.
+      sink.event(event.prevKv ? 'MODIFIED' : 'ADDED', obj);
+      return;
+    }
     const nowMatches = this.matches(def, obj, selection);
     const before = event.prevKv ? this.decode(def, event.prevKv) : undefined;
     const beforeMatched = before !== undefined && this.matches(def, before, selection);

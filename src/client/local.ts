@@ -71,7 +71,7 @@ export class LocalClient implements ApiClient {
       namespace,
       name,
       (current) =>
-        applyPatch(kind, current as unknown as JsonObject, patch as JsonObject, def.kind) as unknown as KubeObject,
+        applyPatch(kind, current as unknown as JsonObject, patch as JsonObject, def.kind, { consumeOriginal: true }) as unknown as KubeObject,
       { ...(subresource ? { subresource } : {}) },
     );
   }

@@ -260,7 +260,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const compactor = startCompactor(
       datastore,
       logger,
-      options.compactionIntervalMs ?? 5 * 60_000,
+      options.compactionIntervalMs ?? 60_000,
       options.compactionKeepRevisions ?? 1000,
     );
 
@@ -325,19 +325,31 @@ function ensureServerId(file: string): string {
 
 /**
  * Keep a window of recent history so watches can resume after a brief disconnect, and discard
- * the rest, as kube-apiserver asks etcd to every few minutes.
+ * the rest, as kube-apiserver asks etcd to. Compaction goes in steps of a few thousand revisions
+ * with a turn of the event loop between them: one big synchronous delete would stall every
+ * request for seconds on a busy store.
  */
+const COMPACTION_STEP = 5000;
+
 function startCompactor(datastore: Datastore, logger: Logger, intervalMs: number, keep: number): NodeJS.Timeout {
+  let running = false;
   const timer = setInterval(() => {
+    if (running) return;
+    running = true;
     void (async () => {
       try {
         const target = (await datastore.currentRevision()) - keep;
-        if (target > (await datastore.compactRevision())) {
-          await datastore.compact(target);
-          logger.debug({ revision: target }, 'compacted datastore history');
+        let compacted = await datastore.compactRevision();
+        while (compacted < target) {
+          compacted = Math.min(target, compacted + COMPACTION_STEP);
+          await datastore.compact(compacted);
+          await new Promise((resolve) => setImmediate(resolve));
         }
+        logger.debug({ revision: compacted }, 'compacted datastore history');
       } catch (error) {
         logger.warn({ err: error }, 'datastore compaction failed; will retry');
+      } finally {
+        running = false;
       }
     })();
   }, intervalMs);

@@ -34,17 +34,28 @@ export function patchTypeFromContentType(contentType: string): PatchType | undef
  * are left unmodified. Throws {@link PatchError} when the patch is malformed, does not apply, or
  * would leave something other than a JSON object.
  */
-export function applyPatch(type: PatchType, original: JsonObject, patch: JsonValue, kind: string): JsonObject {
+/**
+ * `consumeOriginal`: the caller hands over a private copy it will not use again, so the patch may
+ * work in it directly instead of copying it first (the API server's hot path does this).
+ */
+export function applyPatch(
+  type: PatchType,
+  original: JsonObject,
+  patch: JsonValue,
+  kind: string,
+  options: { consumeOriginal?: boolean } = {},
+): JsonObject {
+  const consume = options.consumeOriginal === true;
   let result: JsonValue;
   switch (type) {
     case 'json':
-      result = applyJsonPatch(original, patch);
+      result = applyJsonPatch(original, patch, consume);
       break;
     case 'merge':
-      result = mergePatch(original, patch);
+      result = mergePatch(original, patch, consume);
       break;
     case 'strategic':
-      result = strategicMergePatch(original, patch, patchMetaForKind(kind));
+      result = strategicMergePatch(original, patch, patchMetaForKind(kind), consume);
       break;
   }
   if (!isJsonObject(result)) {

@@ -12,9 +12,9 @@ const OPERATIONS = new Set(['add', 'remove', 'replace', 'move', 'copy', 'test'])
  * applying (unknown op, missing path, failed `test`, ...) is a 422. Neither argument is modified,
  * and the result shares no structure with them.
  */
-export function applyJsonPatch(original: JsonValue, patch: JsonValue): JsonValue {
+export function applyJsonPatch(original: JsonValue, patch: JsonValue, consumeOriginal = false): JsonValue {
   const operations = decodeOperations(patch);
-  let document = cloneJson(original);
+  let document = consumeOriginal ? original : cloneJson(original);
   // One operation at a time, because the library reports index 0 for some failures in a sequence.
   operations.forEach((operation, index) => {
     try {

@@ -41,8 +41,8 @@ export function setOwn(object: JsonObject, key: string, value: JsonValue): void 
  * the whole document, so the result need not be an object. Neither argument is modified, and
  * the result shares no structure with them.
  */
-export function mergePatch(original: JsonValue, patch: JsonValue): JsonValue {
-  return mergeInto(cloneJson(original), cloneJson(patch));
+export function mergePatch(original: JsonValue, patch: JsonValue, consumeOriginal = false): JsonValue {
+  return mergeInto(consumeOriginal ? original : cloneJson(original), cloneJson(patch));
 }
 
 /** Merges into `target` in place; both are private copies. */

@@ -26,11 +26,16 @@ const DELETE_FROM_PRIMITIVE_LIST = '$deleteFromPrimitiveList/';
  * `patchMetaForKind`). Neither argument is modified, and the result shares no structure with
  * them.
  */
-export function strategicMergePatch(original: JsonObject, patch: JsonValue, meta: PatchMeta): JsonObject {
+export function strategicMergePatch(
+  original: JsonObject,
+  patch: JsonValue,
+  meta: PatchMeta,
+  consumeOriginal = false,
+): JsonObject {
   if (!isJsonObject(patch)) {
     throw new PatchError('a strategic merge patch must be a JSON object', 400);
   }
-  const result = mergeMap(cloneJson(original), cloneJson(patch), meta, '');
+  const result = mergeMap(consumeOriginal ? original : cloneJson(original), cloneJson(patch), meta, '');
   if (result === undefined) {
     throw new PatchError('$patch: delete cannot delete the whole object', 422);
   }
