@@ -14,6 +14,7 @@ import { showConfig } from '../config/show.js';
 import { adminClient } from './kubeconfig.js';
 import { createLogger, type LogLevel } from '../logging/logger.js';
 import { DataDirLockedError, lockDataDir } from '../server/lock.js';
+import { ClusterJoinError } from '../server/bootstrap.js';
 import { ServerConfigError, type ServerOptions, startServer } from '../server/server.js';
 import { DROVER_VERSION, versionInfo } from '../version.js';
 
@@ -22,7 +23,11 @@ const EXIT_FAILURE = 1;
 
 function fail(command: string, error: unknown): never {
   const message = error instanceof Error ? error.message : String(error);
-  const config = error instanceof ConfigError || error instanceof ServerConfigError || error instanceof JoinTokenError;
+  const config =
+    error instanceof ConfigError ||
+    error instanceof ServerConfigError ||
+    error instanceof JoinTokenError ||
+    error instanceof ClusterJoinError;
   const known = config || error instanceof DataDirLockedError || error instanceof JoinError;
   if (error instanceof ConfigError) {
     process.stderr.write(`drover ${command}: invalid configuration:\n${error.problems.map((p) => `  ${p}`).join('\n')}\n`);
@@ -54,8 +59,18 @@ function labels(config: ResolvedConfig): Record<string, string> {
 function serverOptions(config: ResolvedConfig): ServerOptions {
   const nodeIp = config.get<string | undefined>('node-ip');
   const kubeconfig = config.get<string | undefined>('write-kubeconfig');
+  const token = config.get<string | undefined>('token');
+  const endpoint = config.get<string | undefined>('datastore-endpoint');
+  const tls = {
+    caFile: config.get<string | undefined>('datastore-cafile'),
+    certFile: config.get<string | undefined>('datastore-certfile'),
+    keyFile: config.get<string | undefined>('datastore-keyfile'),
+  };
   return {
     config,
+    ...(token ? { token } : {}),
+    ...(endpoint ? { datastoreEndpoint: endpoint } : {}),
+    datastoreTls: Object.fromEntries(Object.entries(tls).filter(([, v]) => v)) as NonNullable<ServerOptions['datastoreTls']>,
     dataDir: config.get('data-dir'),
     httpsListenPort: config.get('https-listen-port'),
     bindAddress: config.get('bind-address'),

@@ -5,6 +5,7 @@ import { computeDrift, publication, publishConfig, readPublished } from '../conf
 import { ConfigError } from '../config/resolve.js';
 import type { EventRecorder } from '../controllers/events.js';
 import type { Datastore } from '../datastore/types.js';
+import type { ApiServerDirectory } from './apiservers.js';
 import { nodeNameOf } from './node-authorization.js';
 import { ApiError, errors } from '../apiserver/errors.js';
 import { decodeBody, readBody, sendError, sendJson } from '../apiserver/http.js';
@@ -45,6 +46,7 @@ export interface SupervisorOptions {
   authenticator: Authenticator;
   datastore: Datastore;
   events: EventRecorder;
+  directory: ApiServerDirectory;
 }
 
 function stringField(body: Record<string, unknown>, field: string): string {
@@ -93,6 +95,12 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
     const message = `Cluster setting ${key} changed from ${result.previous ?? '(unset)'} to ${result.value} by ${user.name}; servers still running with the old value show as drifted and must be restarted with the new value`;
     await options.events.record({ kind: 'Namespace', name: 'kube-system', namespace: 'kube-system' }, 'Normal', 'ClusterConfigChanged', message);
     sendJson(res, 200, { key, ...result });
+    return;
+  }
+  if (path === '/drover/v1/apiservers' && req.method === 'GET') {
+    // Any authenticated caller (agents, the admin): where else the API is served.
+    if (!options.authenticator.authenticate(req)) throw errors.unauthorized();
+    sendJson(res, 200, { servers: (await options.directory.live()).map((r) => ({ url: r.url, node: r.node })) });
     return;
   }
   if (path === '/drover/v1/config/drift' && req.method === 'GET') {

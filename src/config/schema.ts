@@ -129,10 +129,38 @@ export const SETTINGS: readonly Setting[] = [
   {
     name: 'token',
     type: 'string',
-    help: 'join token (drover token show on a server)',
-    commands: ['agent'],
+    help: 'cluster token (drover token show on a server): agents join with it; a server needs it to share an existing datastore',
+    commands: ['server', 'agent'],
     scope: 'node',
     secret: true,
+  },
+  {
+    name: 'datastore-endpoint',
+    type: 'string',
+    help: 'external datastore, e.g. etcd://10.0.0.1:2379,10.0.0.2:2379 (default: embedded SQLite in the data dir)',
+    commands: ['server'],
+    scope: 'node',
+  },
+  {
+    name: 'datastore-cafile',
+    type: 'string',
+    help: 'CA certificate file for the external datastore (TLS)',
+    commands: ['server'],
+    scope: 'node',
+  },
+  {
+    name: 'datastore-certfile',
+    type: 'string',
+    help: 'client certificate file for the external datastore (mutual TLS)',
+    commands: ['server'],
+    scope: 'node',
+  },
+  {
+    name: 'datastore-keyfile',
+    type: 'string',
+    help: 'client key file for the external datastore (mutual TLS)',
+    commands: ['server'],
+    scope: 'node',
   },
   // --- node-scoped, both -------------------------------------------------------------------------
   {

@@ -16,19 +16,21 @@ import { computeDrift, publication, publishConfig, publishedValues, readPublishe
 import { instrumentDatastore, ServerMetrics } from '../metrics/metrics.js';
 import type { ListResult } from '../datastore/types.js';
 import type { ResolvedConfig } from '../config/resolve.js';
-import { ensureJoinToken } from '../cluster/join-token.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
 import { NodeRegistry } from '../cluster/node-registry.js';
 import { supervisorRoutes } from '../cluster/supervisor.js';
 import { EventRecorder } from '../controllers/events.js';
 import { LeaderElector } from '../controllers/leader-election.js';
 import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
+import { openEtcdDatastore } from '../datastore/etcd.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
+import { establishClusterIdentity } from './bootstrap.js';
+import { ApiServerDirectory } from '../cluster/apiservers.js';
+import { defaultNodeIp } from '../agent/identity.js';
 import type { Datastore } from '../datastore/types.js';
 import { createLogger, type LogLevel, type Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { ensureServingMaterial, servingNames } from '../security/pki.js';
-import { ensureTokenFile } from '../security/tokens.js';
 import { versionInfo } from '../version.js';
 import { writeKubeconfig } from './kubeconfig.js';
 import { type DataDirLock, lockDataDir } from './lock.js';
@@ -55,6 +57,11 @@ export interface ServerOptions {
   /** The resolved configuration, for the cluster record check and the drift view. */
   config: ResolvedConfig;
   supervisorMetrics: boolean;
+  /** The cluster token: needed to share a datastore that another server already bootstrapped. */
+  token?: string;
+  /** `etcd://host:port,...`; absent for the embedded SQLite datastore. */
+  datastoreEndpoint?: string;
+  datastoreTls?: { caFile?: string; certFile?: string; keyFile?: string };
   dataDir: string;
   httpsListenPort: number;
   bindAddress: string;
@@ -126,8 +133,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   try {
     const serverDir = path.join(dataDir, 'server');
     fs.mkdirSync(path.join(serverDir, 'db'), { recursive: true, mode: 0o700 });
-    const sqlite = openSqliteDatastore(path.join(serverDir, 'db', 'state.db'));
-    datastore = sqlite;
+    datastore = await connectDatastore(options, serverDir, logger);
     // Before any component starts: this server's cluster-wide settings must match the record.
     await checkClusterRecord(datastore, options.config, options.nodeName, logger);
     await publishConfig(datastore, publication(options.nodeName, 'server', publishedValues(options.config)));
@@ -152,21 +158,25 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const store = new ObjectStore(datastore);
     const registry = new ResourceRegistry();
 
+    const identity = await establishClusterIdentity({
+      datastore,
+      dataDir,
+      ...(options.token ? { tokenOption: options.token } : {}),
+      logger,
+    });
     const specificBind = !['0.0.0.0', '::', ''].includes(options.bindAddress) ? [options.bindAddress] : [];
     const tls = await ensureServingMaterial(path.join(serverDir, 'tls'), servingNames([...specificBind, ...options.tlsSans]));
     for (const what of tls.created) logger.info({ dir: path.join(serverDir, 'tls') }, `generated ${what}`);
-    const admin = ensureTokenFile(path.join(serverDir, 'cred', 'admin.token'));
-    if (admin.created) logger.info('generated admin token');
     const adminAuthenticator = new TokenAuthenticator();
-    adminAuthenticator.add(admin.token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
-    const join = ensureJoinToken(path.join(dataDir, 'token'), tls.ca.certificatePem);
-    if (join.created) logger.info({ file: path.join(dataDir, 'token') }, 'generated join token (drover token show)');
+    adminAuthenticator.add(identity.adminToken, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
+    const join = { token: identity.joinToken, secret: identity.joinSecret };
     const nodeRegistry = new NodeRegistry(datastore);
     await nodeRegistry.start();
     const client = new LocalClient(store, registry);
+    const directory = new ApiServerDirectory(datastore, logger);
     const serverId = ensureServerId(path.join(serverDir, 'server-id'));
-    const identity = `${options.nodeName}-${serverId.slice(0, 8)}`;
-    const events = new EventRecorder(client, 'drover-node-lifecycle', identity, logger);
+    const leaderIdentity = `${options.nodeName}-${serverId.slice(0, 8)}`;
+    const events = new EventRecorder(client, 'drover-node-lifecycle', leaderIdentity, logger);
     const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry]);
     const timings = {
       nodeLeaseRenewIntervalMs: options.nodeLeaseRenewIntervalMs,
@@ -195,6 +205,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           authenticator,
           datastore,
           events,
+          directory,
         }),
         logger,
         version: versionInfo(),
@@ -216,7 +227,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const kubeconfig = {
       serverUrl,
       caCertificatePem: tls.ca.certificatePem,
-      token: admin.token,
+      token: identity.adminToken,
       clusterName: options.config.get<string>('cluster-name'),
     };
     const kubeconfigPath = path.join(dataDir, 'kubeconfig.yaml');
@@ -229,7 +240,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     });
     const elector = new LeaderElector(
       client,
-      { namespace: 'kube-system', name: 'drover-controllers', identity, leaseDurationMs: 15_000, renewIntervalMs: 2000 },
+      { namespace: 'kube-system', name: 'drover-controllers', identity: leaderIdentity, leaseDurationMs: 15_000, renewIntervalMs: 2000 },
       {
         onStartedLeading: () =>
           void lifecycle.start().catch((error: unknown) => logger.error({ err: error }, 'node lifecycle controller failed to start')),
@@ -256,6 +267,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       });
       void agent.start().catch((error: unknown) => logger.error({ err: error }, 'the embedded agent failed to start'));
     }
+
+    const advertiseHost = specificBind[0] ?? options.nodeIp ?? defaultNodeIp();
+    await directory.start({
+      id: serverId,
+      url: `https://${advertiseHost.includes(':') ? `[${advertiseHost}]` : advertiseHost}:${address.port}`,
+      node: options.nodeName,
+    });
 
     const compactor = startCompactor(
       datastore,
@@ -285,6 +303,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         }
         logger.info('shutting down: closing listeners and waiting for requests in flight');
         clearInterval(compactor);
+        await directory.stop();
         await elector.stop();
         lifecycle.stop();
         nodeRegistry.stop();
@@ -301,6 +320,25 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     lock.release();
     throw error;
   }
+}
+
+async function connectDatastore(options: ServerOptions, serverDir: string, logger: Logger): Promise<Datastore> {
+  const endpoint = options.datastoreEndpoint;
+  if (!endpoint) return openSqliteDatastore(path.join(serverDir, 'db', 'state.db'));
+  const match = /^etcd:\/\/(.+)$/.exec(endpoint);
+  if (!match) {
+    throw new ServerConfigError(`datastore-endpoint "${endpoint}" is not supported: use etcd://host:port[,host:port...]`);
+  }
+  const tlsOptions = options.datastoreTls ?? {};
+  const scheme = tlsOptions.caFile || tlsOptions.certFile ? 'https' : 'http';
+  const endpoints = match[1]!.split(',').map((h) => `${scheme}://${h.trim()}`);
+  logger.info({ endpoints }, 'using an external etcd datastore');
+  return openEtcdDatastore({
+    endpoints,
+    ...(tlsOptions.caFile ? { caFile: tlsOptions.caFile } : {}),
+    ...(tlsOptions.certFile ? { certFile: tlsOptions.certFile } : {}),
+    ...(tlsOptions.keyFile ? { keyFile: tlsOptions.keyFile } : {}),
+  });
 }
 
 function nodeStateCounts(nodes: ListResult): Record<string, number> {

@@ -1,0 +1,101 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes, scrypt as scryptCallback } from 'node:crypto';
+import { promisify } from 'node:util';
+import { type Datastore, KeyExistsError } from '../datastore/types.js';
+
+/**
+ * What every server of a cluster must share — the cluster CA and its key, the admin token and
+ * the join secret — kept in the datastore, encrypted with a key derived from the server token.
+ * The first server writes it; a server that joins an existing datastore reads it with the token
+ * it was given, and cannot read it without. The datastore alone (a stolen etcd backup) does not
+ * reveal the CA key.
+ */
+
+const scrypt = promisify(scryptCallback) as (secret: string, salt: Buffer, keylen: number) => Promise<Buffer>;
+
+const PREFIX = '/drover/bootstrap/';
+
+export interface BootstrapData {
+  caCertificatePem: string;
+  caKeyPem: string;
+  adminToken: string;
+  joinSecret: string;
+}
+
+interface Sealed {
+  version: 1;
+  salt: string;
+  iv: string;
+  tag: string;
+  data: string;
+}
+
+export class BootstrapTokenError extends Error {
+  override name = 'BootstrapTokenError';
+}
+
+/** The record's key names the token (by a short hash), so a server with another token finds nothing. */
+function keyFor(secret: string): string {
+  return `${PREFIX}${createHash('sha256').update(secret).digest('hex').slice(0, 12)}`;
+}
+
+async function seal(data: BootstrapData, secret: string): Promise<Buffer> {
+  const salt = randomBytes(16);
+  const iv = randomBytes(12);
+  const key = await scrypt(secret, salt, 32);
+  const cipher = createCipheriv('aes-256-gcm', key, iv);
+  const encrypted = Buffer.concat([cipher.update(JSON.stringify(data), 'utf8'), cipher.final()]);
+  const sealed: Sealed = {
+    version: 1,
+    salt: salt.toString('base64'),
+    iv: iv.toString('base64'),
+    tag: cipher.getAuthTag().toString('base64'),
+    data: encrypted.toString('base64'),
+  };
+  return Buffer.from(JSON.stringify(sealed));
+}
+
+async function open(value: Buffer, secret: string): Promise<BootstrapData> {
+  const sealed = JSON.parse(value.toString('utf8')) as Sealed;
+  const key = await scrypt(secret, Buffer.from(sealed.salt, 'base64'), 32);
+  const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(sealed.iv, 'base64'));
+  decipher.setAuthTag(Buffer.from(sealed.tag, 'base64'));
+  try {
+    const plain = Buffer.concat([decipher.update(Buffer.from(sealed.data, 'base64')), decipher.final()]);
+    return JSON.parse(plain.toString('utf8')) as BootstrapData;
+  } catch {
+    throw new BootstrapTokenError('the cluster bootstrap data cannot be decrypted with this server token');
+  }
+}
+
+/** Whether some server already bootstrapped a cluster in this datastore (with any token). */
+export async function clusterExists(datastore: Datastore): Promise<boolean> {
+  return (await datastore.list(PREFIX, { limit: 1 })).items.length > 0;
+}
+
+/**
+ * The cluster's bootstrap data for this token: read and decrypted, or created with `create` when
+ * this is the first server. A datastore bootstrapped with another token is refused.
+ */
+export async function loadOrCreateBootstrap(
+  datastore: Datastore,
+  secret: string,
+  create: () => Promise<BootstrapData>,
+): Promise<{ data: BootstrapData; created: boolean }> {
+  const key = keyFor(secret);
+  for (;;) {
+    const existing = await datastore.get(key);
+    if (existing) return { data: await open(existing.value, secret), created: false };
+    if (await clusterExists(datastore)) {
+      throw new BootstrapTokenError(
+        'this datastore already holds a cluster bootstrapped with a different server token; start this server with that cluster’s --token',
+      );
+    }
+    const data = await create();
+    try {
+      await datastore.create(key, await seal(data, secret));
+      return { data, created: true };
+    } catch (error) {
+      if (!(error instanceof KeyExistsError)) throw error; // another server was first: use theirs
+    }
+  }
+}

@@ -1,0 +1,96 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { BootstrapTokenError, clusterExists, type BootstrapData, loadOrCreateBootstrap } from '../cluster/bootstrap-data.js';
+import { caHash, formatJoinToken, parseJoinToken } from '../cluster/join-token.js';
+import type { Datastore } from '../datastore/types.js';
+import type { Logger } from '../logging/logger.js';
+import { writeFileAtomic } from '../security/files.js';
+import { createCertificateAuthority } from '../security/pki.js';
+import { generateSecret } from '../security/tokens.js';
+
+/**
+ * The cluster's identity on this server: the CA, the admin token and the join token. The first
+ * server of a cluster creates them; every other server sharing the datastore reads them from the
+ * encrypted bootstrap data with the server token it was given, and writes them into its own data
+ * dir. The datastore's copy wins over local files, so all servers agree.
+ */
+
+export class ClusterJoinError extends Error {
+  override name = 'ClusterJoinError';
+}
+
+export interface ClusterIdentity {
+  caCertificatePem: string;
+  adminToken: string;
+  joinToken: string;
+  joinSecret: string;
+}
+
+function readIfPresent(file: string): string | undefined {
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').trim() || undefined : undefined;
+}
+
+export async function establishClusterIdentity(options: {
+  datastore: Datastore;
+  dataDir: string;
+  tokenOption?: string;
+  logger: Logger;
+}): Promise<ClusterIdentity> {
+  const { datastore, dataDir, logger } = options;
+  const tlsDir = path.join(dataDir, 'server', 'tls');
+  const caCertFile = path.join(tlsDir, 'server-ca.crt');
+  const caKeyFile = path.join(tlsDir, 'server-ca.key');
+  const adminFile = path.join(dataDir, 'server', 'cred', 'admin.token');
+  const tokenFile = path.join(dataDir, 'token');
+
+  const given = options.tokenOption ? parseJoinToken(options.tokenOption) : undefined;
+  const local = readIfPresent(tokenFile);
+  let secret = given?.secret ?? (local ? parseJoinToken(local).secret : undefined);
+  if (!secret) {
+    if (await clusterExists(datastore)) {
+      throw new ClusterJoinError(
+        'this datastore already holds a cluster: start this server with that cluster’s token (--token; `drover token show` on one of its servers)',
+      );
+    }
+    secret = generateSecret(24);
+  }
+
+  let bootstrap: { data: BootstrapData; created: boolean };
+  try {
+    bootstrap = await loadOrCreateBootstrap(datastore, secret, async () => {
+      // First server of the cluster. An existing data dir from before bootstrap data existed
+      // keeps its CA and admin token.
+      const caCert = readIfPresent(caCertFile);
+      const caKey = readIfPresent(caKeyFile);
+      const ca = caCert && caKey ? { certificatePem: `${caCert}\n`, privateKeyPem: `${caKey}\n` } : await createCertificateAuthority(`drover-server-ca@${Math.floor(Date.now() / 1000)}`);
+      return {
+        caCertificatePem: ca.certificatePem,
+        caKeyPem: ca.privateKeyPem,
+        adminToken: readIfPresent(adminFile) ?? generateSecret(),
+        joinSecret: secret!,
+      };
+    });
+  } catch (error) {
+    if (error instanceof BootstrapTokenError) throw new ClusterJoinError(error.message);
+    throw error;
+  }
+  const data = bootstrap.data;
+  const normalizedCa = data.caCertificatePem.endsWith('\n') ? data.caCertificatePem : `${data.caCertificatePem}\n`;
+  if (given?.caHash && given.caHash !== caHash(normalizedCa) && given.caHash !== caHash(data.caCertificatePem)) {
+    throw new ClusterJoinError('the --token pins a CA that is not this cluster’s CA: wrong token for this datastore');
+  }
+  if (bootstrap.created) logger.info('created the cluster identity (CA, admin token, join token) and stored it, encrypted, in the datastore');
+  else logger.info('loaded the cluster identity from the datastore');
+
+  const writeIfChanged = (file: string, content: string, mode: number): void => {
+    if (readIfPresent(file) !== content.trim()) writeFileAtomic(file, content.endsWith('\n') ? content : `${content}\n`, mode);
+  };
+  writeIfChanged(caCertFile, data.caCertificatePem, 0o644);
+  writeIfChanged(caKeyFile, data.caKeyPem, 0o600);
+  writeIfChanged(adminFile, data.adminToken, 0o600);
+  // The pin is the hash of the exact bytes /cacerts serves: the file as written.
+  const caPem = fs.readFileSync(caCertFile, 'utf8');
+  const joinToken = formatJoinToken({ caHash: caHash(caPem), user: 'server', secret: data.joinSecret });
+  writeIfChanged(tokenFile, joinToken, 0o600);
+  return { caCertificatePem: caPem, adminToken: data.adminToken, joinToken, joinSecret: data.joinSecret };
+}
