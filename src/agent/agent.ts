@@ -54,6 +54,7 @@ export interface AgentOptions {
 const STATUS_REPORT_INTERVAL_MS = 60_000;
 const HEALTH_CHECK_INTERVAL_MS = 10_000;
 const RETRY_MS = 2000;
+const SERVER_LIST_REFRESH_MS = 30_000;
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
@@ -61,12 +62,15 @@ function sleep(ms: number): Promise<void> {
 
 export class Agent {
   private client: HttpClient | undefined;
+  private currentServer: string | undefined;
+  private nodeToken = '';
   private identity: NodeIdentity;
   private timings: ClusterTimings | undefined;
   private nodeUid = '';
   private renewTimer: NodeJS.Timeout | undefined;
   private statusTimer: NodeJS.Timeout | undefined;
   private healthTimer: NodeJS.Timeout | undefined;
+  private serverListTimer: NodeJS.Timeout | undefined;
   private endpoint: https.Server | undefined;
   private endpointPort = 0;
   private health: AgentHealth = { ready: true, reason: 'AgentReady', message: 'Drover agent is healthy.' };
@@ -104,6 +108,8 @@ export class Agent {
     await this.ensureNode();
     await this.renewLease();
     this.scheduleRenewal();
+    await this.refreshServerList();
+    this.serverListTimer = setInterval(() => void this.refreshServerList(), SERVER_LIST_REFRESH_MS);
     if (this.options.publishedConfig) {
       await this.client!.request('PUT', '/drover/v1/node-config', { values: this.options.publishedConfig }).catch((error: unknown) =>
         this.logger.warn({ err: error }, 'could not publish this agent’s configuration for the drift view'),
@@ -123,13 +129,55 @@ export class Agent {
     );
   }
 
+  /** Servers to try, current first: the one we were given, then those learned from the cluster. */
+  private serverList(): string[] {
+    let learned: string[] = [];
+    try {
+      learned = JSON.parse(fs.readFileSync(this.serversFile(), 'utf8')) as string[];
+    } catch {
+      // none learned yet
+    }
+    const ordered = [this.currentServer ?? this.options.server, this.options.server, ...learned];
+    return [...new Set(ordered)];
+  }
+
+  private serversFile(): string {
+    return path.join(this.agentDir, 'servers.json');
+  }
+
+  /** Learn where else the API is served, and remember it so the first --server is needed once. */
+  private async refreshServerList(): Promise<void> {
+    try {
+      const answer = (await this.client!.request('GET', '/drover/v1/apiservers')) as { servers: { url: string }[] };
+      const urls = [...new Set(answer.servers.map((s) => s.url))];
+      if (urls.length) writeFileAtomic(this.serversFile(), JSON.stringify(urls), 0o644);
+    } catch (error) {
+      this.logger.debug({ err: error }, 'could not refresh the server list');
+    }
+  }
+
+  private connectTo(server: string): void {
+    this.client?.close();
+    this.currentServer = server;
+    const renew = this.timings!.nodeLeaseRenewIntervalMs;
+    this.client = new HttpClient({
+      server,
+      caPem: this.caPem,
+      token: this.nodeToken,
+      // A hung server must be given up on well before the node looks late (half the grace).
+      timeoutMs: Math.max(500, Math.min(renew * 1.5, this.timings!.nodeMonitorGracePeriodMs / 3)),
+    });
+  }
+
   private async join(): Promise<void> {
     const token = parseJoinToken(this.options.token);
     if (!token.caHash) this.logger.warn('the join token does not pin the CA; use the full token from `drover token show`');
-    const server = new URL(this.options.server);
     let lastLog = 0;
-    for (;;) {
+    for (let attempt = 0; ; attempt++) {
       if (this.stopping) throw new JoinError('the agent is shutting down', true);
+      const candidates = this.serverList();
+      const serverUrl = candidates[attempt % candidates.length]!;
+      const server = new URL(serverUrl);
       try {
         const { caPem } = await fetchClusterCa(server, token);
         const response = await register(server, caPem, token.secret, {
@@ -140,17 +188,17 @@ export class Agent {
         });
         this.caPem = caPem;
         this.timings = response.timings;
+        this.nodeToken = response.token;
         this.servingPair = { cert: response.servingCertificate, key: response.servingKey };
-        this.client?.close();
-        this.client = new HttpClient({ server: this.options.server, caPem, token: response.token });
+        this.connectTo(serverUrl);
         return;
       } catch (error) {
         if (error instanceof JoinError && error.fatal) throw error;
         if (Date.now() - lastLog > 10_000) {
           lastLog = Date.now();
-          this.logger.warn({ server: this.options.server, reason: (error as Error).message }, 'waiting for the server to accept this node');
+          this.logger.warn({ server: serverUrl, reason: (error as Error).message }, 'waiting for a server to accept this node');
         }
-        await sleep(RETRY_MS);
+        if ((attempt + 1) % candidates.length === 0) await sleep(RETRY_MS);
       }
     }
   }
@@ -331,6 +379,32 @@ export class Agent {
     };
   }
 
+  /**
+   * One renewal, moving to another server when this one cannot be reached: the node credential
+   * and the CA are the same on every server, so any live one will do.
+   */
+  private async renewLeaseAnywhere(): Promise<void> {
+    try {
+      await this.renewLease();
+      return;
+    } catch (error) {
+      if (error instanceof ApiError || (error instanceof JoinError && error.fatal)) throw error;
+      const failed = this.currentServer;
+      for (const server of this.serverList().filter((s) => s !== failed)) {
+        this.connectTo(server);
+        try {
+          await this.renewLease();
+          this.logger.warn({ from: failed, to: server, reason: (error as Error).message }, 'server unreachable; moved to another server');
+          return;
+        } catch (next) {
+          if (next instanceof ApiError) throw next;
+        }
+      }
+      if (failed) this.connectTo(failed);
+      throw error;
+    }
+  }
+
   /** One renewal. Patches are blind merges (no read first): one request per heartbeat. */
   private async renewLease(): Promise<void> {
     const client = this.client!;
@@ -389,7 +463,7 @@ export class Agent {
     if (this.stopping) return;
     const interval = this.timings!.nodeLeaseRenewIntervalMs;
     this.renewTimer = setTimeout(() => {
-      this.renewLease()
+      this.renewLeaseAnywhere()
         .catch((error: unknown) => {
           if (error instanceof JoinError && error.fatal) {
             this.logger.error({ reason: error.message }, 'this node can no longer join the cluster');
@@ -412,6 +486,7 @@ export class Agent {
     clearTimeout(this.renewTimer);
     clearInterval(this.statusTimer);
     clearInterval(this.healthTimer);
+    clearInterval(this.serverListTimer);
     const client = this.client;
     const name = this.options.nodeName;
     try {
