@@ -35,6 +35,9 @@ export interface SqliteOptions {
   synchronous?: 'NORMAL' | 'FULL';
 }
 
+/** Memory for cached latest values; past it the cache starts over. */
+const LATEST_CACHE_BYTES = 64 * 1024 * 1024;
+
 interface PendingWrite {
   apply: () => { kv: KeyValue; event: WatchEvent };
   resolve: (kv: KeyValue) => void;
@@ -191,6 +194,11 @@ export class SqliteDatastore implements Datastore {
   private readonly watches = new Set<SqliteWatch>();
   private closed = false;
   private pendingWrites: PendingWrite[] = [];
+  /** Latest row of each recently used key (see lookup). */
+  private readonly latest = new Map<string, Row>();
+  private latestBytes = 0;
+  /** The current write batch's own writes, until it commits. */
+  private batchOverlay: Map<string, Row | null> | undefined;
   private readonly batchTransaction: (run: () => void) => void;
 
   private readonly stmts: {
@@ -295,8 +303,44 @@ export class SqliteDatastore implements Datastore {
   }
 
   async get(key: string): Promise<KeyValue | undefined> {
+    const row = this.lookup(key);
+    // A copy: what the caller does with its buffer must not reach the cache.
+    return row ? { ...toKeyValue(row), value: Buffer.from(row.value) } : undefined;
+  }
+
+  /**
+   * The latest row of a key. Only this process writes the file, so the latest rows can be kept in
+   * memory, exactly: a read is then a map lookup instead of two B-tree searches. Inside a write
+   * batch, the batch's own uncommitted writes come first; they reach the cache only on commit.
+   */
+  private lookup(key: string): Row | undefined {
+    if (this.batchOverlay) {
+      const pending = this.batchOverlay.get(key);
+      if (pending !== undefined) return pending ?? undefined;
+    }
+    const cached = this.latest.get(key);
+    if (cached) return cached;
     const row = this.stmts.get.get(key);
-    return row ? toKeyValue(row) : undefined;
+    if (row && !this.batchOverlay) this.remember(key, row);
+    return row;
+  }
+
+  private remember(key: string, row: Row): void {
+    const previous = this.latest.get(key);
+    this.latestBytes += row.value.length - (previous?.value.length ?? 0);
+    // The cache keeps its own bytes, apart from any buffer handed out with a write or an event.
+    this.latest.set(key, { ...row, value: Buffer.from(row.value) });
+    if (this.latestBytes > LATEST_CACHE_BYTES) {
+      // Beyond the budget, start over rather than track recency: correctness never depends on it.
+      this.latest.clear();
+      this.latestBytes = 0;
+    }
+  }
+
+  private forgetLatest(key: string): void {
+    const previous = this.latest.get(key);
+    if (previous) this.latestBytes -= previous.value.length;
+    this.latest.delete(key);
   }
 
   async list(prefix: string, options: ListOptions = {}): Promise<ListResult> {
@@ -326,11 +370,12 @@ export class SqliteDatastore implements Datastore {
     // Keep our own copy: watchers see the value as written even if the caller reuses its buffer.
     const value = Buffer.from(input);
     return this.write(() => {
-      if (this.stmts.get.get(key)) throw new KeyExistsError(key);
+      if (this.lookup(key)) throw new KeyExistsError(key);
       const revision = this.revision + 1;
       this.stmts.insert.run(revision, key, revision, 0, 0, value);
       this.stmts.upsertCurrent.run(key, revision);
       this.revision = revision;
+      this.batchOverlay!.set(key, { revision, key, create_revision: revision, prev_revision: 0, deleted: 0, value });
       const kv: KeyValue = { key, value, createRevision: revision, modRevision: revision };
       return { kv, event: { type: 'put', kv } };
     });
@@ -339,7 +384,7 @@ export class SqliteDatastore implements Datastore {
   async update(key: string, input: Buffer, expectedModRevision: number): Promise<KeyValue> {
     const value = Buffer.from(input);
     return this.write(() => {
-      const existing = this.stmts.get.get(key);
+      const existing = this.lookup(key);
       if (!existing) throw new KeyNotFoundError(key);
       if (existing.revision !== expectedModRevision) {
         throw new ConflictError(key, expectedModRevision, existing.revision);
@@ -348,6 +393,14 @@ export class SqliteDatastore implements Datastore {
       this.stmts.insert.run(revision, key, existing.create_revision, existing.revision, 0, value);
       this.stmts.upsertCurrent.run(key, revision);
       this.revision = revision;
+      this.batchOverlay!.set(key, {
+        revision,
+        key,
+        create_revision: existing.create_revision,
+        prev_revision: existing.revision,
+        deleted: 0,
+        value,
+      });
       const kv: KeyValue = { key, value, createRevision: existing.create_revision, modRevision: revision };
       return { kv, event: { type: 'put', kv, prevKv: toKeyValue(existing) } };
     });
@@ -355,7 +408,7 @@ export class SqliteDatastore implements Datastore {
 
   async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
     return this.write(() => {
-      const existing = this.stmts.get.get(key);
+      const existing = this.lookup(key);
       if (!existing) throw new KeyNotFoundError(key);
       if (expectedModRevision !== undefined && existing.revision !== expectedModRevision) {
         throw new ConflictError(key, expectedModRevision, existing.revision);
@@ -364,6 +417,7 @@ export class SqliteDatastore implements Datastore {
       this.stmts.insert.run(revision, key, existing.create_revision, existing.revision, 1, Buffer.alloc(0));
       this.stmts.deleteCurrent.run(key);
       this.revision = revision;
+      this.batchOverlay!.set(key, null);
       const kv: KeyValue = { key, value: existing.value, createRevision: existing.create_revision, modRevision: revision };
       return { kv, event: { type: 'delete', kv, prevKv: toKeyValue(existing) } };
     });
@@ -393,6 +447,8 @@ export class SqliteDatastore implements Datastore {
     }
     const outcomes: ({ kv: KeyValue; event: WatchEvent } | Error)[] = [];
     const revisionBefore = this.revision;
+    const overlay = new Map<string, Row | null>();
+    this.batchOverlay = overlay;
     try {
       this.batchTransaction(() => {
         for (const op of batch) {
@@ -406,9 +462,15 @@ export class SqliteDatastore implements Datastore {
       });
     } catch (error) {
       // The transaction rolled back as a whole: nobody's write happened.
+      this.batchOverlay = undefined;
       this.revision = revisionBefore;
       for (const op of batch) op.reject(error);
       return;
+    }
+    this.batchOverlay = undefined;
+    for (const [key, row] of overlay) {
+      if (row) this.remember(key, row);
+      else this.forgetLatest(key);
     }
     const events = outcomes.flatMap((o) => (o instanceof Error ? [] : [o.event]));
     if (events.length) this.publish(events);
