@@ -213,8 +213,7 @@ describe('classifyNode: a node this controller has never heard from (heardFrom: 
 
   // A Node left Down by a planned shutdown, judged by a controller that just started (server
   // restart or new leader): its lease is released, so no renewal ever arrives. The shutdown record
-  // is positive evidence of a planned stop and should still give Down; today the heardFrom check
-  // runs first and the node turns Unavailable (with unreachable taints) once the grace runs out.
+  // is positive evidence of a planned stop and must still give Down, never Unavailable.
   it('a shutdown record with a released lease is Down even if never heard from', () => {
     const extra = { shutdown: SHUTDOWN, leaseReleased: true };
     assert.equal(silent(0, extra)?.state, 'Down');

@@ -1,7 +1,4 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import fs from 'node:fs';
-import { writeFileAtomic } from '../security/files.js';
-import { generateSecret } from '../security/tokens.js';
 
 /**
  * The join token an agent needs: `D10<sha256 of the cluster CA certificate>::<user>:<secret>`.
@@ -50,21 +47,4 @@ export function secretsEqual(a: string, b: string): boolean {
   const left = createHash('sha256').update(a).digest();
   const right = createHash('sha256').update(b).digest();
   return timingSafeEqual(left, right);
-}
-
-/** `<data-dir>/token`, created on first start (mode 0600) and stable afterwards. */
-export function ensureJoinToken(file: string, caCertificatePem: string): { token: string; secret: string; created: boolean } {
-  if (fs.existsSync(file)) {
-    const existing = fs.readFileSync(file, 'utf8').trim();
-    if (existing) {
-      const parsed = parseJoinToken(existing);
-      const token = formatJoinToken({ caHash: caHash(caCertificatePem), user: parsed.user, secret: parsed.secret });
-      if (token !== existing) writeFileAtomic(file, `${token}\n`, 0o600);
-      return { token, secret: parsed.secret, created: false };
-    }
-  }
-  const secret = generateSecret(24);
-  const token = formatJoinToken({ caHash: caHash(caCertificatePem), user: 'server', secret });
-  writeFileAtomic(file, `${token}\n`, 0o600);
-  return { token, secret, created: true };
 }
