@@ -10,7 +10,8 @@ import { LEASES, NODES } from '../client/types.js';
 import type { TLSSocket } from 'node:tls';
 import { bearerToken } from '../apiserver/auth.js';
 import { parseJoinToken, secretsEqual } from '../cluster/join-token.js';
-import { AgentMetrics, METRICS_CONTENT_TYPE } from '../metrics/metrics.js';
+import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
+import type { AgentMetrics } from '../metrics/metrics.js';
 import type { ClusterTimings } from '../cluster/supervisor.js';
 import {
   HEALTH_ANNOTATION,
@@ -83,14 +84,13 @@ export class Agent {
   private readonly agentDir: string;
   private readonly logger: Logger;
   /** Only when this node's own `supervisor-metrics` is on. */
-  private readonly metrics: AgentMetrics | undefined;
+  private metrics: AgentMetrics | undefined;
 
   constructor(private readonly options: AgentOptions) {
     this.agentDir = path.join(options.dataDir, 'agent');
     fs.mkdirSync(this.agentDir, { recursive: true, mode: 0o700 });
     this.identity = loadOrCreateIdentity(this.agentDir);
     this.logger = options.logger.child({ node: options.nodeName });
-    this.metrics = options.supervisorMetrics ? new AgentMetrics() : undefined;
   }
 
   get port(): number {
@@ -103,6 +103,11 @@ export class Agent {
 
   /** Join, register the node, start heartbeats. Retries while the server is unreachable. */
   async start(): Promise<void> {
+    if (this.options.supervisorMetrics) {
+      // prom-client is loaded only on nodes that serve metrics.
+      const { AgentMetrics } = await import('../metrics/metrics.js');
+      this.metrics = new AgentMetrics();
+    }
     await this.join();
     await this.startEndpoint();
     await this.ensureNode();

@@ -29,7 +29,8 @@ import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import type { ObjectStore, Selection, WatchEventType } from './storage.js';
 import { type IncludeObject, toTable } from './table.js';
-import { METRICS_CONTENT_TYPE, type ServerMetrics } from '../metrics/metrics.js';
+import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
+import type { ServerMetrics } from '../metrics/metrics.js';
 
 /**
  * The request path of the API: parse the URL into a request (as Kubernetes' RequestInfo does),

@@ -14,7 +14,7 @@ import type {
  * server's embedded agent and the server itself never mix their series.
  */
 
-export const METRICS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+export { METRICS_CONTENT_TYPE } from './content-type.js';
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 

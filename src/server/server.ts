@@ -13,7 +13,7 @@ import { ObjectStore } from '../apiserver/storage.js';
 import { LocalClient } from '../client/local.js';
 import { CLUSTER_RECORD_KEY, checkClusterRecord } from '../config/cluster-record.js';
 import { computeDrift, publication, publishConfig, publishedValues, readPublished } from '../config/drift.js';
-import { instrumentDatastore, ServerMetrics } from '../metrics/metrics.js';
+import type { ServerMetrics } from '../metrics/metrics.js';
 import type { ListResult } from '../datastore/types.js';
 import type { ResolvedConfig } from '../config/resolve.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
@@ -22,7 +22,6 @@ import { supervisorRoutes } from '../cluster/supervisor.js';
 import { EventRecorder } from '../controllers/events.js';
 import { LeaderElector } from '../controllers/leader-election.js';
 import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
-import { openEtcdDatastore } from '../datastore/etcd.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
 import { ApiServerDirectory } from '../cluster/apiservers.js';
@@ -140,6 +139,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // Metrics exist only when this node's own setting asks for them, whatever other nodes say.
     let metrics: ServerMetrics | undefined;
     if (options.supervisorMetrics) {
+      const { instrumentDatastore, ServerMetrics } = await import('../metrics/metrics.js');
       const base = datastore;
       metrics = new ServerMetrics(
         async () => nodeStateCounts(await base.list('/registry/core/nodes/')),
@@ -333,6 +333,8 @@ async function connectDatastore(options: ServerOptions, serverDir: string, logge
   const scheme = tlsOptions.caFile || tlsOptions.certFile ? 'https' : 'http';
   const endpoints = match[1]!.split(',').map((h) => `${scheme}://${h.trim()}`);
   logger.info({ endpoints }, 'using an external etcd datastore');
+  // Loaded only when used: the gRPC stack costs a few hundred milliseconds of start-up.
+  const { openEtcdDatastore } = await import('../datastore/etcd.js');
   return openEtcdDatastore({
     endpoints,
     ...(tlsOptions.caFile ? { caFile: tlsOptions.caFile } : {}),
