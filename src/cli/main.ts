@@ -66,8 +66,13 @@ function serverOptions(config: ResolvedConfig): ServerOptions {
     certFile: config.get<string | undefined>('datastore-certfile'),
     keyFile: config.get<string | undefined>('datastore-keyfile'),
   };
+  const joinServer = config.get<string | undefined>('server');
   return {
     config,
+    clusterInit: config.get<boolean>('cluster-init'),
+    ...(joinServer ? { joinServer } : {}),
+    etcdClientPort: config.get<number>('etcd-client-port'),
+    etcdPeerPort: config.get<number>('etcd-peer-port'),
     ...(token ? { token } : {}),
     ...(endpoint ? { datastoreEndpoint: endpoint } : {}),
     datastoreTls: Object.fromEntries(Object.entries(tls).filter(([, v]) => v)) as NonNullable<ServerOptions['datastoreTls']>,

@@ -54,7 +54,7 @@ async function seal(data: BootstrapData, secret: string): Promise<Buffer> {
   return Buffer.from(JSON.stringify(sealed));
 }
 
-async function open(value: Buffer, secret: string): Promise<BootstrapData> {
+export async function open(value: Buffer, secret: string): Promise<BootstrapData> {
   const sealed = JSON.parse(value.toString('utf8')) as Sealed;
   const key = await scrypt(secret, Buffer.from(sealed.salt, 'base64'), 32);
   const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(sealed.iv, 'base64'));
@@ -98,4 +98,9 @@ export async function loadOrCreateBootstrap(
       if (!(error instanceof KeyExistsError)) throw error; // another server was first: use theirs
     }
   }
+}
+
+/** The sealed record as stored, for a joining server to fetch and open with its token. */
+export async function readSealed(datastore: Datastore, secret: string): Promise<Buffer | undefined> {
+  return (await datastore.get(keyFor(secret)))?.value;
 }

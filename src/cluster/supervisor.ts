@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
 import { CLUSTER_RECORD_KEY, type ClusterRecord, setClusterValue } from '../config/cluster-record.js';
+import { readSealed } from './bootstrap-data.js';
 import { computeDrift, publication, publishConfig, readPublished } from '../config/drift.js';
 import { ConfigError } from '../config/resolve.js';
 import type { EventRecorder } from '../controllers/events.js';
@@ -47,6 +48,8 @@ export interface SupervisorOptions {
   datastore: Datastore;
   events: EventRecorder;
   directory: ApiServerDirectory;
+  /** Present when this server runs a managed etcd member: adds members for joining servers. */
+  etcdMembers?: { add(name: string, peerUrl: string): Promise<string> };
 }
 
 function stringField(body: Record<string, unknown>, field: string): string {
@@ -59,6 +62,11 @@ async function readJsonObject(req: IncomingMessage, what: string): Promise<Recor
   const body = decodeBody(await readBody(req), req.headers['content-type']);
   if (!isJsonObject(body)) throw errors.badRequest(`${what}: body must be a JSON object`);
   return body;
+}
+
+function requireJoinSecret(options: SupervisorOptions, req: IncomingMessage): void {
+  const token = bearerToken(req);
+  if (!token || !secretsEqual(token, options.joinSecret)) throw errors.unauthorized();
 }
 
 function requireAdmin(options: SupervisorOptions, req: IncomingMessage): UserInfo {
@@ -95,6 +103,24 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
     const message = `Cluster setting ${key} changed from ${result.previous ?? '(unset)'} to ${result.value} by ${user.name}; servers still running with the old value show as drifted and must be restarted with the new value`;
     await options.events.record({ kind: 'Namespace', name: 'kube-system', namespace: 'kube-system' }, 'Normal', 'ClusterConfigChanged', message);
     sendJson(res, 200, { key, ...result });
+    return;
+  }
+  if (path === '/drover/v1/bootstrap' && req.method === 'GET') {
+    // Servers only: the join secret (a server token). The record stays sealed; the caller opens it.
+    requireJoinSecret(options, req);
+    const sealed = await readSealed(options.datastore, options.joinSecret);
+    if (!sealed) throw errors.pathNotFound(path);
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    res.end(sealed);
+    return;
+  }
+  if (path === '/drover/v1/etcd/members' && req.method === 'POST') {
+    requireJoinSecret(options, req);
+    if (!options.etcdMembers) throw errors.badRequest('this server does not run a managed etcd member; join a server that does');
+    const body = await readJsonObject(req, 'etcd member');
+    const initialCluster = await options.etcdMembers.add(stringField(body, 'name'), stringField(body, 'peerURL'));
+    options.logger.info({ member: body.name, peerURL: body.peerURL }, 'added an etcd member');
+    sendJson(res, 200, { initialCluster });
     return;
   }
   if (path === '/drover/v1/apiservers' && req.method === 'GET') {

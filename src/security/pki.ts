@@ -83,7 +83,8 @@ export interface LeafRequest {
   organization?: string;
   /** DNS names and IP addresses. */
   subjectAltNames?: readonly string[];
-  usage: 'server' | 'client';
+  /** `peer`: both server and client authentication (etcd peers dial each other). */
+  usage: 'server' | 'client' | 'peer';
 }
 
 export async function issueCertificate(ca: KeyPair, request: LeafRequest): Promise<KeyPair> {
@@ -99,7 +100,9 @@ export async function issueCertificate(ca: KeyPair, request: LeafRequest): Promi
       true,
     ),
     new x509.ExtendedKeyUsageExtension(
-      [request.usage === 'server' ? x509.ExtendedKeyUsage.serverAuth : x509.ExtendedKeyUsage.clientAuth],
+      request.usage === 'peer'
+        ? [x509.ExtendedKeyUsage.serverAuth, x509.ExtendedKeyUsage.clientAuth]
+        : [request.usage === 'server' ? x509.ExtendedKeyUsage.serverAuth : x509.ExtendedKeyUsage.clientAuth],
       false,
     ),
     await x509.AuthorityKeyIdentifierExtension.create(caCert, false),

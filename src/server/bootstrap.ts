@@ -75,8 +75,9 @@ export async function establishClusterIdentity(options: {
     throw error;
   }
   const data = bootstrap.data;
-  const normalizedCa = data.caCertificatePem.endsWith('\n') ? data.caCertificatePem : `${data.caCertificatePem}\n`;
-  if (given?.caHash && given.caHash !== caHash(normalizedCa) && given.caHash !== caHash(data.caCertificatePem)) {
+  // The pin covers the exact bytes a server serves; accept the PEM with or without its final newline.
+  const pemForms = [data.caCertificatePem, data.caCertificatePem.trim(), `${data.caCertificatePem.trim()}\n`];
+  if (given?.caHash && !pemForms.some((pem) => caHash(pem) === given.caHash)) {
     throw new ClusterJoinError('the --token pins a CA that is not this cluster’s CA: wrong token for this datastore');
   }
   if (bootstrap.created) logger.info('created the cluster identity (CA, admin token, join token) and stored it, encrypted, in the datastore');

@@ -24,6 +24,8 @@ import { LeaderElector } from '../controllers/leader-election.js';
 import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
+import { hasEtcdData, type ManagedEtcd } from '../cluster/managed-etcd.js';
+import { openManagedDatastore } from './managed-datastore.js';
 import { ApiServerDirectory } from '../cluster/apiservers.js';
 import { defaultNodeIp } from '../agent/identity.js';
 import type { Datastore } from '../datastore/types.js';
@@ -61,6 +63,11 @@ export interface ServerOptions {
   /** `etcd://host:port,...`; absent for the embedded SQLite datastore. */
   datastoreEndpoint?: string;
   datastoreTls?: { caFile?: string; certFile?: string; keyFile?: string };
+  /** Run a managed etcd member: a new cluster, or joining `joinServer`. */
+  clusterInit?: boolean;
+  joinServer?: string;
+  etcdClientPort?: number;
+  etcdPeerPort?: number;
   dataDir: string;
   httpsListenPort: number;
   bindAddress: string;
@@ -129,10 +136,38 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const lock: DataDirLock = lockDataDir(dataDir, 'server');
   let datastore: Datastore | undefined;
+  let managedEtcd: ManagedEtcd | undefined;
   try {
     const serverDir = path.join(dataDir, 'server');
     fs.mkdirSync(path.join(serverDir, 'db'), { recursive: true, mode: 0o700 });
-    datastore = await connectDatastore(options, serverDir, logger);
+    const serverId = ensureServerId(path.join(serverDir, 'server-id'));
+    const specificBind = !['0.0.0.0', '::', ''].includes(options.bindAddress) ? [options.bindAddress] : [];
+    const advertiseHost = specificBind[0] ?? options.nodeIp ?? defaultNodeIp();
+    // A server with etcd data on disk runs its member again, with or without its first flags.
+    if ((options.clusterInit || options.joinServer || hasEtcdData(dataDir)) && !options.datastoreEndpoint) {
+      const managed = await openManagedDatastore({
+        dataDir,
+        memberName: `${options.nodeName}-${serverId.slice(0, 8)}`,
+        advertiseIp: advertiseHost,
+        clientPort: options.etcdClientPort ?? 2379,
+        peerPort: options.etcdPeerPort ?? 2380,
+        clusterInit: options.clusterInit === true,
+        ...(options.joinServer ? { joinServer: options.joinServer } : {}),
+        ...(options.token ? { token: options.token } : {}),
+        logger,
+      });
+      managedEtcd = managed.etcd;
+      datastore = managed.datastore;
+    } else {
+      datastore = await connectDatastore(options, serverDir, logger);
+    }
+    // Only a server holding the cluster's token gets further, or writes anything into the cluster.
+    const identity = await establishClusterIdentity({
+      datastore,
+      dataDir,
+      ...(options.token ? { tokenOption: options.token } : {}),
+      logger,
+    });
     // Before any component starts: this server's cluster-wide settings must match the record.
     await checkClusterRecord(datastore, options.config, options.nodeName, logger);
     await publishConfig(datastore, publication(options.nodeName, 'server', publishedValues(options.config)));
@@ -158,13 +193,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const store = new ObjectStore(datastore);
     const registry = new ResourceRegistry();
 
-    const identity = await establishClusterIdentity({
-      datastore,
-      dataDir,
-      ...(options.token ? { tokenOption: options.token } : {}),
-      logger,
-    });
-    const specificBind = !['0.0.0.0', '::', ''].includes(options.bindAddress) ? [options.bindAddress] : [];
     const tls = await ensureServingMaterial(path.join(serverDir, 'tls'), servingNames([...specificBind, ...options.tlsSans]));
     for (const what of tls.created) logger.info({ dir: path.join(serverDir, 'tls') }, `generated ${what}`);
     const adminAuthenticator = new TokenAuthenticator();
@@ -174,7 +202,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     await nodeRegistry.start();
     const client = new LocalClient(store, registry);
     const directory = new ApiServerDirectory(datastore, logger);
-    const serverId = ensureServerId(path.join(serverDir, 'server-id'));
     const leaderIdentity = `${options.nodeName}-${serverId.slice(0, 8)}`;
     const events = new EventRecorder(client, 'drover-node-lifecycle', leaderIdentity, logger);
     const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry]);
@@ -206,6 +233,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           datastore,
           events,
           directory,
+          ...(managedEtcd ? { etcdMembers: etcdMemberAdder(managedEtcd) } : {}),
         }),
         logger,
         version: versionInfo(),
@@ -268,7 +296,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       void agent.start().catch((error: unknown) => logger.error({ err: error }, 'the embedded agent failed to start'));
     }
 
-    const advertiseHost = specificBind[0] ?? options.nodeIp ?? defaultNodeIp();
     await directory.start({
       id: serverId,
       url: `https://${advertiseHost.includes(':') ? `[${advertiseHost}]` : advertiseHost}:${address.port}`,
@@ -309,6 +336,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         nodeRegistry.stop();
         await api.close(4000);
         await openDatastore.close();
+        await managedEtcd?.stop();
         lock.release();
         logger.info('shutdown complete');
       })();
@@ -317,9 +345,40 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     return { port: address.port, kubeconfigPath, logger, stop, joinToken: join.token };
   } catch (error) {
     await datastore?.close();
+    await managedEtcd?.stop();
     lock.release();
     throw error;
   }
+}
+
+/** Adds members through the local member's own API; etcd, not Drover, decides membership. */
+function etcdMemberAdder(etcd: ManagedEtcd): { add(name: string, peerUrl: string): Promise<string> } {
+  return {
+    add: async (name, peerUrl) => {
+      const { Etcd3 } = await import('etcd3');
+      const client = new Etcd3({
+        hosts: etcd.endpoint,
+        credentials: {
+          rootCertificate: Buffer.from(etcd.clientTls.ca),
+          certChain: Buffer.from(etcd.clientTls.cert),
+          privateKey: Buffer.from(etcd.clientTls.key),
+        },
+      });
+      try {
+        const existing = await client.cluster.memberList({});
+        if (!existing.members.some((m) => m.peerURLs.includes(peerUrl))) {
+          await client.cluster.memberAdd({ peerURLs: [peerUrl] });
+        }
+        const { members } = await client.cluster.memberList({});
+        return members
+          .map((m) => `${m.name || (m.peerURLs.includes(peerUrl) ? name : '')}=${m.peerURLs[0]}`)
+          .filter((entry) => !entry.startsWith('='))
+          .join(',');
+      } finally {
+        client.close();
+      }
+    },
+  };
 }
 
 async function connectDatastore(options: ServerOptions, serverDir: string, logger: Logger): Promise<Datastore> {
