@@ -71,6 +71,8 @@ export interface HandlerOptions {
   supervisor?: (req: IncomingMessage, res: ServerResponse, path: string) => Promise<boolean>;
   /** Present when this node's own `supervisor-metrics` is on: /metrics serves it, requests feed it. */
   metrics?: ServerMetrics;
+  /** False on an etcd-only server: only the supervisor endpoints and health are served. */
+  kubernetesApi?: boolean;
 }
 
 interface ResourceRequest {
@@ -216,6 +218,9 @@ export class ApiHandler {
     if (path === '/metrics') {
       await this.serveMetrics(req, res);
       return;
+    }
+    if (this.options.kubernetesApi === false) {
+      throw new ApiError(404, 'NotFound', `this is an etcd-only server: it serves no Kubernetes API (${path}); use a control-plane server`);
     }
     const user = this.options.authenticator.authenticate(req);
     if (!user) throw errors.unauthorized();

@@ -70,6 +70,7 @@ function serverOptions(config: ResolvedConfig): ServerOptions {
   return {
     config,
     clusterInit: config.get<boolean>('cluster-init'),
+    role: config.get<'all' | 'etcd' | 'control-plane'>('role'),
     ...(joinServer ? { joinServer } : {}),
     etcdClientPort: config.get<number>('etcd-client-port'),
     etcdPeerPort: config.get<number>('etcd-peer-port'),

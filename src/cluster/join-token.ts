@@ -19,8 +19,9 @@ export interface JoinToken {
   secret: string;
 }
 
+/** The pin: SHA-256 of the CA PEM, with surrounding whitespace normalised to one final newline. */
 export function caHash(caCertificatePem: string): string {
-  return createHash('sha256').update(caCertificatePem).digest('hex');
+  return createHash('sha256').update(`${caCertificatePem.trim()}\n`).digest('hex');
 }
 
 export function formatJoinToken(token: Required<JoinToken>): string {

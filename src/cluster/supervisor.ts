@@ -49,7 +49,7 @@ export interface SupervisorOptions {
   events: EventRecorder;
   directory: ApiServerDirectory;
   /** Present when this server runs a managed etcd member: adds members for joining servers. */
-  etcdMembers?: { add(name: string, peerUrl: string): Promise<string> };
+  etcdMembers?: { add(name: string, peerUrl: string): Promise<string>; clientUrls(): Promise<string[]> };
 }
 
 function stringField(body: Record<string, unknown>, field: string): string {
@@ -121,6 +121,12 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
     const initialCluster = await options.etcdMembers.add(stringField(body, 'name'), stringField(body, 'peerURL'));
     options.logger.info({ member: body.name, peerURL: body.peerURL }, 'added an etcd member');
     sendJson(res, 200, { initialCluster });
+    return;
+  }
+  if (path === '/drover/v1/etcd/endpoints' && req.method === 'GET') {
+    requireJoinSecret(options, req);
+    if (!options.etcdMembers) throw errors.badRequest('this server does not run a managed etcd member; join a server that does');
+    sendJson(res, 200, { endpoints: await options.etcdMembers.clientUrls() });
     return;
   }
   if (path === '/drover/v1/apiservers' && req.method === 'GET') {

@@ -243,6 +243,27 @@ function combinationProblems(config: ResolvedConfig): string[] {
       );
     }
   }
+  if (config.command === 'server') {
+    const role = config.get<string>('role');
+    const clusterInit = config.get<boolean>('cluster-init');
+    const joins = Boolean(config.get<string | undefined>('server'));
+    const external = Boolean(config.get<string | undefined>('datastore-endpoint'));
+    if (role === 'etcd' && external) {
+      problems.push(`role etcd (${config.source('role')}) runs a managed etcd member, so it cannot use datastore-endpoint (${config.source('datastore-endpoint')})`);
+    }
+    if (role === 'etcd' && !clusterInit && !joins) {
+      problems.push(`role etcd (${config.source('role')}) needs cluster-init (a new cluster) or server (join one)`);
+    }
+    if (role === 'control-plane' && clusterInit) {
+      problems.push(`role control-plane (${config.source('role')}) runs no etcd member, so it cannot be the first server (cluster-init, ${config.source('cluster-init')}); start an etcd or all server first`);
+    }
+    if (role === 'control-plane' && !joins && !external) {
+      problems.push(`role control-plane (${config.source('role')}) needs server (a server of the cluster to join) or datastore-endpoint (an external etcd)`);
+    }
+    if (clusterInit && external) {
+      problems.push(`cluster-init (${config.source('cluster-init')}) starts a managed etcd; it cannot be combined with datastore-endpoint (${config.source('datastore-endpoint')})`);
+    }
+  }
   if (config.command === 'agent') {
     for (const name of ['server', 'token']) {
       if (!config.get<string | undefined>(name)) {

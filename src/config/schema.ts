@@ -127,6 +127,15 @@ export const SETTINGS: readonly Setting[] = [
     scope: 'node',
   },
   {
+    name: 'role',
+    type: 'enum',
+    help: 'what this server runs: all (etcd member when managed, API server, controllers), etcd (an etcd member and its agent only), control-plane (API server and controllers, no etcd member)',
+    commands: ['server'],
+    scope: 'node',
+    default: 'all',
+    choices: ['all', 'etcd', 'control-plane'],
+  },
+  {
     name: 'cluster-init',
     type: 'bool',
     help: 'start a new cluster on a managed etcd member (instead of the embedded SQLite datastore)',

@@ -75,9 +75,7 @@ export async function establishClusterIdentity(options: {
     throw error;
   }
   const data = bootstrap.data;
-  // The pin covers the exact bytes a server serves; accept the PEM with or without its final newline.
-  const pemForms = [data.caCertificatePem, data.caCertificatePem.trim(), `${data.caCertificatePem.trim()}\n`];
-  if (given?.caHash && !pemForms.some((pem) => caHash(pem) === given.caHash)) {
+  if (given?.caHash && given.caHash !== caHash(data.caCertificatePem)) {
     throw new ClusterJoinError('the --token pins a CA that is not this cluster’s CA: wrong token for this datastore');
   }
   if (bootstrap.created) logger.info('created the cluster identity (CA, admin token, join token) and stored it, encrypted, in the datastore');
@@ -89,7 +87,6 @@ export async function establishClusterIdentity(options: {
   writeIfChanged(caCertFile, data.caCertificatePem, 0o644);
   writeIfChanged(caKeyFile, data.caKeyPem, 0o600);
   writeIfChanged(adminFile, data.adminToken, 0o600);
-  // The pin is the hash of the exact bytes /cacerts serves: the file as written.
   const caPem = fs.readFileSync(caCertFile, 'utf8');
   const joinToken = formatJoinToken({ caHash: caHash(caPem), user: 'server', secret: data.joinSecret });
   writeIfChanged(tokenFile, joinToken, 0o600);

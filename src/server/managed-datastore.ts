@@ -8,7 +8,7 @@ import { hasEtcdData, type ManagedEtcd, startManagedEtcd } from '../cluster/mana
 import type { Datastore } from '../datastore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
-import { createCertificateAuthority, type KeyPair } from '../security/pki.js';
+import { createCertificateAuthority, issueCertificate, type KeyPair } from '../security/pki.js';
 import { ClusterJoinError } from './bootstrap.js';
 
 /**
@@ -138,4 +138,38 @@ export async function openManagedDatastore(options: ManagedDatastoreOptions): Pr
     key: etcd.clientTls.key,
   });
   return { datastore, etcd };
+}
+
+/**
+ * A control-plane-only server: no member of its own; it connects to the members' client URLs
+ * with a client certificate it issues from the cluster CA. The URLs are learned once from the
+ * server it joins and kept in the data dir, so a restart does not need that server.
+ */
+export async function openMemberlessDatastore(options: ManagedDatastoreOptions): Promise<Datastore> {
+  const endpointsFile = path.join(options.dataDir, 'server', 'etcd-endpoints.json');
+  let ca = localCa(options.dataDir);
+  let endpoints: string[] | undefined;
+  if (ca && fs.existsSync(endpointsFile)) {
+    endpoints = JSON.parse(fs.readFileSync(endpointsFile, 'utf8')) as string[];
+  } else {
+    const joined = await joinIdentity(options);
+    ca = joined.ca;
+    const answer = await call(joined.server, joined.caPem, joined.secret, 'GET', '/drover/v1/etcd/endpoints');
+    if (answer.status !== 200) {
+      throw new ClusterJoinError(`${joined.server.origin} did not list its etcd members (HTTP ${answer.status}): join a server that runs one`);
+    }
+    endpoints = (JSON.parse(answer.body) as { endpoints: string[] }).endpoints;
+    writeFileAtomic(endpointsFile, JSON.stringify(endpoints), 0o644);
+  }
+  const tlsDir = path.join(options.dataDir, 'server', 'tls', 'etcd');
+  const certFile = path.join(tlsDir, 'client.crt');
+  const keyFile = path.join(tlsDir, 'client.key');
+  if (!fs.existsSync(certFile) || !fs.existsSync(keyFile)) {
+    const issued = await issueCertificate(ca, { commonName: 'drover-etcd-client', usage: 'client' });
+    writeFileAtomic(keyFile, issued.privateKeyPem, 0o600);
+    writeFileAtomic(certFile, issued.certificatePem, 0o644);
+  }
+  options.logger.info({ endpoints }, 'control-plane only: using the cluster’s etcd members');
+  const { openEtcdDatastore } = await import('../datastore/etcd.js');
+  return openEtcdDatastore({ endpoints, ca: ca.certificatePem, certFile, keyFile });
 }

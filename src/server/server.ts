@@ -25,7 +25,7 @@ import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
 import { hasEtcdData, type ManagedEtcd } from '../cluster/managed-etcd.js';
-import { openManagedDatastore } from './managed-datastore.js';
+import { openManagedDatastore, openMemberlessDatastore } from './managed-datastore.js';
 import { ApiServerDirectory } from '../cluster/apiservers.js';
 import { defaultNodeIp } from '../agent/identity.js';
 import type { Datastore } from '../datastore/types.js';
@@ -63,6 +63,8 @@ export interface ServerOptions {
   /** `etcd://host:port,...`; absent for the embedded SQLite datastore. */
   datastoreEndpoint?: string;
   datastoreTls?: { caFile?: string; certFile?: string; keyFile?: string };
+  /** all, etcd (member and agent only), control-plane (API and controllers, no member). */
+  role?: 'all' | 'etcd' | 'control-plane';
   /** Run a managed etcd member: a new cluster, or joining `joinServer`. */
   clusterInit?: boolean;
   joinServer?: string;
@@ -143,19 +145,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const serverId = ensureServerId(path.join(serverDir, 'server-id'));
     const specificBind = !['0.0.0.0', '::', ''].includes(options.bindAddress) ? [options.bindAddress] : [];
     const advertiseHost = specificBind[0] ?? options.nodeIp ?? defaultNodeIp();
-    // A server with etcd data on disk runs its member again, with or without its first flags.
-    if ((options.clusterInit || options.joinServer || hasEtcdData(dataDir)) && !options.datastoreEndpoint) {
-      const managed = await openManagedDatastore({
-        dataDir,
-        memberName: `${options.nodeName}-${serverId.slice(0, 8)}`,
-        advertiseIp: advertiseHost,
-        clientPort: options.etcdClientPort ?? 2379,
-        peerPort: options.etcdPeerPort ?? 2380,
-        clusterInit: options.clusterInit === true,
-        ...(options.joinServer ? { joinServer: options.joinServer } : {}),
-        ...(options.token ? { token: options.token } : {}),
-        logger,
-      });
+    const role = options.role ?? 'all';
+    const runsApi = role !== 'etcd';
+    const managedOptions = {
+      dataDir,
+      memberName: `${options.nodeName}-${serverId.slice(0, 8)}`,
+      advertiseIp: advertiseHost,
+      clientPort: options.etcdClientPort ?? 2379,
+      peerPort: options.etcdPeerPort ?? 2380,
+      clusterInit: options.clusterInit === true,
+      ...(options.joinServer ? { joinServer: options.joinServer } : {}),
+      ...(options.token ? { token: options.token } : {}),
+      logger,
+    };
+    if (role === 'control-plane' && !options.datastoreEndpoint) {
+      datastore = await openMemberlessDatastore(managedOptions);
+    } else if ((options.clusterInit || options.joinServer || hasEtcdData(dataDir)) && !options.datastoreEndpoint) {
+      // A server with etcd data on disk runs its member again, with or without its first flags.
+      const managed = await openManagedDatastore(managedOptions);
       managedEtcd = managed.etcd;
       datastore = managed.datastore;
     } else {
@@ -222,6 +229,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         authorizer: new NodeAuthorizer(allowAuthenticated),
         admission: new NodeRestrictionAdmission(client),
         ...(metrics ? { metrics } : {}),
+        kubernetesApi: runsApi,
         supervisor: supervisorRoutes({
           joinSecret: join.secret,
           registry: nodeRegistry,
@@ -276,27 +284,39 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       },
       logger,
     );
-    elector.start();
+    // An etcd-only server runs no controllers and serves no Kubernetes API.
+    if (runsApi) elector.start();
 
     let agent: Agent | undefined;
+    let stopped = false;
     if (!options.disableAgent) {
-      agent = new Agent({
-        server: serverUrl,
-        token: join.token,
-        nodeName: options.nodeName,
-        dataDir,
-        labels: { 'node-role.kubernetes.io/control-plane': 'true', ...options.nodeLabels },
-        taints: options.nodeTaints,
-        agentPort: options.agentPort,
-        ...(options.nodeIp ? { nodeIp: options.nodeIp } : {}),
-        shutdownGracePeriodMs: options.shutdownGracePeriodMs,
-        supervisorMetrics: options.supervisorMetrics,
-        logger: logger.child({ component: 'agent' }),
-      });
-      void agent.start().catch((error: unknown) => logger.error({ err: error }, 'the embedded agent failed to start'));
+      const roleLabels: Record<string, string> = {
+        ...(runsApi ? { 'node-role.kubernetes.io/control-plane': 'true' } : {}),
+        ...(managedEtcd ? { 'node-role.kubernetes.io/etcd': 'true' } : {}),
+      };
+      void (async () => {
+        // Its own API when it has one; an etcd-only server's agent registers through whichever
+        // control-plane server exists (its settings stay its own: only the URL is borrowed).
+        const url = runsApi ? serverUrl : await waitForControlPlane(directory, logger, () => stopped);
+        if (stopped || !url) return;
+        agent = new Agent({
+          server: url,
+          token: join.token,
+          nodeName: options.nodeName,
+          dataDir,
+          labels: { ...roleLabels, ...options.nodeLabels },
+          taints: options.nodeTaints,
+          agentPort: options.agentPort,
+          ...(options.nodeIp ? { nodeIp: options.nodeIp } : {}),
+          shutdownGracePeriodMs: options.shutdownGracePeriodMs,
+          supervisorMetrics: options.supervisorMetrics,
+          logger: logger.child({ component: 'agent' }),
+        });
+        await agent.start();
+      })().catch((error: unknown) => logger.error({ err: error }, 'the embedded agent failed to start'));
     }
 
-    await directory.start({
+    if (runsApi) await directory.start({
       id: serverId,
       url: `https://${advertiseHost.includes(':') ? `[${advertiseHost}]` : advertiseHost}:${address.port}`,
       node: options.nodeName,
@@ -325,6 +345,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     let stopping: Promise<void> | undefined;
     const stop = (): Promise<void> => {
       stopping ??= (async () => {
+        stopped = true;
         if (agent) {
           await Promise.race([agent.shutdown('server shutdown'), new Promise((r) => setTimeout(r, options.shutdownGracePeriodMs).unref())]);
         }
@@ -351,19 +372,46 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   }
 }
 
+/** The URL of some control-plane server, waiting (and saying so) until one has announced itself. */
+async function waitForControlPlane(
+  directory: ApiServerDirectory,
+  logger: Logger,
+  stopped: () => boolean,
+): Promise<string | undefined> {
+  for (let attempt = 0; !stopped(); attempt++) {
+    const live = await directory.live().catch(() => []);
+    if (live.length) return live[0]!.url;
+    if (attempt % 10 === 0) logger.info('etcd-only server: waiting for a control-plane server to register this node through');
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+  return undefined;
+}
+
 /** Adds members through the local member's own API; etcd, not Drover, decides membership. */
-function etcdMemberAdder(etcd: ManagedEtcd): { add(name: string, peerUrl: string): Promise<string> } {
+function etcdMemberAdder(etcd: ManagedEtcd): { add(name: string, peerUrl: string): Promise<string>; clientUrls(): Promise<string[]> } {
+  const connect = async () => {
+    const { Etcd3 } = await import('etcd3');
+    return new Etcd3({
+      hosts: etcd.endpoint,
+      credentials: {
+        rootCertificate: Buffer.from(etcd.clientTls.ca),
+        certChain: Buffer.from(etcd.clientTls.cert),
+        privateKey: Buffer.from(etcd.clientTls.key),
+      },
+    });
+  };
   return {
+    clientUrls: async () => {
+      const client = await connect();
+      try {
+        const { members } = await client.cluster.memberList({});
+        return members.flatMap((m) => m.clientURLs);
+      } finally {
+        client.close();
+      }
+    },
     add: async (name, peerUrl) => {
-      const { Etcd3 } = await import('etcd3');
-      const client = new Etcd3({
-        hosts: etcd.endpoint,
-        credentials: {
-          rootCertificate: Buffer.from(etcd.clientTls.ca),
-          certChain: Buffer.from(etcd.clientTls.cert),
-          privateKey: Buffer.from(etcd.clientTls.key),
-        },
-      });
+      const client = await connect();
       try {
         const existing = await client.cluster.memberList({});
         if (!existing.members.some((m) => m.peerURLs.includes(peerUrl))) {

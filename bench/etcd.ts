@@ -1,0 +1,835 @@
+/**
+ * etcd benchmark: the etcd datastore (`openEtcdDatastore`) against the raw `etcd3` client doing
+ * the same operations in the same run, then node-status PATCHes through the API on etcd against
+ * the same server on SQLite.
+ *
+ *   npm run build && node --import tsx bench/etcd.ts [--round-ms 300] [--rounds 10] [--concurrency 50]
+ *        [--seconds 12] [--warmup 2] [--api-rounds 4] [--clients 50] [--nodes 200]
+ *        [--only datastore|api] [--cpu-prof-dir DIR]
+ *
+ * Writes bench/results/etcd.json. Needs Debian's etcd 3.4 on PATH (apt-get install etcd-server).
+ *
+ * Part 1, datastore operations, sequential (one awaited call at a time) and with `--concurrency`
+ * concurrent callers (each owning its own hot keys, so no CAS ever conflicts), against a fresh
+ * single-member etcd whose data dir is on /dev/shm when writable (tmpfs: etcd's fsync of each
+ * commit costs nothing there; on a disk etcd fsyncs its WAL on every commit, see the context line):
+ * - ours: `openEtcdDatastore({ endpoints })`, keys /registry/a/...; create, update(CAS), get;
+ * - raw: `new Etcd3({ hosts })` (default options), `client.kv.txn` / `client.kv.range` with the
+ *   same operations: create = txn(create_revision == 0 → put), update = txn(mod_revision ==
+ *   expected → put), get = range; keys /registry/b/... in the same etcd;
+ * - context: ours on SQLite (`openSqliteDatastore`, file in the temp dir); raw with ours' exact
+ *   update request (two compares, prev_kv, a failure range, a deadline); raw on a disk-backed
+ *   etcd (fsync per commit).
+ * Each figure is timed in interleaved rounds (ours/raw order alternating); ratios are medians of
+ * per-round ratios. CPU per operation: this process (client) and the etcd process.
+ *
+ * Part 2, node-status PATCHes through the API: `drover server` on a second fresh etcd (tmpfs when
+ * writable) and the same server on SQLite, both `--disable-agent --node-monitor-grace-period 1h`,
+ * each with 200 Nodes; 50 concurrent keep-alive clients send kubelet-shaped strategic-merge
+ * PATCHes to /status, in rounds alternating between the two servers. Ratio etcd / SQLite.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { Etcd3 } from 'etcd3';
+import { openEtcdDatastore } from '../src/datastore/etcd.js';
+import { openSqliteDatastore } from '../src/datastore/sqlite.js';
+import type { Datastore } from '../src/datastore/types.js';
+import {
+  CONDITION_TYPES,
+  DROVER_BIN,
+  fmtInt,
+  heartbeatTime,
+  machineInfo,
+  median,
+  nodeStatusValue,
+  percentile,
+  printMachine,
+  round,
+  writeResult,
+} from './common.js';
+
+const { values: args } = parseArgs({
+  options: {
+    'round-ms': { type: 'string', default: '300' },
+    rounds: { type: 'string', default: '10' },
+    concurrency: { type: 'string', default: '50' },
+    seconds: { type: 'string', default: '12' },
+    warmup: { type: 'string', default: '2' },
+    'api-rounds': { type: 'string', default: '4' },
+    clients: { type: 'string', default: '50' },
+    nodes: { type: 'string', default: '200' },
+    /** Diagnostics: write a V8 CPU profile of the server on etcd into this directory. */
+    'cpu-prof-dir': { type: 'string' },
+    /** Diagnostics: run one part only (no result file). */
+    only: { type: 'string' },
+  },
+});
+const ROUND_MS = Number(args['round-ms']);
+const ROUNDS = Number(args.rounds);
+const CONCURRENCY = Number(args.concurrency);
+const API_SECONDS = Number(args.seconds);
+const WARMUP_SECONDS = Number(args.warmup);
+const API_ROUNDS = Math.max(1, Number(args['api-rounds']));
+const CLIENTS = Number(args.clients);
+const NODES = Number(args.nodes);
+const PROFILE_DIR = args['cpu-prof-dir'];
+const ONLY = args.only;
+if (ONLY !== undefined && ONLY !== 'datastore' && ONLY !== 'api') throw new Error('--only takes datastore or api');
+
+const HOT_KEYS = 1000;
+const VALUES = Array.from({ length: 64 }, (_, i) => nodeStatusValue(i + 1));
+
+// ---------------------------------------------------------------------------------------------
+// Processes (only ever stopped by their own PID)
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
+function processCpuSeconds(pid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+const children = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of children) {
+    if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
+      try {
+        process.kill(child.pid, 'SIGKILL');
+      } catch {
+        // Already gone.
+      }
+    }
+  }
+});
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    process.kill(child.pid, 'SIGTERM');
+    const timer = setTimeout(() => {
+      if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, 'SIGKILL');
+    }, 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+  children.delete(child);
+}
+
+function capture(child: ChildProcess): () => string {
+  let output = '';
+  const add = (chunk: Buffer): void => {
+    output += chunk.toString();
+    if (output.length > 200_000) output = output.slice(-100_000);
+  };
+  child.stdout?.on('data', add);
+  child.stderr?.on('data', add);
+  return () => output;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => (port ? resolve(port) : reject(new Error('no free port'))));
+    });
+  });
+}
+
+/** /dev/shm when writable (tmpfs), else undefined. */
+function shmDir(): string | undefined {
+  try {
+    fs.accessSync('/dev/shm', fs.constants.W_OK);
+    if (fs.statSync('/dev/shm').isDirectory()) return '/dev/shm';
+  } catch {
+    // Not available.
+  }
+  return undefined;
+}
+
+interface EtcdProc {
+  endpoint: string;
+  pid: number;
+  root: string;
+  stop(): Promise<void>;
+}
+
+/** A fresh single-member etcd in a new directory under `parent` (launch as test/helpers/etcd.ts). */
+async function startEtcd(parent: string): Promise<EtcdProc> {
+  const found = spawnSync('sh', ['-c', 'command -v etcd'], { encoding: 'utf8' }).stdout.trim();
+  if (!found) throw new Error('etcd is not installed (Debian: apt-get install etcd-server)');
+  const root = fs.mkdtempSync(path.join(parent, 'drover-bench-etcd-'));
+  const client = `http://127.0.0.1:${await freePort()}`;
+  const peer = `http://127.0.0.1:${await freePort()}`;
+  const child = spawn(
+    found,
+    [
+      '--name', 'n1',
+      '--data-dir', path.join(root, 'data'),
+      '--listen-client-urls', client,
+      '--advertise-client-urls', client,
+      '--listen-peer-urls', peer,
+      '--initial-advertise-peer-urls', peer,
+      '--initial-cluster', `n1=${peer}`,
+      '--initial-cluster-state', 'new',
+      '--initial-cluster-token', 'drover-bench',
+      '--logger=zap',
+      '--log-level=warn',
+      '--heartbeat-interval=10',
+      '--election-timeout=100',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  children.add(child);
+  const output = capture(child);
+  const stop = async (): Promise<void> => {
+    await stopChild(child);
+    fs.rmSync(root, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      await stop();
+      throw new Error(`etcd exited during startup:\n${output()}`);
+    }
+    const ok = await new Promise<boolean>((resolve) => {
+      const req = http.get(`${client}/health`, { timeout: 1000 }, (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve(res.statusCode === 200 && /"health"\s*:\s*"true"/.test(body)));
+      });
+      req.on('timeout', () => req.destroy());
+      req.on('error', () => resolve(false));
+    });
+    if (ok) return { endpoint: client, pid: child.pid!, root, stop };
+    if (Date.now() > deadline) {
+      await stop();
+      throw new Error(`etcd not healthy after 30 s:\n${output()}`);
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Part 1: datastore operations
+
+type Op = 'create' | 'update' | 'get';
+
+/** The three operations; each answers the new modRevision (get: whether the key was found). */
+interface Ops {
+  create(key: string, value: Buffer): Promise<number>;
+  update(key: string, value: Buffer, expected: number): Promise<number>;
+  get(key: string): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+class Subject {
+  created = 0;
+  readonly modRevision = new Float64Array(HOT_KEYS);
+  valueIndex = 0;
+  constructor(
+    readonly name: string,
+    readonly ops: Ops,
+    readonly keyPrefix: string,
+    /** PID of the etcd serving it, for server CPU per op. */
+    readonly etcdPid?: number,
+  ) {}
+  key(i: number): string {
+    return `${this.keyPrefix}node-${String(i).padStart(6, '0')}`;
+  }
+  value(): Buffer {
+    this.valueIndex = (this.valueIndex + 1) % VALUES.length;
+    return VALUES[this.valueIndex]!;
+  }
+}
+
+function datastoreOps(store: Datastore): Ops {
+  return {
+    create: async (key, value) => (await store.create(key, value)).modRevision,
+    update: async (key, value, expected) => (await store.update(key, value, expected)).modRevision,
+    get: async (key) => (await store.get(key)) !== undefined,
+    close: () => store.close(),
+  };
+}
+
+/** The raw etcd3 client, default options, doing the same operations with `kv.txn` / `kv.range`. */
+function rawOps(endpoint: string, oursUpdateRequest = false): Ops {
+  const client = new Etcd3({ hosts: [endpoint] });
+  const utf8 = (s: string): Buffer => Buffer.from(s, 'utf8');
+  return {
+    async create(key, value) {
+      const k = utf8(key);
+      const r = await client.kv.txn({
+        compare: [{ key: k, target: 'Create', result: 'Equal', create_revision: 0 }],
+        success: [{ request_put: { key: k, value } }],
+        failure: [],
+      });
+      if (!r.succeeded) throw new Error(`create ${key}: exists`);
+      return Number(r.header.revision);
+    },
+    async update(key, value, expected) {
+      const k = utf8(key);
+      const r = oursUpdateRequest
+        ? await client.kv.txn(
+            {
+              compare: [
+                { key: k, target: 'Create', result: 'Greater', create_revision: 0 },
+                { key: k, target: 'Mod', result: 'Equal', mod_revision: expected },
+              ],
+              success: [{ request_put: { key: k, value, prev_kv: true } }],
+              failure: [{ request_range: { key: k } }],
+            },
+            { deadline: new Date(Date.now() + 30_000) },
+          )
+        : await client.kv.txn({
+            compare: [{ key: k, target: 'Mod', result: 'Equal', mod_revision: expected }],
+            success: [{ request_put: { key: k, value } }],
+            failure: [],
+          });
+      if (!r.succeeded) throw new Error(`update ${key}: conflict`);
+      return Number(r.header.revision);
+    },
+    async get(key) {
+      const r = await client.kv.range({ key: utf8(key) });
+      return r.kvs.length > 0;
+    },
+    close: async () => client.close(),
+  };
+}
+
+/** Creates the hot keys (sequentially). */
+async function seed(s: Subject): Promise<void> {
+  for (let i = 0; i < HOT_KEYS; i++) s.modRevision[i] = await s.ops.create(s.key(i), s.value());
+  s.created = HOT_KEYS;
+}
+
+interface Rate {
+  opsPerSec: number;
+  clientCpuUsPerOp: number;
+  etcdCpuUsPerOp: number;
+}
+
+/** `op` for about `ms` with `concurrency` callers; worker w owns the hot keys k with k % c == w. */
+async function timed(s: Subject, op: Op, ms: number, concurrency: number): Promise<Rate> {
+  let ops = 0;
+  const cpu0 = process.cpuUsage();
+  const etcd0 = s.etcdPid !== undefined ? processCpuSeconds(s.etcdPid) : NaN;
+  const start = performance.now();
+  const deadline = start + ms;
+  let seedGet = 0x9e3779b9;
+  const worker = async (w: number): Promise<void> => {
+    let next = w;
+    let x = (seedGet ^ (w * 2654435761)) >>> 0 || 1;
+    seedGet++;
+    while (performance.now() < deadline) {
+      if (op === 'create') {
+        const i = s.created++;
+        await s.ops.create(s.key(i), s.value());
+      } else if (op === 'update') {
+        const i = next;
+        next += concurrency;
+        if (next >= HOT_KEYS) next = w;
+        s.modRevision[i] = await s.ops.update(s.key(i), s.value(), s.modRevision[i]!);
+      } else {
+        x ^= x << 13;
+        x ^= x >>> 17;
+        x ^= x << 5;
+        if (!(await s.ops.get(s.key((x >>> 0) % HOT_KEYS)))) throw new Error('missing key');
+      }
+      ops++;
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, (_, w) => worker(w)));
+  const elapsed = performance.now() - start;
+  const cpu = process.cpuUsage(cpu0);
+  const etcd1 = s.etcdPid !== undefined ? processCpuSeconds(s.etcdPid) : NaN;
+  return {
+    opsPerSec: (ops / elapsed) * 1000,
+    clientCpuUsPerOp: (cpu.user + cpu.system) / ops,
+    etcdCpuUsPerOp: ((etcd1 - etcd0) * 1e6) / ops,
+  };
+}
+
+interface Figure {
+  mode: 'sequential' | 'concurrent';
+  op: Op;
+  ours: Rate[];
+  raw: Rate[];
+  ratios: number[];
+  context: Record<string, { rates: Rate[]; vsRaw: number[] }>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Part 2: API PATCHes (client as bench/api.ts)
+
+interface Server {
+  name: string;
+  child: ChildProcess;
+  port: number;
+  ca: string;
+  token: string;
+  agent: https.Agent;
+  output(): string;
+}
+
+async function startDrover(name: string, dataDir: string, extra: string[], profileDir?: string): Promise<Server> {
+  const child = spawn(
+    process.execPath,
+    [
+      ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(profileDir)}`] : []),
+      DROVER_BIN, 'server',
+      ...extra,
+      '--disable-agent',
+      '--https-listen-port', '0',
+      '--bind-address', '127.0.0.1',
+      '--data-dir', dataDir,
+      '--node-monitor-grace-period', '1h',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  children.add(child);
+  const output = capture(child);
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} not ready after 60 s:\n${output()}`)), 60_000);
+    let buffered = '';
+    const onData = (chunk: Buffer): void => {
+      buffered += chunk.toString();
+      const lines = buffered.split('\n');
+      buffered = lines.pop()!;
+      for (const line of lines) {
+        if (line.includes('Drover server is ready')) {
+          clearTimeout(timer);
+          child.stdout!.off('data', onData);
+          resolve((JSON.parse(line) as { port: number }).port);
+          return;
+        }
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited with ${code}:\n${output()}`));
+    });
+  });
+  return {
+    name,
+    child,
+    port,
+    ca: fs.readFileSync(path.join(dataDir, 'server/tls/server-ca.crt'), 'utf8'),
+    token: fs.readFileSync(path.join(dataDir, 'server/cred/admin.token'), 'utf8').trim(),
+    agent: new https.Agent({ keepAlive: true, maxSockets: CLIENTS }),
+    output,
+  };
+}
+
+function send(server: Server, method: string, urlPath: string, body: string | undefined, contentType = 'application/json'): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = https.request(
+      {
+        host: '127.0.0.1',
+        port: server.port,
+        method,
+        path: urlPath,
+        agent: server.agent,
+        ca: server.ca,
+        headers: {
+          Accept: 'application/json',
+          Authorization: `Bearer ${server.token}`,
+          ...(body !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(body) } : {}),
+        },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+const nodeName = (i: number): string => `bench-node-${String(i).padStart(4, '0')}`;
+
+function nodeObject(i: number): unknown {
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name: nodeName(i),
+      labels: {
+        'kubernetes.io/hostname': nodeName(i),
+        'kubernetes.io/os': 'linux',
+        'kubernetes.io/arch': 'amd64',
+        'node-role.kubernetes.io/worker': '',
+      },
+    },
+    spec: { podCIDR: `10.42.${i % 256}.0/24` },
+    status: {
+      capacity: { cpu: '4', memory: '16384Mi', pods: '110', 'ephemeral-storage': '100Gi' },
+      allocatable: { cpu: '4', memory: '16000Mi', pods: '110', 'ephemeral-storage': '95Gi' },
+      conditions: CONDITION_TYPES.map((type) => ({
+        type,
+        status: type === 'Ready' ? 'True' : 'False',
+        lastHeartbeatTime: heartbeatTime(0),
+        lastTransitionTime: heartbeatTime(0),
+        reason: type === 'Ready' ? 'KubeletReady' : `KubeletHasNo${type}`,
+        message: type === 'Ready' ? 'kubelet is posting ready status' : `kubelet has no ${type}`,
+      })),
+      addresses: [
+        { type: 'InternalIP', address: `10.0.${Math.floor(i / 256)}.${i % 256}` },
+        { type: 'Hostname', address: nodeName(i) },
+      ],
+      nodeInfo: {
+        kubeletVersion: 'v1.31.0',
+        containerRuntimeVersion: 'containerd://1.7.22',
+        osImage: 'Debian GNU/Linux 12 (bookworm)',
+        kernelVersion: '6.1.0-25-amd64',
+        architecture: 'amd64',
+        operatingSystem: 'linux',
+      },
+    },
+  };
+}
+
+function heartbeatPatch(beat: number): string {
+  const time = heartbeatTime(beat);
+  return JSON.stringify({
+    status: {
+      '$setElementOrder/conditions': CONDITION_TYPES.map((type) => ({ type })),
+      conditions: CONDITION_TYPES.map((type) => ({ lastHeartbeatTime: time, type })),
+    },
+  });
+}
+
+interface Load {
+  seconds: number;
+  requests: number;
+  perSecond: number;
+  errors: number;
+  firstError?: string;
+  latencies: number[];
+  serverCpuUsPerReq: number;
+  etcdCpuUsPerReq: number;
+}
+
+async function load(server: Server, beats: Uint32Array, ms: number, etcdPid?: number): Promise<Load> {
+  const latencies: number[] = [];
+  let errors = 0;
+  let firstError: string | undefined;
+  const cpu0 = processCpuSeconds(server.child.pid!);
+  const etcd0 = etcdPid !== undefined ? processCpuSeconds(etcdPid) : NaN;
+  const started = performance.now();
+  const deadline = started + ms;
+  const worker = async (w: number): Promise<void> => {
+    const mine: number[] = [];
+    for (let i = w; i < NODES; i += CLIENTS) mine.push(i);
+    if (mine.length === 0) mine.push(w % NODES);
+    for (let k = 0; performance.now() < deadline; k++) {
+      const node = mine[k % mine.length]!;
+      const t0 = performance.now();
+      try {
+        const res = await send(server, 'PATCH', `/api/v1/nodes/${nodeName(node)}/status`, heartbeatPatch(++beats[node]!), 'application/strategic-merge-patch+json');
+        latencies.push(performance.now() - t0);
+        if (res.status !== 200) {
+          errors++;
+          firstError ??= `${res.status} ${res.text.slice(0, 300)}`;
+        }
+      } catch (error) {
+        errors++;
+        firstError ??= String(error);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: CLIENTS }, (_, w) => worker(w)));
+  const seconds = (performance.now() - started) / 1000;
+  const cpu1 = processCpuSeconds(server.child.pid!);
+  const etcd1 = etcdPid !== undefined ? processCpuSeconds(etcdPid) : NaN;
+  return {
+    seconds,
+    requests: latencies.length,
+    perSecond: latencies.length / seconds,
+    errors,
+    ...(firstError ? { firstError } : {}),
+    latencies,
+    serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / (latencies.length || 1),
+    etcdCpuUsPerReq: ((etcd1 - etcd0) * 1e6) / (latencies.length || 1),
+  };
+}
+
+interface Pooled {
+  perSecond: number;
+  requests: number;
+  errors: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  serverCpuUsPerReq: number;
+  etcdCpuUsPerReq: number;
+  firstError?: string;
+}
+
+function pool(rounds: Load[]): Pooled {
+  const seconds = rounds.reduce((a, r) => a + r.seconds, 0);
+  const requests = rounds.reduce((a, r) => a + r.requests, 0);
+  const sorted = Float64Array.from(rounds.flatMap((r) => r.latencies)).sort();
+  const weighted = (f: (r: Load) => number): number => rounds.reduce((a, r) => a + f(r) * r.requests, 0) / (requests || 1);
+  const firstError = rounds.find((r) => r.firstError)?.firstError;
+  return {
+    perSecond: requests / seconds,
+    requests,
+    errors: rounds.reduce((a, r) => a + r.errors, 0),
+    p50: percentile(sorted, 50),
+    p90: percentile(sorted, 90),
+    p99: percentile(sorted, 99),
+    max: sorted.length ? sorted[sorted.length - 1]! : NaN,
+    serverCpuUsPerReq: weighted((r) => r.serverCpuUsPerReq),
+    etcdCpuUsPerReq: weighted((r) => r.etcdCpuUsPerReq),
+    ...(firstError ? { firstError } : {}),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface Dirs {
+  shm: string | undefined;
+  etcdParent: string;
+  tmp: string;
+}
+
+/** Part 1: datastore operations, ours vs raw etcd3 (and context). */
+async function runDatastore({ shm, etcdParent, tmp }: Dirs): Promise<Figure[]> {
+  const cleanup: (() => Promise<void>)[] = [];
+  try {
+    // --- Part 1 ---------------------------------------------------------------------------------
+    const etcd = await startEtcd(etcdParent);
+    cleanup.push(etcd.stop);
+    const diskEtcd = shm ? await startEtcd(os.tmpdir()) : undefined;
+    if (diskEtcd) cleanup.push(diskEtcd.stop);
+    const ours = new Subject('ours', datastoreOps(await openEtcdDatastore({ endpoints: [etcd.endpoint] })), '/registry/a/nodes/', etcd.pid);
+    const raw = new Subject('raw', rawOps(etcd.endpoint), '/registry/b/nodes/', etcd.pid);
+    const rawOursReq = new Subject("raw, ours' update request", rawOps(etcd.endpoint, true), '/registry/c/nodes/', etcd.pid);
+    const sqlite = new Subject('ours on SQLite', datastoreOps(openSqliteDatastore(path.join(tmp, 'state.db'))), '/registry/a/nodes/');
+    const rawDisk = diskEtcd
+      ? new Subject('raw, disk-backed etcd', rawOps(diskEtcd.endpoint), '/registry/b/nodes/', diskEtcd.pid)
+      : undefined;
+    const subjects = [ours, raw, rawOursReq, sqlite, ...(rawDisk ? [rawDisk] : [])];
+    cleanup.push(async () => {
+      for (const s of subjects) await s.ops.close();
+    });
+    for (const s of subjects) await seed(s);
+    const contextFor = (op: Op): Subject[] => [
+      sqlite,
+      ...(op === 'update' ? [rawOursReq] : []),
+      ...(rawDisk && op !== 'get' ? [rawDisk] : []),
+    ];
+    console.log(
+      `# part 1: ${ROUNDS} interleaved rounds of ${ROUND_MS} ms per figure; values ${VALUES[0]!.length} bytes; ${HOT_KEYS} hot keys; ` +
+        `concurrent = ${CONCURRENCY} callers`,
+    );
+    const figures: Figure[] = [];
+    for (const mode of ['sequential', 'concurrent'] as const) {
+      const c = mode === 'sequential' ? 1 : CONCURRENCY;
+      for (const op of ['create', 'update', 'get'] as const) {
+        const f: Figure = { mode, op, ours: [], raw: [], ratios: [], context: {} };
+        await timed(ours, op, ROUND_MS / 2, c); // warm-up
+        await timed(raw, op, ROUND_MS / 2, c);
+        for (let r = 0; r < ROUNDS; r++) {
+          const order = r % 2 === 0 ? [ours, raw] : [raw, ours];
+          const rates = new Map<Subject, Rate>();
+          for (const s of order) rates.set(s, await timed(s, op, ROUND_MS, c));
+          f.ours.push(rates.get(ours)!);
+          f.raw.push(rates.get(raw)!);
+          f.ratios.push(rates.get(ours)!.opsPerSec / rates.get(raw)!.opsPerSec);
+          for (const s of contextFor(op)) {
+            const rate = await timed(s, op, ROUND_MS, c);
+            const entry = (f.context[s.name] ??= { rates: [], vsRaw: [] });
+            entry.rates.push(rate);
+            entry.vsRaw.push(rate.opsPerSec / rates.get(raw)!.opsPerSec);
+          }
+        }
+        figures.push(f);
+        const med = (rates: Rate[], k: keyof Rate): number => median(rates.map((x) => x[k]));
+        console.log(
+          `  ${mode.padEnd(10)} ${op.padEnd(6)}  ours ${fmtInt(med(f.ours, 'opsPerSec')).padStart(6)}/s  raw ${fmtInt(med(f.raw, 'opsPerSec')).padStart(6)}/s  ` +
+            `ours/raw ${median(f.ratios).toFixed(2)} (${f.ratios.map((x) => x.toFixed(2)).join(' ')})  ` +
+            `client CPU ${med(f.ours, 'clientCpuUsPerOp').toFixed(0)} vs ${med(f.raw, 'clientCpuUsPerOp').toFixed(0)} us/op, ` +
+            `etcd CPU ${med(f.ours, 'etcdCpuUsPerOp').toFixed(0)} vs ${med(f.raw, 'etcdCpuUsPerOp').toFixed(0)} us/op`,
+        );
+        for (const [name, e] of Object.entries(f.context)) {
+          console.log(`      ${name.padEnd(28)} ${fmtInt(med(e.rates, 'opsPerSec')).padStart(7)}/s  ${median(e.vsRaw).toFixed(2)} x raw`);
+        }
+      }
+    }
+    return figures;
+  } finally {
+    for (const fn of cleanup.reverse()) await fn().catch((error: unknown) => console.error(`cleanup: ${String(error)}`));
+  }
+}
+
+interface ApiResult {
+  etcd: Pooled;
+  sqlite: Pooled;
+  perRound: Record<string, number[]>;
+  roundRatios: number[];
+  ratio: number;
+}
+
+/** Part 2: node-status PATCHes through the API, server on etcd vs on SQLite. */
+async function runApi({ etcdParent, tmp }: Dirs): Promise<ApiResult> {
+  const cleanup: (() => Promise<void>)[] = [];
+  try {
+    // --- Part 2 ---------------------------------------------------------------------------------
+    const apiEtcd = await startEtcd(etcdParent);
+    cleanup.push(apiEtcd.stop);
+    const etcdDir = fs.mkdtempSync(path.join(tmp, 'server-etcd-'));
+    const sqliteDir = fs.mkdtempSync(path.join(tmp, 'server-sqlite-'));
+    const servers: Server[] = [];
+    cleanup.push(async () => {
+      for (const s of servers) {
+        s.agent.destroy();
+        await stopChild(s.child);
+      }
+    });
+    const onEtcd = await startDrover('etcd', etcdDir, ['--datastore-endpoint', `etcd://${apiEtcd.endpoint.replace(/^http:\/\//, '')}`], PROFILE_DIR);
+    servers.push(onEtcd);
+    const onSqlite = await startDrover('sqlite', sqliteDir, []);
+    servers.push(onSqlite);
+    for (const s of servers) {
+      for (let i = 0; i < NODES; i += CLIENTS) {
+        await Promise.all(
+          Array.from({ length: Math.min(CLIENTS, NODES - i) }, async (_, j) => {
+            const res = await send(s, 'POST', '/api/v1/nodes', JSON.stringify(nodeObject(i + j)));
+            if (res.status !== 201) throw new Error(`${s.name}: creating ${nodeName(i + j)}: ${res.status} ${res.text}`);
+          }),
+        );
+      }
+    }
+    const beats = new Map(servers.map((s) => [s, new Uint32Array(NODES)]));
+    const etcdPidOf = (s: Server): number | undefined => (s === onEtcd ? apiEtcd.pid : undefined);
+    console.log(
+      `# part 2: ${NODES} nodes per server, ${CLIENTS} keep-alive clients, ${WARMUP_SECONDS} s warm-up, ` +
+        `${API_ROUNDS} x ${(API_SECONDS / API_ROUNDS).toFixed(1)} s per server in alternating order`,
+    );
+    for (const s of servers) await load(s, beats.get(s)!, WARMUP_SECONDS * 1000, etcdPidOf(s));
+    const rounds = new Map<Server, Load[]>(servers.map((s) => [s, []]));
+    const roundRatios: number[] = [];
+    for (let r = 0; r < API_ROUNDS; r++) {
+      const order = r % 2 === 0 ? servers : [...servers].reverse();
+      const got = new Map<Server, Load>();
+      for (const s of order) {
+        const result = await load(s, beats.get(s)!, (API_SECONDS / API_ROUNDS) * 1000, etcdPidOf(s));
+        got.set(s, result);
+        rounds.get(s)!.push(result);
+      }
+      roundRatios.push(got.get(onEtcd)!.perSecond / got.get(onSqlite)!.perSecond);
+      console.log(
+        `  round ${r + 1}: etcd ${fmtInt(got.get(onEtcd)!.perSecond)}/s, SQLite ${fmtInt(got.get(onSqlite)!.perSecond)}/s, ratio ${roundRatios[r]!.toFixed(2)}`,
+      );
+    }
+    const api = Object.fromEntries(servers.map((s) => [s.name, pool(rounds.get(s)!)])) as Record<'etcd' | 'sqlite', Pooled>;
+    const apiRatio = api.etcd.perSecond / api.sqlite.perSecond;
+    for (const s of servers) {
+      const p = api[s.name as 'etcd' | 'sqlite'];
+      console.log(
+        `  ${s.name.padEnd(6)} ${fmtInt(p.perSecond).padStart(6)} PATCH/s  p50 ${p.p50.toFixed(1)} ms  p90 ${p.p90.toFixed(1)} ms  p99 ${p.p99.toFixed(1)} ms  max ${p.max.toFixed(0)} ms  ` +
+          `server CPU ${p.serverCpuUsPerReq.toFixed(0)} us/req` +
+          (s === onEtcd ? `  etcd CPU ${p.etcdCpuUsPerReq.toFixed(0)} us/req` : '') +
+          (p.errors ? `  ERRORS ${p.errors}: ${p.firstError}` : ''),
+      );
+    }
+    console.log(`  etcd / SQLite: ${apiRatio.toFixed(2)} (pooled), median of rounds ${median(roundRatios).toFixed(2)}`);
+
+    return {
+      etcd: api.etcd,
+      sqlite: api.sqlite,
+      perRound: Object.fromEntries(servers.map((s) => [s.name, rounds.get(s)!.map((l) => round(l.perSecond, 0))])),
+      roundRatios,
+      ratio: apiRatio,
+    };
+  } finally {
+    for (const fn of cleanup.reverse()) await fn().catch((error: unknown) => console.error(`cleanup: ${String(error)}`));
+  }
+}
+
+async function main(): Promise<void> {
+  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
+  const machine = machineInfo();
+  printMachine(machine);
+  const shm = shmDir();
+  const dirs: Dirs = { shm, etcdParent: shm ?? os.tmpdir(), tmp: fs.mkdtempSync(path.join(os.tmpdir(), 'drover-bench-etcd-')) };
+  console.log(
+    `# etcd data dirs on ${shm ? '/dev/shm (tmpfs: fsync is free; a disk-backed etcd fsyncs its WAL on every commit)' : `${os.tmpdir()} (/dev/shm not writable; disk-backed: etcd fsyncs every commit)`}; ` +
+      `SQLite in ${os.tmpdir()} (WAL, synchronous=NORMAL: no fsync per commit)`,
+  );
+  try {
+    const figures = ONLY === 'api' ? [] : await runDatastore(dirs);
+    const apiResult = ONLY === 'datastore' ? undefined : await runApi(dirs);
+    if (ONLY !== undefined || !apiResult) {
+      console.log('\n(--only: no result file written)');
+      return;
+    }
+    const api = { etcd: apiResult.etcd, sqlite: apiResult.sqlite };
+    const r0 = (x: number): number => round(x, 0);
+    const rateJson = (rates: Rate[]) => ({
+      opsPerSec: rates.map((x) => r0(x.opsPerSec)),
+      medianOpsPerSec: r0(median(rates.map((x) => x.opsPerSec))),
+      clientCpuUsPerOp: round(median(rates.map((x) => x.clientCpuUsPerOp)), 1),
+      ...(Number.isFinite(rates[0]!.etcdCpuUsPerOp) ? { etcdCpuUsPerOp: round(median(rates.map((x) => x.etcdCpuUsPerOp)), 1) } : {}),
+    });
+    const file = writeResult('etcd', {
+      benchmark: 'etcd',
+      machine,
+      settings: {
+        etcdDataDir: dirs.shm ? '/dev/shm (tmpfs)' : os.tmpdir(),
+        etcd: spawnSync('etcd', ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0],
+        sqliteDir: os.tmpdir(),
+        roundMs: ROUND_MS,
+        rounds: ROUNDS,
+        concurrency: CONCURRENCY,
+        hotKeys: HOT_KEYS,
+        valueBytes: VALUES[0]!.length,
+        api: { seconds: API_SECONDS, warmupSeconds: WARMUP_SECONDS, rounds: API_ROUNDS, clients: CLIENTS, nodes: NODES },
+      },
+      datastore: figures.map((f) => ({
+        mode: f.mode,
+        op: f.op,
+        ours: rateJson(f.ours),
+        raw: rateJson(f.raw),
+        ratios: f.ratios.map((x) => round(x, 3)),
+        medianRatio: round(median(f.ratios), 3),
+        context: Object.fromEntries(
+          Object.entries(f.context).map(([name, e]) => [name, { ...rateJson(e.rates), vsRaw: round(median(e.vsRaw), 3) }]),
+        ),
+      })),
+      api: {
+        etcd: { ...api.etcd, perSecond: r0(api.etcd.perSecond), p50: round(api.etcd.p50, 2), p90: round(api.etcd.p90, 2), p99: round(api.etcd.p99, 2), max: round(api.etcd.max, 1), serverCpuUsPerReq: r0(api.etcd.serverCpuUsPerReq), etcdCpuUsPerReq: r0(api.etcd.etcdCpuUsPerReq) },
+        sqlite: { ...api.sqlite, perSecond: r0(api.sqlite.perSecond), p50: round(api.sqlite.p50, 2), p90: round(api.sqlite.p90, 2), p99: round(api.sqlite.p99, 2), max: round(api.sqlite.max, 1), serverCpuUsPerReq: r0(api.sqlite.serverCpuUsPerReq), etcdCpuUsPerReq: undefined },
+        perRound: apiResult.perRound,
+        roundRatios: apiResult.roundRatios.map((x) => round(x, 3)),
+        ratioEtcdOverSqlite: round(apiResult.ratio, 3),
+      },
+    });
+    console.log(`\nwrote ${path.relative(process.cwd(), file)}`);
+  } finally {
+    fs.rmSync(dirs.tmp, { recursive: true, force: true });
+  }
+}
+
+await main();
