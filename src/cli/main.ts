@@ -190,10 +190,11 @@ agentCommand.action(async () => {
 const token = program.command('token').description('Show join tokens');
 token
   .command('show')
-  .description('Print the join token agents use to join this server')
+  .description('Print the server token (joins servers and agents), or with --agent the agent token (joins agents only)')
   .option('--data-dir <dir>', 'the server’s data dir', defaultValue(SETTINGS_BY_NAME.get('data-dir')!) as string)
-  .action((opts: { dataDir: string }) => {
-    const file = path.join(opts.dataDir, 'token');
+  .option('--agent', 'the agent token: it can register nodes but not fetch the cluster identity')
+  .action((opts: { dataDir: string; agent?: boolean }) => {
+    const file = path.join(opts.dataDir, opts.agent ? 'agent-token' : 'token');
     if (!fs.existsSync(file)) {
       process.stderr.write(`drover token show: no token at ${file}; has a server run with --data-dir ${opts.dataDir}?\n`);
       process.exit(EXIT_FAILURE);

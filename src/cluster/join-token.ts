@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 
 /**
  * The join token an agent needs: `D10<sha256 of the cluster CA certificate>::<user>:<secret>`.
@@ -48,4 +48,12 @@ export function secretsEqual(a: string, b: string): boolean {
   const left = createHash('sha256').update(a).digest();
   const right = createHash('sha256').update(b).digest();
   return timingSafeEqual(left, right);
+}
+
+/**
+ * The agent token's secret, derived from the server token's: every server can compute it, but it
+ * does not reveal the server token. It lets a node join; it cannot fetch the cluster identity.
+ */
+export function agentSecretFor(serverSecret: string): string {
+  return createHmac('sha256', serverSecret).update('drover agent token').digest('hex').slice(0, 48);
 }

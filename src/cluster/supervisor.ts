@@ -38,7 +38,10 @@ export interface RegistrationResponse {
 }
 
 export interface SupervisorOptions {
+  /** The server token's secret: registers nodes, and alone unlocks the cluster identity. */
   joinSecret: string;
+  /** The agent token's secret: registers nodes only. */
+  agentSecret: string;
   registry: NodeRegistry;
   client: ApiClient;
   ca: KeyPair;
@@ -168,7 +171,9 @@ export function supervisorRoutes(options: SupervisorOptions) {
     try {
       if (req.method !== 'POST') throw errors.methodNotAllowed(req.method ?? '', path);
       const token = bearerToken(req);
-      if (!token || !secretsEqual(token, options.joinSecret)) throw errors.unauthorized();
+      if (!token || !(secretsEqual(token, options.joinSecret) || secretsEqual(token, options.agentSecret))) {
+        throw errors.unauthorized();
+      }
       const body = decodeBody(await readBody(req), req.headers['content-type']);
       if (!isJsonObject(body)) throw errors.badRequest('registration: body must be a JSON object');
       const nodeName = stringField(body, 'nodeName');

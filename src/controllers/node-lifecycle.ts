@@ -55,6 +55,8 @@ export interface NodeLifecycleOptions {
   tickMs?: number;
   /** Seconds from the last observed renewal to an Unavailable verdict (metrics). */
   onUnavailable?: (seconds: number) => void;
+  /** A Node object was deleted (e.g. to remove its etcd member). */
+  onNodeDeleted?: (node: KubeObject) => void;
 }
 
 interface Taint {
@@ -154,6 +156,7 @@ export class NodeLifecycleController {
       this.tracked.delete(name);
       // Without its node, a lease only confuses; the agent makes a new one if the node returns.
       void this.client.delete(LEASES, NODE_LEASE_NAMESPACE, name).catch(() => undefined);
+      this.options.onNodeDeleted?.(node);
       return;
     }
     const bootId = (node.status as { nodeInfo?: { bootID?: string } } | undefined)?.nodeInfo?.bootID;

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { BootstrapTokenError, clusterExists, type BootstrapData, loadOrCreateBootstrap } from '../cluster/bootstrap-data.js';
-import { caHash, formatJoinToken, parseJoinToken } from '../cluster/join-token.js';
+import { agentSecretFor, caHash, formatJoinToken, parseJoinToken } from '../cluster/join-token.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
@@ -22,8 +22,12 @@ export class ClusterJoinError extends Error {
 export interface ClusterIdentity {
   caCertificatePem: string;
   adminToken: string;
+  /** The server token: joins agents and servers, and unlocks the cluster identity. */
   joinToken: string;
   joinSecret: string;
+  /** The agent token: joins agents only. */
+  agentToken: string;
+  agentSecret: string;
 }
 
 function readIfPresent(file: string): string | undefined {
@@ -90,5 +94,8 @@ export async function establishClusterIdentity(options: {
   const caPem = fs.readFileSync(caCertFile, 'utf8');
   const joinToken = formatJoinToken({ caHash: caHash(caPem), user: 'server', secret: data.joinSecret });
   writeIfChanged(tokenFile, joinToken, 0o600);
-  return { caCertificatePem: caPem, adminToken: data.adminToken, joinToken, joinSecret: data.joinSecret };
+  const agentSecret = agentSecretFor(data.joinSecret);
+  const agentToken = formatJoinToken({ caHash: caHash(caPem), user: 'node', secret: agentSecret });
+  writeIfChanged(path.join(dataDir, 'agent-token'), agentToken, 0o600);
+  return { caCertificatePem: caPem, adminToken: data.adminToken, joinToken, joinSecret: data.joinSecret, agentToken, agentSecret };
 }

@@ -145,7 +145,15 @@ export async function openManagedDatastore(options: ManagedDatastoreOptions): Pr
  * with a client certificate it issues from the cluster CA. The URLs are learned once from the
  * server it joins and kept in the data dir, so a restart does not need that server.
  */
-export async function openMemberlessDatastore(options: ManagedDatastoreOptions): Promise<Datastore> {
+/** How to reach the etcd members with the member API (TLS client credentials). */
+export interface EtcdAccess {
+  endpoints: string[];
+  ca: string;
+  cert: string;
+  key: string;
+}
+
+export async function openMemberlessDatastore(options: ManagedDatastoreOptions): Promise<{ datastore: Datastore; access: EtcdAccess }> {
   const endpointsFile = path.join(options.dataDir, 'server', 'etcd-endpoints.json');
   let ca = localCa(options.dataDir);
   let endpoints: string[] | undefined;
@@ -171,5 +179,9 @@ export async function openMemberlessDatastore(options: ManagedDatastoreOptions):
   }
   options.logger.info({ endpoints }, 'control-plane only: using the cluster’s etcd members');
   const { openEtcdDatastore } = await import('../datastore/etcd.js');
-  return openEtcdDatastore({ endpoints, ca: ca.certificatePem, certFile, keyFile });
+  const datastore = await openEtcdDatastore({ endpoints, ca: ca.certificatePem, certFile, keyFile });
+  return {
+    datastore,
+    access: { endpoints, ca: ca.certificatePem, cert: fs.readFileSync(certFile, 'utf8'), key: fs.readFileSync(keyFile, 'utf8') },
+  };
 }

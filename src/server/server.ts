@@ -6,6 +6,7 @@ import { Agent } from '../agent/agent.js';
 import type { Taint } from '../config/schema.js';
 import { allowAuthenticated, TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { ApiError } from '../apiserver/errors.js';
+import type { KubeObject } from '../apiserver/objects.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
 import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js';
 import { ApiServer } from '../apiserver/server.js';
@@ -25,7 +26,7 @@ import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
 import { hasEtcdData, type ManagedEtcd } from '../cluster/managed-etcd.js';
-import { openManagedDatastore, openMemberlessDatastore } from './managed-datastore.js';
+import { type EtcdAccess, openManagedDatastore, openMemberlessDatastore } from './managed-datastore.js';
 import { ApiServerDirectory } from '../cluster/apiservers.js';
 import { defaultNodeIp } from '../agent/identity.js';
 import type { Datastore } from '../datastore/types.js';
@@ -139,6 +140,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const lock: DataDirLock = lockDataDir(dataDir, 'server');
   let datastore: Datastore | undefined;
   let managedEtcd: ManagedEtcd | undefined;
+  let etcdAccess: EtcdAccess | undefined;
   try {
     const serverDir = path.join(dataDir, 'server');
     fs.mkdirSync(path.join(serverDir, 'db'), { recursive: true, mode: 0o700 });
@@ -159,11 +161,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       logger,
     };
     if (role === 'control-plane' && !options.datastoreEndpoint) {
-      datastore = await openMemberlessDatastore(managedOptions);
+      const memberless = await openMemberlessDatastore(managedOptions);
+      datastore = memberless.datastore;
+      etcdAccess = memberless.access;
     } else if ((options.clusterInit || options.joinServer || hasEtcdData(dataDir)) && !options.datastoreEndpoint) {
       // A server with etcd data on disk runs its member again, with or without its first flags.
       const managed = await openManagedDatastore(managedOptions);
       managedEtcd = managed.etcd;
+      etcdAccess = { endpoints: [managed.etcd.endpoint], ...managed.etcd.clientTls };
       datastore = managed.datastore;
     } else {
       datastore = await connectDatastore(options, serverDir, logger);
@@ -204,7 +209,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     for (const what of tls.created) logger.info({ dir: path.join(serverDir, 'tls') }, `generated ${what}`);
     const adminAuthenticator = new TokenAuthenticator();
     adminAuthenticator.add(identity.adminToken, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
-    const join = { token: identity.joinToken, secret: identity.joinSecret };
+    const join = { token: identity.joinToken, secret: identity.joinSecret, agentSecret: identity.agentSecret };
     const nodeRegistry = new NodeRegistry(datastore);
     await nodeRegistry.start();
     const client = new LocalClient(store, registry);
@@ -232,6 +237,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         kubernetesApi: runsApi,
         supervisor: supervisorRoutes({
           joinSecret: join.secret,
+          agentSecret: join.agentSecret,
           registry: nodeRegistry,
           client,
           ca: tls.ca,
@@ -241,7 +247,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           datastore,
           events,
           directory,
-          ...(managedEtcd ? { etcdMembers: etcdMemberAdder(managedEtcd) } : {}),
+          ...(managedEtcd && etcdAccess ? { etcdMembers: etcdMembership(etcdAccess) } : {}),
         }),
         logger,
         version: versionInfo(),
@@ -273,6 +279,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const lifecycle = new NodeLifecycleController(client, events, logger.child({ controller: 'node-lifecycle' }), {
       gracePeriodMs: options.nodeMonitorGracePeriodMs,
       ...(metrics ? { onUnavailable: (seconds: number) => metrics.detection.observe(seconds) } : {}),
+      ...(etcdAccess
+        ? {
+            // An etcd server's Node deleted: its member goes too, so quorum counts only real members.
+            onNodeDeleted: (node: KubeObject) => {
+              if (node.metadata.labels?.['node-role.kubernetes.io/etcd'] !== 'true') return;
+              void etcdMembership(etcdAccess!)
+                .removeByNode(node.metadata.name!)
+                .then((removed) => removed.length && logger.info({ node: node.metadata.name, members: removed }, 'removed the etcd member of a deleted node'))
+                .catch((error: unknown) => logger.warn({ err: error, node: node.metadata.name }, 'could not remove the etcd member of a deleted node'));
+            },
+          }
+        : {}),
     });
     const elector = new LeaderElector(
       client,
@@ -351,8 +369,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         }
         logger.info('shutting down: closing listeners and waiting for requests in flight');
         clearInterval(compactor);
-        await directory.stop();
-        await elector.stop();
+        // Courtesies to the rest of the cluster, bounded: a datastore without quorum must not hold
+        // the shutdown hostage.
+        const bounded = (work: Promise<void>): Promise<unknown> =>
+          Promise.race([work, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
+        await bounded(directory.stop());
+        await bounded(elector.stop());
         lifecycle.stop();
         nodeRegistry.stop();
         await api.close(4000);
@@ -387,32 +409,32 @@ async function waitForControlPlane(
   return undefined;
 }
 
-/** Adds members through the local member's own API; etcd, not Drover, decides membership. */
-function etcdMemberAdder(etcd: ManagedEtcd): { add(name: string, peerUrl: string): Promise<string>; clientUrls(): Promise<string[]> } {
-  const connect = async () => {
+/** Membership through etcd's own member API: etcd, not Drover, decides who is a member. */
+function etcdMembership(access: EtcdAccess): {
+  add(name: string, peerUrl: string): Promise<string>;
+  clientUrls(): Promise<string[]>;
+  removeByNode(nodeName: string): Promise<string[]>;
+} {
+  const withClient = async <T>(run: (client: import('etcd3').Etcd3) => Promise<T>): Promise<T> => {
     const { Etcd3 } = await import('etcd3');
-    return new Etcd3({
-      hosts: etcd.endpoint,
+    const client = new Etcd3({
+      hosts: access.endpoints,
       credentials: {
-        rootCertificate: Buffer.from(etcd.clientTls.ca),
-        certChain: Buffer.from(etcd.clientTls.cert),
-        privateKey: Buffer.from(etcd.clientTls.key),
+        rootCertificate: Buffer.from(access.ca),
+        certChain: Buffer.from(access.cert),
+        privateKey: Buffer.from(access.key),
       },
     });
+    try {
+      return await run(client);
+    } finally {
+      client.close();
+    }
   };
   return {
-    clientUrls: async () => {
-      const client = await connect();
-      try {
-        const { members } = await client.cluster.memberList({});
-        return members.flatMap((m) => m.clientURLs);
-      } finally {
-        client.close();
-      }
-    },
-    add: async (name, peerUrl) => {
-      const client = await connect();
-      try {
+    clientUrls: () => withClient(async (client) => (await client.cluster.memberList({})).members.flatMap((m) => m.clientURLs)),
+    add: (name, peerUrl) =>
+      withClient(async (client) => {
         const existing = await client.cluster.memberList({});
         if (!existing.members.some((m) => m.peerURLs.includes(peerUrl))) {
           await client.cluster.memberAdd({ peerURLs: [peerUrl] });
@@ -422,10 +444,17 @@ function etcdMemberAdder(etcd: ManagedEtcd): { add(name: string, peerUrl: string
           .map((m) => `${m.name || (m.peerURLs.includes(peerUrl) ? name : '')}=${m.peerURLs[0]}`)
           .filter((entry) => !entry.startsWith('='))
           .join(',');
-      } finally {
-        client.close();
-      }
-    },
+      }),
+    // Member names are `<node name>-<8 hex of the server id>`.
+    removeByNode: (nodeName) =>
+      withClient(async (client) => {
+        const { members } = await client.cluster.memberList({});
+        const doomed = members.filter(
+          (m) => m.name.startsWith(`${nodeName}-`) && /^[0-9a-f]{8}$/.test(m.name.slice(nodeName.length + 1)),
+        );
+        for (const member of doomed) await client.cluster.memberRemove({ ID: member.ID });
+        return doomed.map((m) => m.name);
+      }),
   };
 }
 
