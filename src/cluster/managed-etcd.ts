@@ -31,6 +31,8 @@ export interface ManagedEtcdOptions {
   mode: 'new' | 'existing' | 'restart';
   initialCluster?: string;
   logger: Logger;
+  /** The member died while the server still ran (the server must not limp on without it). */
+  onUnexpectedExit?: (code: number | null) => void;
 }
 
 export interface EtcdClientTls {
@@ -90,8 +92,17 @@ function reapOrphan(pidFile: string, dataDir: string, logger: Logger): void {
   } catch {
     return;
   }
+  // Gone once it has left /proc or is a zombie waiting to be collected (it holds no ports then).
+  const running = (): boolean => {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+    } catch {
+      return false;
+    }
+  };
   const deadline = Date.now() + 5000;
-  while (fs.existsSync(`/proc/${pid}`) && Date.now() < deadline) spawnSync('sleep', ['0.05']);
+  while (running() && Date.now() < deadline) spawnSync('sleep', ['0.05']);
 }
 
 function url(host: string, port: number): string {
@@ -180,7 +191,9 @@ export async function startManagedEtcd(options: ManagedEtcdOptions): Promise<Man
     }),
   );
   void exit.then((code) => {
-    if (!stopping) options.logger.error({ code, log: logFile }, 'the managed etcd member exited unexpectedly');
+    if (stopping) return;
+    options.logger.error({ code, log: logFile }, 'the managed etcd member exited unexpectedly');
+    options.onUnexpectedExit?.(code);
   });
   const endpoint = url('127.0.0.1', options.clientPort);
   const deadline = Date.now() + 60_000;

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
-import { fetchClusterCa } from '../agent/bootstrap.js';
+import { fetchClusterCa, JoinError } from '../agent/bootstrap.js';
 import { open as openSealed } from '../cluster/bootstrap-data.js';
 import { caHash, formatJoinToken, parseJoinToken } from '../cluster/join-token.js';
 import { hasEtcdData, type ManagedEtcd, startManagedEtcd } from '../cluster/managed-etcd.js';
@@ -28,6 +28,7 @@ export interface ManagedDatastoreOptions {
   joinServer?: string;
   token?: string;
   logger: Logger;
+  onMemberExit?: (code: number | null) => void;
 }
 
 function tlsFiles(dataDir: string): { cert: string; key: string; admin: string; token: string } {
@@ -79,7 +80,13 @@ async function joinIdentity(options: ManagedDatastoreOptions): Promise<{ ca: Key
   if (!options.token) throw new ClusterJoinError('joining a cluster with --server needs its --token (drover token show on a server)');
   const token = parseJoinToken(options.token);
   const server = new URL(options.joinServer!);
-  const { caPem } = await fetchClusterCa(server, token);
+  let caPem: string;
+  try {
+    ({ caPem } = await fetchClusterCa(server, token));
+  } catch (error) {
+    if (error instanceof JoinError && error.fatal) throw new ClusterJoinError(error.message);
+    throw error;
+  }
   const sealed = await call(server, caPem, token.secret, 'GET', '/drover/v1/bootstrap');
   if (sealed.status !== 200) {
     throw new ClusterJoinError(`${server.origin} refused to hand over the cluster identity (HTTP ${sealed.status}): wrong --token?`);
@@ -97,6 +104,7 @@ export async function openManagedDatastore(options: ManagedDatastoreOptions): Pr
   const { logger } = options;
   let etcd: ManagedEtcd;
   const common = {
+    ...(options.onMemberExit ? { onUnexpectedExit: options.onMemberExit } : {}),
     dataDir: options.dataDir,
     name: options.memberName,
     advertiseIp: options.advertiseIp,
@@ -116,7 +124,8 @@ export async function openManagedDatastore(options: ManagedDatastoreOptions): Pr
       peerURL: peerUrl,
     });
     if (added.status !== 200) {
-      throw new ClusterJoinError(`${joined.server.origin} could not add this server as an etcd member (HTTP ${added.status}): ${added.body}`);
+      // Not a configuration problem: the cluster could not take a member now (exit 1, try again).
+      throw new Error(`${joined.server.origin} could not add this server as an etcd member (HTTP ${added.status}): ${added.body}`);
     }
     const { initialCluster } = JSON.parse(added.body) as { initialCluster: string };
     logger.info({ initialCluster }, 'added as an etcd member; starting it with the existing cluster state');
@@ -125,8 +134,8 @@ export async function openManagedDatastore(options: ManagedDatastoreOptions): Pr
     const ca = localCa(options.dataDir) ?? (await createCertificateAuthority(`drover-server-ca@${Math.floor(Date.now() / 1000)}`));
     const files = tlsFiles(options.dataDir);
     if (!fs.existsSync(files.cert)) {
-      writeFileAtomic(files.key, ca.privateKeyPem, 0o600);
-      writeFileAtomic(files.cert, ca.certificatePem, 0o644);
+      writeFileAtomic(files.key, `${ca.privateKeyPem.trim()}\n`, 0o600);
+      writeFileAtomic(files.cert, `${ca.certificatePem.trim()}\n`, 0o644);
     }
     etcd = await startManagedEtcd({ ...common, ca, mode: 'new' });
   }

@@ -159,6 +159,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       ...(options.joinServer ? { joinServer: options.joinServer } : {}),
       ...(options.token ? { token: options.token } : {}),
       logger,
+      // Without its member this server can serve nothing; exiting lets agents fail over at once
+      // and a service manager restart it (the member then restarts from its data).
+      onMemberExit: (code: number | null) => {
+        logger.fatal({ code }, 'the managed etcd member died; stopping this server');
+        process.exit(1);
+      },
     };
     if (role === 'control-plane' && !options.datastoreEndpoint) {
       const memberless = await openMemberlessDatastore(managedOptions);
@@ -205,7 +211,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const store = new ObjectStore(datastore);
     const registry = new ResourceRegistry();
 
-    const tls = await ensureServingMaterial(path.join(serverDir, 'tls'), servingNames([...specificBind, ...options.tlsSans]));
+    // The advertised address (used by agents failing over) must be in the certificate too.
+    const tls = await ensureServingMaterial(
+      path.join(serverDir, 'tls'),
+      servingNames([...specificBind, advertiseHost, ...options.tlsSans]),
+    );
     for (const what of tls.created) logger.info({ dir: path.join(serverDir, 'tls') }, `generated ${what}`);
     const adminAuthenticator = new TokenAuthenticator();
     adminAuthenticator.add(identity.adminToken, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
@@ -433,18 +443,33 @@ function etcdMembership(access: EtcdAccess): {
   };
   return {
     clientUrls: () => withClient(async (client) => (await client.cluster.memberList({})).members.flatMap((m) => m.clientURLs)),
-    add: (name, peerUrl) =>
-      withClient(async (client) => {
-        const existing = await client.cluster.memberList({});
-        if (!existing.members.some((m) => m.peerURLs.includes(peerUrl))) {
-          await client.cluster.memberAdd({ peerURLs: [peerUrl] });
+    add: async (name, peerUrl) => {
+      // etcd refuses a new member until the newest one is connected to all peers (its strict
+      // reconfiguration check): a join right after another waits instead of failing. A fresh
+      // client per attempt, since the client library stops calling a server that failed thrice.
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        try {
+          await withClient(async (client) => {
+            const existing = await client.cluster.memberList({});
+            if (!existing.members.some((m) => m.peerURLs.includes(peerUrl))) {
+              await client.cluster.memberAdd({ peerURLs: [peerUrl] });
+            }
+          });
+          break;
+        } catch (error) {
+          if (!/unhealthy cluster/i.test(String(error)) || Date.now() > deadline) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 500));
         }
+      }
+      return withClient(async (client) => {
         const { members } = await client.cluster.memberList({});
         return members
           .map((m) => `${m.name || (m.peerURLs.includes(peerUrl) ? name : '')}=${m.peerURLs[0]}`)
           .filter((entry) => !entry.startsWith('='))
           .join(',');
-      }),
+      });
+    },
     // Member names are `<node name>-<8 hex of the server id>`.
     removeByNode: (nodeName) =>
       withClient(async (client) => {
