@@ -108,10 +108,21 @@ export class Agent {
       const { AgentMetrics } = await import('../metrics/metrics.js');
       this.metrics = new AgentMetrics();
     }
-    await this.join();
-    await this.startEndpoint();
-    await this.ensureNode();
-    await this.renewLease();
+    // Registration is several calls; a server that goes away between them (a restart, a failover)
+    // means starting over against whichever server answers, not giving up.
+    for (;;) {
+      await this.join();
+      try {
+        await this.startEndpoint();
+        await this.ensureNode();
+        await this.renewLeaseAnywhere();
+        break;
+      } catch (error) {
+        if (this.stopping || (error instanceof JoinError && error.fatal)) throw error;
+        this.logger.warn({ reason: (error as Error).message }, 'could not finish registering this node; starting over');
+        await sleep(RETRY_MS);
+      }
+    }
     this.scheduleRenewal();
     await this.refreshServerList();
     this.serverListTimer = setInterval(() => void this.refreshServerList(), SERVER_LIST_REFRESH_MS);

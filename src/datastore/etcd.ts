@@ -1,7 +1,9 @@
 import fs from 'node:fs';
 
+import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
 import {
   Etcd3,
+  isRecoverableError,
   type ICompare,
   type IDuplexStream,
   type IEvent,
@@ -848,6 +850,14 @@ export class EtcdDatastore implements Datastore {
         // No blind retries: a retried write whose first attempt did commit would report a
         // conflict for its own success. Calls retry where that is safe (see `call`).
         global: noRetryPolicy,
+        // A short per-host breaker: a dead member is skipped after one failure and tried again
+        // after a second. The library's default (three failures, five seconds) kept a restarted
+        // member out so long that a quick rolling restart looked like a total outage.
+        host: () =>
+          circuitBreaker(handleWhen(isRecoverableError), {
+            halfOpenAfter: 1000,
+            breaker: new ConsecutiveBreaker(1),
+          }) as unknown as ReturnType<NonNullable<NonNullable<IOptions['faultHandling']>['host']>>,
       },
     };
     if (tls) {
@@ -940,7 +950,9 @@ export class EtcdDatastore implements Datastore {
         return await op();
       } catch (error) {
         const retry = kind === 'read' ? isTransient(error) : neverSent(error);
-        if (attempt >= 2 || !retry || this.closed) throw error;
+        // 100 + 300 + 900 ms: longer than the per-host breaker's one second, so a member that
+        // just came back (or the next one) gets a real chance before the caller sees an error.
+        if (attempt >= 3 || !retry || this.closed) throw error;
         await new Promise((resolve) => setTimeout(resolve, 100 * 3 ** attempt));
       }
     }
@@ -1229,9 +1241,10 @@ export class EtcdDatastore implements Datastore {
 }
 
 /** A fault-handling policy that just runs the call once (see the constructor). */
+const NEVER_ABORTED = new AbortController().signal;
 const noRetryPolicy = {
   execute: async <T>(fn: (context: { signal: AbortSignal }) => PromiseLike<T> | T): Promise<T> =>
-    fn({ signal: new AbortController().signal }),
+    fn({ signal: NEVER_ABORTED }),
   onSuccess: () => ({ dispose: () => undefined }),
   onFailure: () => ({ dispose: () => undefined }),
 } as unknown as NonNullable<NonNullable<IOptions['faultHandling']>['global']>;
