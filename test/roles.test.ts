@@ -827,10 +827,18 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
       );
     };
 
-    e2.extra.push('--supervisor-metrics');
+    // Each server's own local config file turns it on, as in k3s issue 12753's report.
+    const localConfig = (m: Srv): string => {
+      const file = path.join(m.dataDir, 'local-config.yaml');
+      fs.writeFileSync(file, 'supervisor-metrics: true\n');
+      m.extra.push('-c', file);
+      return `file:${file}:1`;
+    };
+    const sources: Record<string, string> = {};
+    sources.e2 = localConfig(e2);
     await restart(e2);
     await expectMetrics({ e1: 404, e2: 200, e3: 404, cp: 404 }, 'after e2’s restart');
-    e3.extra.push('--supervisor-metrics');
+    sources.e3 = localConfig(e3);
     await restart(e3);
     await expectMetrics({ e1: 404, e2: 200, e3: 200, cp: 404 }, 'after e3’s restart');
     assert.match(e2.proc!.output(), /supervisor metrics enabled on \/metrics/);
@@ -839,17 +847,18 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
     const shown: Record<string, { value: string; source: string }> = {};
     for (const m of etcdServers) shown[m.name] = await configShow(m);
     assert.deepEqual(shown.e1, { value: 'false', source: 'default' });
-    assert.deepEqual(shown.e2, { value: 'true', source: 'flag:--supervisor-metrics' });
-    assert.deepEqual(shown.e3, { value: 'true', source: 'flag:--supervisor-metrics' });
+    assert.deepEqual(shown.e2, { value: 'true', source: sources.e2 });
+    assert.deepEqual(shown.e3, { value: 'true', source: sources.e3 });
 
-    e1.extra.push('--supervisor-metrics');
+    sources.e1 = localConfig(e1);
     await restart(e1);
     await expectMetrics({ e1: 200, e2: 200, e3: 200, cp: 404 }, 'after e1’s restart');
-    assert.deepEqual(await configShow(e1), { value: 'true', source: 'flag:--supervisor-metrics' });
+    assert.deepEqual(await configShow(e1), { value: 'true', source: sources.e1 });
 
     await restart(e2);
     await restart(e3);
     await expectMetrics({ e1: 200, e2: 200, e3: 200, cp: 404 }, 'after e2 and e3 restarted again');
+    for (const m of etcdServers) assert.deepEqual(await configShow(m), { value: 'true', source: sources[m.name] });
     await sampler.stop();
     const text = (await api(e2, 'GET', '/metrics', { token })).text;
     assert.match(text, /^# (HELP|TYPE) /m, 'Prometheus text');

@@ -525,8 +525,10 @@ export class Agent {
     } catch (error) {
       this.logger.warn({ err: error }, 'could not complete the shutdown notice');
     } finally {
-      await new Promise<void>((resolve) => (this.endpoint ? this.endpoint.close(() => resolve()) : resolve()));
+      // Cut idle keep-alive connections first: close() alone would wait for them to time out.
+      const closed = new Promise<void>((resolve) => (this.endpoint ? this.endpoint.close(() => resolve()) : resolve()));
       this.endpoint?.closeAllConnections();
+      await closed;
       client?.close();
     }
   }
