@@ -59,8 +59,18 @@ export function hasEtcdData(dataDir: string): boolean {
 }
 
 function findEtcd(): string {
-  const which = spawnSync('sh', ['-c', 'command -v etcd'], { encoding: 'utf8' });
-  const bin = which.stdout.trim();
+  const bin = (process.env.PATH ?? '')
+    .split(path.delimiter)
+    .filter(Boolean)
+    .map((dir) => path.join(dir, 'etcd'))
+    .find((candidate) => {
+      try {
+        fs.accessSync(candidate, fs.constants.X_OK);
+        return fs.statSync(candidate).isFile();
+      } catch {
+        return false;
+      }
+    });
   if (!bin) {
     throw new ManagedEtcdError(
       'the etcd binary is not on PATH: install Debian’s etcd-server package (apt-get install etcd-server), or use --datastore-endpoint',
