@@ -270,6 +270,15 @@ export class ObjectStore {
     if (causes.length) throw errors.invalid(def.kind, obj.metadata.name ?? '', def.group, causes);
   }
 
+  private validateStatus(def: ResourceDefinition, obj: KubeObject): void {
+    const status = obj.status;
+    if (status !== undefined && (typeof status !== 'object' || status === null || Array.isArray(status))) {
+      throw errors.invalid(def.kind, obj.metadata.name ?? '', def.group, [
+        { reason: 'FieldValueInvalid', message: 'must be an object', field: 'status' },
+      ]);
+    }
+  }
+
   private async requireActiveNamespace(namespace: string): Promise<void> {
     const kv = await this.datastore.get(`${REGISTRY_PREFIX}core/namespaces/${namespace}`);
     if (!kv) throw errors.notFound({ group: '', plural: 'namespaces' }, namespace);
@@ -308,10 +317,14 @@ export class ObjectStore {
         throw errors.modified(def, name);
       }
       const next = this.prepareForUpdate(def, current, proposed, options);
-      this.validate(def, next);
+      // A status write keeps the stored metadata and spec, which were valid when written.
+      if (options.subresource === 'status') this.validateStatus(def, next);
+      else this.validate(def, next);
       const nextValue = this.encode(def, next);
       // Byte-equal is the common no-op; otherwise compare as data, since key order means nothing.
-      const unchanged = nextValue.equals(kv.value) || this.sameContent(current, next);
+      const unchanged =
+        nextValue.equals(kv.value) ||
+        (options.subresource === 'status' ? jsonEqual(current.status, next.status) : this.sameContent(current, next));
       if (unchanged || options.dryRun) {
         next.metadata.resourceVersion = current.metadata.resourceVersion;
         return unchanged ? current : next;
@@ -367,7 +380,7 @@ export class ObjectStore {
     next.apiVersion = apiVersionOf(def);
     next.kind = def.kind;
     carryServerFields(next, current, options.markDeleted === true);
-    if (!jsonEqual(next, current, NOT_SPEC)) {
+    if (options.subresource !== 'status' && !jsonEqual(next, current, NOT_SPEC)) {
       next.metadata.generation = (current.metadata.generation ?? 1) + 1;
     }
     return next;
