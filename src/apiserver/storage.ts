@@ -35,6 +35,8 @@ const REGISTRY_PREFIX = '/registry/';
  * writers racing on one object one wins per batch; the bound must exceed realistic contention.
  */
 const MAX_UPDATE_ATTEMPTS = 100;
+/** Recently written objects kept parsed (see ObjectStore.recent). */
+const RECENT_OBJECTS = 4096;
 const NAME_SUFFIX_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
 
 export interface Selection {
@@ -145,6 +147,29 @@ export class ObjectStore {
 
   key(def: ResourceDefinition, namespace: string | undefined, name: string): string {
     return `${this.keyPrefix(def, def.namespaced ? namespace : undefined)}${name}`;
+  }
+
+  /**
+   * Objects this store just wrote, by key, at their revision: the next read-modify-write of the
+   * same object and every watcher of that write use them instead of parsing the value again.
+   * Shared, so treated as immutable: only code that does not mutate what it gets reads from here
+   * (guaranteedUpdate's `current`, watch delivery). Not used for kinds served through a conversion.
+   */
+  private readonly recent = new Map<string, { revision: number; obj: KubeObject }>();
+
+  private rememberWritten(def: ResourceDefinition, key: string, obj: KubeObject): void {
+    if (def.conversion) return;
+    if (this.recent.size >= RECENT_OBJECTS) this.recent.clear();
+    this.recent.set(key, { revision: Number(obj.metadata.resourceVersion), obj });
+  }
+
+  /** The object as stored at this kv's revision, parsed once and shared (do not mutate). */
+  private decodeShared(def: ResourceDefinition, kv: KeyValue): KubeObject {
+    if (!def.conversion) {
+      const hit = this.recent.get(kv.key);
+      if (hit && hit.revision === kv.modRevision) return hit.obj;
+    }
+    return this.decode(def, kv);
   }
 
   decode(def: ResourceDefinition, kv: KeyValue): KubeObject {
@@ -307,7 +332,7 @@ export class ObjectStore {
     for (let attempt = 0; attempt < MAX_UPDATE_ATTEMPTS; attempt++) {
       const kv = await this.datastore.get(key);
       if (!kv) throw errors.notFound(def, name);
-      const current = this.decode(def, kv);
+      const current = this.decodeShared(def, kv);
       // The copy carries no resourceVersion, so one present afterwards was asked for by the client.
       const copy = this.decode(def, kv);
       delete copy.metadata.resourceVersion;
@@ -338,6 +363,7 @@ export class ObjectStore {
         }
         const written = await this.datastore.update(key, nextValue, kv.modRevision);
         next.metadata.resourceVersion = String(written.modRevision);
+        this.rememberWritten(def, key, next);
         return next;
       } catch (error) {
         if (error instanceof ConflictError) {
@@ -479,7 +505,7 @@ export class ObjectStore {
       if (this.matches(def, obj, selection)) sink.event('DELETED', obj);
       return;
     }
-    const obj = this.decode(def, event.kv);
+    const obj = this.decodeShared(def, event.kv);
     if (!selection.labelSelector.length && !selection.fieldSelector.length) {
       // Everything matches: no need to decode the previous value to see what changed.
       sink.event(event.prevKv ? 'MODIFIED' : 'ADDED', obj);
