@@ -1,11 +1,10 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import parsePrometheusTextFormat, { type PrometheusFamily } from 'parse-prometheus-text-format';
-import { type AgentProcess, cleanupAgents, freePort, joinSecret, startAgent } from './helpers/agent.js';
-import { cleanup, DROVER_BIN, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
+import { type AgentProcess, type CliResult, cleanupAgents, freePort, joinSecret, killRunningDrover, runDrover, startAgent } from './helpers/agent.js';
+import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
 /**
  * Cluster-wide configuration with real processes: the cluster record checked at every server
@@ -26,14 +25,7 @@ const emptyConfig = path.join(suiteDir, 'empty.yaml');
 fs.writeFileSync(emptyConfig, '');
 process.env.DROVER_CONFIG_FILE = emptyConfig;
 
-interface RunResult {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-const children = new Set<ChildProcess>();
+type RunResult = CliResult;
 
 function cleanEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
@@ -48,25 +40,8 @@ function cleanEnv(extra: Record<string, string | undefined> = {}): NodeJS.Proces
   return env;
 }
 
-/** `node dist/cli/main.js <args>` to completion; SIGKILL (by PID) after the ceiling. */
 function drover(args: string[], env: NodeJS.ProcessEnv = cleanEnv(), timeoutMs = 30_000): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [DROVER_BIN, ...args], { env, cwd: suiteDir, stdio: ['ignore', 'pipe', 'pipe'] });
-    children.add(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const timer = setTimeout(() => {
-      if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, 'SIGKILL');
-    }, timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      children.delete(child);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
+  return runDrover(args, timeoutMs, { env, cwd: suiteDir });
 }
 
 /** The arguments the server helper uses, for a start that is expected to be refused. */
@@ -177,9 +152,7 @@ function assertMetricsResponse(res: { status: number; headers: Record<string, st
 }
 
 after(async () => {
-  for (const child of children) {
-    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, 'SIGKILL');
-  }
+  killRunningDrover();
   await cleanupAgents();
   await cleanup(suiteDir);
 });

@@ -1,9 +1,8 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { cleanupAgents, joinToken, startAgent, waitForState } from './helpers/agent.js';
+import { type CliResult, cleanupAgents, joinToken, killRunningDrover, runDrover, startAgent, waitForState } from './helpers/agent.js';
 import { cleanup, DROVER_BIN, startServer, tempDir } from './helpers/server.js';
 import { envName, settingsFor } from '../src/config/schema.js';
 
@@ -27,14 +26,7 @@ const emptyConfig = path.join(suiteDir, 'empty.yaml');
 fs.writeFileSync(emptyConfig, '');
 process.env.DROVER_CONFIG_FILE = emptyConfig;
 
-interface RunResult {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-const children = new Set<ChildProcess>();
+type RunResult = CliResult;
 
 /** The environment of a CLI run: the runner's, minus every DROVER_* variable, plus `extra`. */
 function cleanEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
@@ -46,29 +38,8 @@ function cleanEnv(extra: Record<string, string | undefined> = {}): NodeJS.Proces
   return env;
 }
 
-/** `node dist/cli/main.js <args>` to completion; SIGKILL (by PID) after the ceiling. */
 function drover(args: string[], env: NodeJS.ProcessEnv, options: { cwd?: string; timeoutMs?: number } = {}): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [DROVER_BIN, ...args], {
-      env,
-      cwd: options.cwd ?? suiteDir,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    children.add(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const timer = setTimeout(() => {
-      if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, 'SIGKILL');
-    }, options.timeoutMs ?? 30_000);
-    child.on('error', reject);
-    child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      children.delete(child);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
+  return runDrover(args, options.timeoutMs ?? 30_000, { env, cwd: options.cwd ?? suiteDir });
 }
 
 interface ShownSetting {
@@ -140,9 +111,7 @@ function hasLine(lines: string[], expected: string | RegExp): boolean {
 }
 
 after(async () => {
-  for (const child of children) {
-    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, 'SIGKILL');
-  }
+  killRunningDrover();
   await cleanupAgents();
   await cleanup(suiteDir);
 });

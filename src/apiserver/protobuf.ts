@@ -15,6 +15,7 @@
  */
 
 import { ApiError } from './errors.js';
+import { OBJECT_META_FIELDS } from './objects.js';
 
 /** A malformed protobuf body (bad magic, truncated varint or length, wrong wire type): 400. */
 export class ProtobufDecodeError extends ApiError {
@@ -328,25 +329,11 @@ function decodeObjectMeta(buf: Uint8Array | undefined): Record<string, unknown> 
   }
   if (ownerReferences.length) meta.ownerReferences = ownerReferences;
   if (finalizers.length) meta.finalizers = finalizers;
-  return orderKeys(meta, [
-    'name',
-    'generateName',
-    'namespace',
-    'selfLink',
-    'uid',
-    'resourceVersion',
-    'generation',
-    'creationTimestamp',
-    'deletionTimestamp',
-    'deletionGracePeriodSeconds',
-    'labels',
-    'annotations',
-    'ownerReferences',
-    'finalizers',
-  ]);
+  // The order JSON clients produce, which is the order ObjectMeta's fields are known in.
+  return orderKeys(meta, [...OBJECT_META_FIELDS]);
 }
 
-function orderKeys(obj: Record<string, unknown>, order: string[]): Record<string, unknown> {
+function orderKeys(obj: Record<string, unknown>, order: readonly string[]): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const key of order) if (key in obj) out[key] = obj[key];
   return out;

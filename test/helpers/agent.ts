@@ -192,9 +192,21 @@ export interface CliResult {
 }
 
 /** Run `drover <args>` to completion (SIGKILL after the ceiling). */
-export function runDrover(args: string[], timeoutMs = 30_000): Promise<CliResult> {
+const runningCli = new Set<ChildProcess>();
+
+/** `node dist/cli/main.js <args>` to completion; SIGKILL (by PID) after the ceiling. */
+export function runDrover(
+  args: string[],
+  timeoutMs = 30_000,
+  options: { env?: NodeJS.ProcessEnv; cwd?: string } = {},
+): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [DROVER_BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [DROVER_BIN, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      ...(options.env ? { env: options.env } : {}),
+      ...(options.cwd ? { cwd: options.cwd } : {}),
+    });
+    runningCli.add(child);
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -203,9 +215,17 @@ export function runDrover(args: string[], timeoutMs = 30_000): Promise<CliResult
     child.on('error', reject);
     child.on('close', (code, signal) => {
       clearTimeout(timer);
+      runningCli.delete(child);
       resolve({ code, signal, stdout, stderr });
     });
   });
+}
+
+/** For after hooks: kill (by PID) any CLI run a test abandoned midway. */
+export function killRunningDrover(): void {
+  for (const child of runningCli) {
+    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, 'SIGKILL');
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
