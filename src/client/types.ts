@@ -24,6 +24,17 @@ export const LEASES: ResourceRef = {
   namespaced: true,
 };
 
+export const DEPLOYMENTS: ResourceRef = { group: 'apps', version: 'v1', plural: 'deployments', namespaced: true };
+export const REPLICASETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'replicasets', namespaced: true };
+export const STATEFULSETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'statefulsets', namespaced: true };
+
+/** Kubernetes DeleteOptions, the parts Drover honours. */
+export interface DeleteOptions {
+  /** 0 deletes at once (force); unset uses the object's own grace (pods: terminationGracePeriodSeconds). */
+  gracePeriodSeconds?: number;
+  preconditions?: { uid?: string; resourceVersion?: string };
+}
+
 export type PatchKind = 'merge' | 'strategic' | 'json';
 
 export interface ListOptions {
@@ -61,7 +72,11 @@ export interface ApiClient {
     patch: unknown,
     subresource?: 'status',
   ): Promise<KubeObject>;
-  delete(ref: ResourceRef, namespace: string | undefined, name: string): Promise<void>;
+  /**
+   * A pod bound to a node is deleted gracefully: it gets a deletionTimestamp and its agent stops
+   * it, then deletes it with grace 0. Everything else is deleted at once.
+   */
+  delete(ref: ResourceRef, namespace: string | undefined, name: string, options?: DeleteOptions): Promise<void>;
   /** Changes after `resourceVersion`. */
   watch(
     ref: ResourceRef,
