@@ -85,6 +85,8 @@ function serverOptions(config: ResolvedConfig): ServerOptions {
     logLevel: config.get<LogLevel>('log-level'),
     nodeLeaseRenewIntervalMs: config.get('node-lease-renew-interval'),
     nodeMonitorGracePeriodMs: config.get('node-monitor-grace-period'),
+    fencingTimeoutMs: config.get('fencing-timeout'),
+    defaultUnavailableTolerationMs: config.get('default-unavailable-toleration'),
     disableAgent: config.get('disable-agent'),
     nodeName: config.get('node-name'),
     nodeLabels: labels(config),

@@ -27,6 +27,8 @@ import type { NodeRegistry } from './node-registry.js';
 export interface ClusterTimings {
   nodeLeaseRenewIntervalMs: number;
   nodeMonitorGracePeriodMs: number;
+  /** Agents fence their singletons after this much time without a confirmed renewal. */
+  fencingTimeoutMs: number;
 }
 
 export interface RegistrationResponse {

@@ -2,7 +2,8 @@ import { ConflictError, type Datastore, KeyExistsError } from '../datastore/type
 import type { Logger } from '../logging/logger.js';
 import { parseDuration } from './duration.js';
 import { ConfigError, type ResolvedConfig } from './resolve.js';
-import { formatValue, parseText, type Setting, SETTINGS, SETTINGS_BY_NAME, ValueError } from './schema.js';
+import { defaultValue, formatValue, parseText, type Setting, SETTINGS, SETTINGS_BY_NAME, ValueError } from './schema.js';
+import { timingProblems } from './timings.js';
 
 /**
  * The cluster's record of its cluster-scoped settings, in the datastore. The first server writes
@@ -167,18 +168,18 @@ export async function setClusterValue(
   }
 }
 
-/** The grace-vs-renew rule, checked against the record with the new value in place. */
-function checkCombination(record: ClusterRecord, key: string, formatted: string, setting: Setting): void {
-  if (key !== 'node-monitor-grace-period' && key !== 'node-lease-renew-interval') return;
+/** The timing rules (renew, grace, fencing), checked against the record with the new value in place. */
+function checkCombination(record: ClusterRecord, key: string, formatted: string, _setting: Setting): void {
+  if (key !== 'node-monitor-grace-period' && key !== 'node-lease-renew-interval' && key !== 'fencing-timeout') return;
   const read = (name: string): number => {
     const text = name === key ? formatted : record.values[name]?.value;
-    return text ? parseDuration(text) : NaN;
+    if (text) return parseDuration(text);
+    return Number(defaultValue(SETTINGS_BY_NAME.get(name)!));
   };
-  const grace = read('node-monitor-grace-period');
-  const renew = read('node-lease-renew-interval');
-  if (grace < 3 * renew) {
-    throw new ConfigError([
-      `node-monitor-grace-period (${formatValue(setting, grace)}) must be at least 3 × node-lease-renew-interval (${formatValue(setting, renew)})`,
-    ]);
-  }
+  const problems = timingProblems({
+    renewMs: read('node-lease-renew-interval'),
+    graceMs: read('node-monitor-grace-period'),
+    fencingMs: read('fencing-timeout'),
+  });
+  if (problems.length) throw new ConfigError(problems);
 }

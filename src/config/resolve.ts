@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
-import { formatDuration } from './duration.js';
+import { timingProblems } from './timings.js';
 import {
   type Command,
   defaultValue,
@@ -233,15 +233,16 @@ export function resolveConfig(input: ResolveInput): ResolvedConfig {
 function combinationProblems(config: ResolvedConfig): string[] {
   const problems: string[] = [];
   if (config.command === 'server') {
-    const renew = config.get<number>('node-lease-renew-interval');
-    const grace = config.get<number>('node-monitor-grace-period');
-    if (renew <= 0) problems.push(`node-lease-renew-interval must be positive (${config.source('node-lease-renew-interval')})`);
-    else if (grace < 3 * renew) {
-      problems.push(
-        `node-monitor-grace-period (${formatDuration(grace)}, ${config.source('node-monitor-grace-period')}) must be at least 3 × ` +
-          `node-lease-renew-interval (${formatDuration(renew)}, ${config.source('node-lease-renew-interval')}), so that one or two late renewals never mark a node lost`,
-      );
-    }
+    problems.push(
+      ...timingProblems(
+        {
+          renewMs: config.get<number>('node-lease-renew-interval'),
+          graceMs: config.get<number>('node-monitor-grace-period'),
+          fencingMs: config.get<number>('fencing-timeout'),
+        },
+        (key) => config.source(key),
+      ),
+    );
   }
   if (config.command === 'server') {
     const role = config.get<string>('role');

@@ -78,6 +78,24 @@ export const SETTINGS: readonly Setting[] = [
     default: 4000,
     why: 'the controller leader uses it to mark nodes Unavailable; a different value on another server would change verdicts when leadership moves',
   },
+  {
+    name: 'fencing-timeout',
+    type: 'duration',
+    help: 'silence after which a node stops its singleton pods on its own (shorter than node-monitor-grace-period)',
+    commands: ['server'],
+    scope: 'cluster',
+    default: 3000,
+    why: 'agents fence singletons after it and the controller leader replaces them only after it plus a margin; servers disagreeing would let a replacement start before the original is fenced',
+  },
+  {
+    name: 'default-unavailable-toleration',
+    type: 'duration',
+    help: 'how long pods without their own toleration stay on an Unavailable node before they are replaced (Kubernetes: 300s)',
+    commands: ['server'],
+    scope: 'cluster',
+    default: 0,
+    why: 'the controller leader evicts pods from lost nodes after it; a different value on another server would change failover when leadership moves',
+  },
   // --- node-scoped, server -----------------------------------------------------------------------
   {
     name: 'https-listen-port',

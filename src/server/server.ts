@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { timingProblems } from '../config/timings.js';
 import { Agent } from '../agent/agent.js';
 import type { Taint } from '../config/schema.js';
 import { allowAuthenticated, TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
@@ -82,6 +83,10 @@ export interface ServerOptions {
   compactionKeepRevisions?: number;
   nodeLeaseRenewIntervalMs: number;
   nodeMonitorGracePeriodMs: number;
+  /** A node stops its singletons after this much silence; the leader replaces them after it plus a margin. */
+  fencingTimeoutMs: number;
+  /** Pods without their own unreachable toleration are replaced this long after their node is Unavailable. */
+  defaultUnavailableTolerationMs: number;
   /** Run no agent for this server's own node. */
   disableAgent: boolean;
   nodeName: string;
@@ -93,14 +98,9 @@ export interface ServerOptions {
 }
 
 /** Cluster timing rules that must hold before anything starts. */
-export function validateTimings(renewMs: number, graceMs: number): void {
-  if (renewMs <= 0) throw new ServerConfigError('node-lease-renew-interval must be positive');
-  if (graceMs < 3 * renewMs) {
-    throw new ServerConfigError(
-      `node-monitor-grace-period (${graceMs}ms) must be at least 3 × node-lease-renew-interval (${renewMs}ms), ` +
-        'so that one or two late renewals never mark a node lost',
-    );
-  }
+export function validateTimings(renewMs: number, graceMs: number, fencingMs: number): void {
+  const problems = timingProblems({ renewMs, graceMs, fencingMs });
+  if (problems.length) throw new ServerConfigError(problems.join('; '));
 }
 
 export function defaultDataDir(): string {
@@ -132,7 +132,7 @@ async function ensureBuiltInNamespaces(store: ObjectStore, registry: ResourceReg
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  validateTimings(options.nodeLeaseRenewIntervalMs, options.nodeMonitorGracePeriodMs);
+  validateTimings(options.nodeLeaseRenewIntervalMs, options.nodeMonitorGracePeriodMs, options.fencingTimeoutMs);
   const started = Date.now();
   const logger = createLogger(options.logLevel, 'drover-server');
   const dataDir = path.resolve(options.dataDir);
@@ -230,6 +230,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const timings = {
       nodeLeaseRenewIntervalMs: options.nodeLeaseRenewIntervalMs,
       nodeMonitorGracePeriodMs: options.nodeMonitorGracePeriodMs,
+      fencingTimeoutMs: options.fencingTimeoutMs,
     };
 
     await ensureBuiltInNamespaces(store, registry);
