@@ -1,0 +1,174 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { SUPERVISOR_LOG_FILE, readRunState, supervisorAlive } from './run-spec.js';
+
+/**
+ * The agent's side of the pod runtime: start a pod's supervisor, find it again after an agent
+ * restart, stop it, and reap what a killed supervisor left behind.
+ */
+
+export { podDir, writeRunSpec, readRunState } from './run-spec.js';
+export type { PodRunSpec, PodRunState, ContainerRunSpec, ContainerRunState, ContainerRunStatus } from './run-spec.js';
+
+const runningFromSource = import.meta.url.endsWith('.ts');
+/** The supervisor's entry point; under tsx (tests) the TypeScript source next to this module. */
+export const SUPERVISOR_SCRIPT = fileURLToPath(new URL(runningFromSource ? './supervisor-main.ts' : './supervisor-main.js', import.meta.url));
+
+const LAUNCH_TIMEOUT_MS = 5000;
+const POLL_MS = 50;
+/** How long past the pod's grace period to wait before killing a supervisor that does not exit. */
+const STOP_MARGIN_MS = 2000;
+
+export class SupervisorLaunchError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SupervisorLaunchError';
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function supervisorLogTail(dir: string): string {
+  try {
+    const text = fs.readFileSync(path.join(dir, SUPERVISOR_LOG_FILE), 'utf8');
+    return text.length > 4000 ? text.slice(-4000) : text;
+  } catch {
+    return '(no supervisor.log)';
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  // A zombie still answers signal 0; it is not running anything.
+  try {
+    return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+/** Spawns the supervisor detached; resolves once state.json exists (or rejects after 5 s with its log). */
+export async function launchSupervisor(dir: string): Promise<number> {
+  const absolute = path.resolve(dir);
+  const existing = supervisorAlive(absolute);
+  if (existing !== undefined) throw new SupervisorLaunchError(`pod ${absolute} already has a live supervisor (pid ${existing})`);
+  const logFd = fs.openSync(path.join(absolute, SUPERVISOR_LOG_FILE), 'a', 0o600);
+  // The test runner's own flags would turn the supervisor into a test run.
+  const execArgv = process.execArgv.filter((arg) => !arg.startsWith('--test'));
+  let child;
+  try {
+    child = spawn(process.execPath, [...execArgv, SUPERVISOR_SCRIPT, absolute], {
+      cwd: absolute,
+      detached: true,
+      stdio: ['ignore', logFd, logFd],
+    });
+  } finally {
+    fs.closeSync(logFd);
+  }
+  let exit: string | undefined;
+  child.once('exit', (code, signal) => {
+    exit = signal ? `signal ${signal}` : `exit code ${code}`;
+  });
+  child.once('error', (error) => {
+    exit = error.message;
+  });
+  child.unref();
+  const pid = child.pid;
+  const deadline = Date.now() + LAUNCH_TIMEOUT_MS;
+  for (;;) {
+    if (pid !== undefined && readRunState(absolute)?.supervisorPid === pid) return pid;
+    if (exit !== undefined || Date.now() > deadline) {
+      if (exit === undefined && pid !== undefined) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      const why = exit ? `it ended (${exit})` : `it wrote no state within ${LAUNCH_TIMEOUT_MS} ms`;
+      throw new SupervisorLaunchError(`pod supervisor for ${absolute} did not start: ${why}. supervisor.log:\n${supervisorLogTail(absolute)}`);
+    }
+    await sleep(POLL_MS);
+  }
+}
+
+/** The live supervisor's pid, or undefined (checks /proc/<pid>/cmdline names this pod dir, so a reused pid is not mistaken). */
+export function liveSupervisor(dir: string): number | undefined {
+  return supervisorAlive(dir);
+}
+
+function containerGroups(dir: string): number[] {
+  const state = readRunState(dir);
+  if (!state) return [];
+  const pids: number[] = [];
+  for (const container of state.containers) {
+    if ('running' in container.state && Number.isInteger(container.state.running.pid) && container.state.running.pid > 1) {
+      pids.push(container.state.running.pid);
+    }
+  }
+  return pids;
+}
+
+/** Kill a pod's supervisor and container groups by PID at once (tests' cleanup, orphan reaping). */
+export function killPodProcesses(dir: string): void {
+  const supervisor = supervisorAlive(dir);
+  if (supervisor !== undefined) {
+    try {
+      process.kill(supervisor, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  for (const pid of containerGroups(dir)) {
+    if (pid === process.pid || pid === process.ppid) continue;
+    try {
+      process.kill(-pid, 'SIGKILL');
+    } catch {
+      // ESRCH: the group is gone
+    }
+  }
+}
+
+/** SIGTERM the supervisor, resolve when it has exited (poll), SIGKILL it and the groups in state.json after graceMs + 2 s. */
+export async function stopSupervisor(dir: string, graceMs: number): Promise<void> {
+  const pid = supervisorAlive(dir);
+  if (pid === undefined) {
+    // Nobody supervises what may be left: reap it.
+    killPodProcesses(dir);
+    return;
+  }
+  try {
+    process.kill(pid, 'SIGTERM');
+  } catch {
+    // exited meanwhile
+  }
+  const deadline = Date.now() + graceMs + STOP_MARGIN_MS;
+  while (isAlive(pid) && supervisorAlive(dir) === pid) {
+    if (Date.now() > deadline) {
+      killPodProcesses(dir);
+      break;
+    }
+    await sleep(POLL_MS);
+  }
+}
+
+/** Lists pod dirs under podsDir. */
+export function listPodDirs(podsDir: string): string[] {
+  try {
+    return fs
+      .readdirSync(podsDir, { withFileTypes: true })
+      .filter((entry) => entry.isDirectory())
+      .map((entry) => path.join(podsDir, entry.name))
+      .sort();
+  } catch {
+    return [];
+  }
+}

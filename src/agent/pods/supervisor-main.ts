@@ -1,0 +1,48 @@
+import path from 'node:path';
+import { createLogger } from '../../logging/logger.js';
+import { readRunSpec } from './run-spec.js';
+import { PodSupervisor } from './supervisor.js';
+
+/**
+ * Entry point of a pod's supervisor process: `node supervisor-main.js <podDir>`. Started
+ * detached by the agent with stdout and stderr going to `<podDir>/supervisor.log`.
+ * SIGTERM (or SIGINT) stops the pod gracefully.
+ */
+
+const dirArg = process.argv[2];
+const logger = createLogger('info', 'drover-pod-supervisor');
+if (!dirArg) {
+  logger.fatal('usage: supervisor-main <podDir>');
+  process.exit(64);
+}
+const dir = path.resolve(dirArg);
+
+let supervisor: PodSupervisor | undefined;
+try {
+  const spec = readRunSpec(dir);
+  supervisor = new PodSupervisor({
+    dir,
+    spec,
+    logger: logger.child({ uid: spec.uid }),
+    onFinished: () => {
+      // Let the last log lines out; the state file is already final.
+      setImmediate(() => process.exit(0));
+    },
+  });
+  const stop = (): void => supervisor?.stop();
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  // The agent going away must not take the supervisor with it.
+  process.on('SIGHUP', () => logger.info('ignoring SIGHUP'));
+  process.on('uncaughtException', (error) => {
+    // Nothing can supervise the containers any more: take them down rather than orphan them.
+    logger.fatal({ err: error }, 'supervisor crashed; killing every container');
+    supervisor?.killAll();
+    process.exit(70);
+  });
+  supervisor.start();
+} catch (error) {
+  logger.fatal({ err: error, dir }, 'cannot start the pod supervisor');
+  supervisor?.killAll();
+  process.exit(1);
+}

@@ -1,0 +1,470 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Logger } from '../../logging/logger.js';
+import {
+  DEFAULT_FENCING_TIMEOUT_MS,
+  cutOffNodes,
+  isControlPlaneOutage,
+  monoNowMs,
+  queryPeers,
+  readFencingState,
+  type FencingState,
+  type PeerControlPlaneAnswer,
+} from './fencing.js';
+import { InstanceLogWriter, pruneInstanceLogs } from './logs.js';
+import {
+  DEFAULT_LOG_MAX_BYTES,
+  LOGS_DIR,
+  SUPERVISOR_PID_FILE,
+  WORK_DIR,
+  instanceLogFile,
+  readRunState,
+  writeRunState,
+  type ContainerRunSpec,
+  type ContainerRunState,
+  type ContainerRunStatus,
+  type PodFinishReason,
+  type PodOutageState,
+  type PodRunSpec,
+  type PodRunState,
+} from './run-spec.js';
+
+/**
+ * One pod's supervisor: starts its containers as process groups, restarts them per restartPolicy
+ * with back-off, stops them on request, fences `atMostOne` pods when the node has lost the control
+ * plane, and keeps `state.json` current. It runs in its own process so an agent crash leaves the
+ * workload supervised.
+ */
+
+export const BACKOFF_INITIAL_MS = 1000;
+export const BACKOFF_MAX_MS = 60_000;
+/** A container that ran this long before failing restarts after the initial back-off again. */
+export const BACKOFF_RESET_AFTER_MS = 60_000;
+const FENCING_CHECK_MS = 100;
+const OUTAGE_RECHECK_MS = 1000;
+/** After its main process exits, how long to wait for the rest of the output before closing the log. */
+const OUTPUT_DRAIN_MS = 1000;
+const FENCE_FINISH_CEILING_MS = 2000;
+
+export interface SupervisorOptions {
+  dir: string;
+  spec: PodRunSpec;
+  logger: Logger;
+  /** Called once, when the supervisor has finished and written its final state. */
+  onFinished: (reason: PodFinishReason) => void;
+}
+
+interface ContainerRunner {
+  spec: ContainerRunSpec;
+  status: ContainerRunStatus;
+  child?: ChildProcess;
+  startedAt?: string;
+  startedAtMono?: number;
+  /** The delay before the next restart. */
+  nextBackoffMs: number;
+  restartTimer?: NodeJS.Timeout;
+  log?: InstanceLogWriter;
+  /** Terminated for good: no restart will follow. */
+  done: boolean;
+  /** Set when the supervisor killed it, to name the termination. */
+  killedBy?: 'stop' | 'fence';
+}
+
+const SIGNAL_NUMBERS = os.constants.signals as Record<string, number>;
+
+function nowIso(): string {
+  return new Date().toISOString();
+}
+
+function killGroup(pid: number | undefined, signal: NodeJS.Signals): void {
+  if (!pid || pid <= 1) return;
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // ESRCH: the whole group is gone already.
+  }
+}
+
+export class PodSupervisor {
+  private readonly dir: string;
+  private readonly spec: PodRunSpec;
+  private readonly logger: Logger;
+  private readonly runners: ContainerRunner[];
+  private readonly startedAt = nowIso();
+  private readonly startedAtMono = monoNowMs();
+  private stopping = false;
+  private fencedAt: { at: string; message: string } | undefined;
+  private finishReason: PodFinishReason | undefined;
+  private outage: PodOutageState | undefined;
+  private graceTimer: NodeJS.Timeout | undefined;
+  private fencingTimer: NodeJS.Timeout | undefined;
+  private peerQuery: Promise<void> | undefined;
+  private lastPeerQueryMono = 0;
+  private lastFencing: FencingState | undefined;
+  private finishing = false;
+
+  constructor(private readonly options: SupervisorOptions) {
+    this.dir = path.resolve(options.dir);
+    this.spec = options.spec;
+    this.logger = options.logger;
+    // A supervisor restarted on the same pod dir carries the restart counts on, so instance
+    // numbers (and log file names) never repeat.
+    const previous = readRunState(this.dir);
+    this.runners = this.spec.containers.map((spec) => {
+      const before = previous?.containers.find((c) => c.name === spec.name);
+      const ran = before !== undefined && !('waiting' in before.state && before.state.waiting.reason === 'ContainerCreating');
+      return {
+        spec,
+        status: {
+          name: spec.name,
+          state: { waiting: { reason: 'ContainerCreating' } },
+          restartCount: before ? before.restartCount + (ran ? 1 : 0) : 0,
+        },
+        nextBackoffMs: BACKOFF_INITIAL_MS,
+        done: false,
+      };
+    });
+    if (previous?.finishReason === 'Fenced') {
+      this.fencedAt = previous.fenced ?? { at: previous.updatedAt, message: 'fenced by an earlier supervisor' };
+    }
+  }
+
+  get state(): PodRunState {
+    const state: PodRunState = {
+      uid: this.spec.uid,
+      supervisorPid: process.pid,
+      startedAt: this.startedAt,
+      containers: this.runners.map((r) => structuredClone(r.status)),
+      finished: this.finishReason !== undefined,
+      updatedAt: nowIso(),
+    };
+    if (this.finishReason) state.finishReason = this.finishReason;
+    if (this.fencedAt) state.fenced = this.fencedAt;
+    if (this.outage) state.outage = this.outage;
+    return state;
+  }
+
+  start(): void {
+    fs.writeFileSync(path.join(this.dir, SUPERVISOR_PID_FILE), `${process.pid}\n`, { mode: 0o600 });
+    fs.mkdirSync(path.join(this.dir, LOGS_DIR), { recursive: true, mode: 0o700 });
+    if (this.fencedAt) {
+      // Fencing is permanent: the control plane may have started this pod elsewhere.
+      this.logger.warn({ fenced: this.fencedAt }, 'pod was fenced before; refusing to start it again');
+      for (const runner of this.runners) runner.done = true;
+      this.finish('Fenced');
+      return;
+    }
+    this.writeState();
+    this.logger.info(
+      { pod: `${this.spec.namespace}/${this.spec.name}`, uid: this.spec.uid, containers: this.runners.length, atMostOne: this.spec.atMostOne },
+      'supervisor started',
+    );
+    if (this.spec.atMostOne && this.spec.fencingFile) {
+      this.fencingTimer = setInterval(() => this.checkFencing(), FENCING_CHECK_MS);
+      this.checkFencing();
+    }
+    for (const runner of this.runners) {
+      if (!this.isTerminal()) this.startContainer(runner);
+    }
+  }
+
+  /** Stop gracefully: SIGTERM every container group, SIGKILL the survivors after the grace period. */
+  stop(): void {
+    if (this.stopping || this.isTerminal()) return;
+    this.stopping = true;
+    const graceMs = Math.max(0, this.spec.terminationGracePeriodSeconds) * 1000;
+    this.logger.info({ graceMs }, 'stopping pod');
+    for (const runner of this.runners) {
+      clearTimeout(runner.restartTimer);
+      if (runner.child) {
+        runner.killedBy = 'stop';
+        killGroup(runner.child.pid, 'SIGTERM');
+      } else {
+        runner.done = true;
+      }
+    }
+    this.graceTimer = setTimeout(() => {
+      for (const runner of this.runners) {
+        if (runner.child) {
+          this.logger.warn({ container: runner.spec.name, pid: runner.child.pid, graceMs }, 'container outlived its grace period; killing it');
+          killGroup(runner.child.pid, 'SIGKILL');
+        }
+      }
+    }, graceMs);
+    this.writeState();
+    this.maybeFinish();
+  }
+
+  /** Kill every container group at once (the supervisor cannot go on supervising them). */
+  killAll(): void {
+    for (const runner of this.runners) killGroup(runner.child?.pid, 'SIGKILL');
+  }
+
+  private isTerminal(): boolean {
+    return this.fencedAt !== undefined || this.finishReason !== undefined || this.finishing;
+  }
+
+  private writeState(): void {
+    try {
+      writeRunState(this.dir, this.state);
+    } catch (error) {
+      this.logger.error({ err: error }, 'cannot write state.json');
+    }
+  }
+
+  private startContainer(runner: ContainerRunner): void {
+    const { spec } = runner;
+    const argv = [...spec.command, ...spec.args];
+    const cwd = spec.workingDir ?? path.join(this.dir, WORK_DIR);
+    const env: Record<string, string> = {};
+    for (const name of ['PATH', 'HOME']) {
+      const value = process.env[name];
+      if (value !== undefined) env[name] = value;
+    }
+    Object.assign(env, spec.env);
+    try {
+      fs.mkdirSync(cwd, { recursive: true });
+    } catch (error) {
+      this.createFailed(runner, `cannot create working directory ${cwd}: ${(error as Error).message}`);
+      return;
+    }
+    let child: ChildProcess;
+    try {
+      child = spawn(argv[0]!, argv.slice(1), { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    } catch (error) {
+      this.createFailed(runner, (error as Error).message);
+      return;
+    }
+    if (child.pid === undefined) {
+      child.once('error', (error) => this.createFailed(runner, error.message));
+      return;
+    }
+    const instance = runner.status.restartCount;
+    const pid = child.pid;
+    runner.child = child;
+    runner.killedBy = undefined;
+    runner.startedAt = nowIso();
+    runner.startedAtMono = monoNowMs();
+    try {
+      runner.log = new InstanceLogWriter(instanceLogFile(this.dir, spec.name, instance), this.spec.logMaxBytes ?? DEFAULT_LOG_MAX_BYTES);
+      pruneInstanceLogs(this.dir, spec.name, instance);
+    } catch (error) {
+      this.logger.error({ err: error, container: spec.name }, 'cannot open the container log; its output is discarded');
+    }
+    const onOutput = (chunk: Buffer): void => {
+      try {
+        runner.log?.write(chunk);
+      } catch (error) {
+        this.logger.error({ err: error, container: spec.name }, 'cannot write the container log');
+      }
+    };
+    child.stdout?.on('data', onOutput);
+    child.stderr?.on('data', onOutput);
+    child.on('error', (error) => this.logger.error({ err: error, container: spec.name }, 'container process error'));
+    runner.status.state = { running: { startedAt: runner.startedAt, pid } };
+    this.logger.info({ container: spec.name, pid, instance }, 'container started');
+    this.writeState();
+
+    child.once('exit', (code, signal) => {
+      // A container ends with its main process: whatever it left behind in its group goes too.
+      killGroup(pid, 'SIGKILL');
+      const finishedAt = nowIso();
+      let drained = false;
+      const finalize = (): void => {
+        if (drained) return;
+        drained = true;
+        clearTimeout(drainTimer);
+        runner.log?.close();
+        runner.log = undefined;
+        this.containerExited(runner, code, signal, finishedAt);
+      };
+      // 'close' follows 'exit' once the output pipes are drained.
+      const drainTimer = setTimeout(finalize, OUTPUT_DRAIN_MS);
+      child.once('close', finalize);
+    });
+  }
+
+  private createFailed(runner: ContainerRunner, message: string): void {
+    if (this.isTerminal() || this.stopping) {
+      runner.done = true;
+      this.maybeFinish();
+      return;
+    }
+    runner.status.state = { waiting: { reason: 'CreateContainerError', message } };
+    const delay = this.nextBackoff(runner, 0);
+    this.logger.warn({ container: runner.spec.name, message, backoffMs: delay }, 'cannot start container');
+    this.writeState();
+    runner.restartTimer = setTimeout(() => {
+      runner.restartTimer = undefined;
+      if (!this.isTerminal() && !this.stopping) this.startContainer(runner);
+    }, delay);
+  }
+
+  private nextBackoff(runner: ContainerRunner, ranMs: number): number {
+    if (ranMs >= BACKOFF_RESET_AFTER_MS) runner.nextBackoffMs = BACKOFF_INITIAL_MS;
+    const delay = runner.nextBackoffMs;
+    runner.nextBackoffMs = Math.min(delay * 2, BACKOFF_MAX_MS);
+    return delay;
+  }
+
+  private containerExited(runner: ContainerRunner, code: number | null, signal: NodeJS.Signals | null, finishedAt: string): void {
+    const pid = runner.child?.pid;
+    runner.child = undefined;
+    const exitCode = code ?? 128 + (signal ? (SIGNAL_NUMBERS[signal] ?? 0) : 0);
+    const reason =
+      runner.killedBy === 'fence' ? 'Fenced' : exitCode === 0 ? 'Completed' : runner.killedBy === 'stop' && signal === 'SIGKILL' ? 'Killed' : 'Error';
+    const terminated: ContainerRunState = {
+      terminated: { exitCode, ...(signal ? { signal } : {}), reason, startedAt: runner.startedAt ?? finishedAt, finishedAt },
+    };
+    this.logger.info({ container: runner.spec.name, pid, exitCode, signal, reason }, 'container exited');
+    if (runner.done) {
+      // Fencing already recorded this termination.
+      this.maybeFinish();
+      return;
+    }
+    const restart =
+      !this.stopping &&
+      !this.isTerminal() &&
+      (this.spec.restartPolicy === 'Always' || (this.spec.restartPolicy === 'OnFailure' && exitCode !== 0));
+    if (!restart) {
+      runner.status.state = terminated;
+      runner.done = true;
+      this.writeState();
+      this.maybeFinish();
+      return;
+    }
+    const ranMs = monoNowMs() - (runner.startedAtMono ?? monoNowMs());
+    const delay = this.nextBackoff(runner, ranMs);
+    runner.status.lastState = terminated;
+    runner.status.state = {
+      waiting: {
+        reason: 'CrashLoopBackOff',
+        message: `back-off ${delay / 1000}s restarting failed container=${runner.spec.name} pod=${this.spec.namespace}/${this.spec.name}`,
+      },
+    };
+    this.writeState();
+    runner.restartTimer = setTimeout(() => {
+      runner.restartTimer = undefined;
+      if (this.isTerminal() || this.stopping) return;
+      runner.status.restartCount++;
+      this.startContainer(runner);
+    }, delay);
+  }
+
+  private maybeFinish(): void {
+    if (this.finishing || this.finishReason) return;
+    if (!this.runners.every((r) => r.done && !r.child)) return;
+    this.finish(this.fencedAt ? 'Fenced' : this.stopping ? 'Stopped' : 'Completed');
+  }
+
+  private finish(reason: PodFinishReason): void {
+    this.finishing = true;
+    clearTimeout(this.graceTimer);
+    clearInterval(this.fencingTimer);
+    for (const runner of this.runners) clearTimeout(runner.restartTimer);
+    this.finishReason = reason;
+    this.outage = undefined;
+    this.writeState();
+    this.logger.info({ reason }, 'pod finished');
+    this.options.onFinished(reason);
+  }
+
+  // --- fencing ---
+
+  /** Age of the last confirmed renewal, and the figures that go with it. */
+  private renewalAge(): { ageMs: number; timeoutMs: number } {
+    const now = monoNowMs();
+    const read = readFencingState(this.spec.fencingFile!);
+    // A time in the future comes from before a reboot (the monotonic clock restarted): ignore it.
+    if (read && read.confirmedAtMonoMs <= now + 1000) this.lastFencing = read;
+    // Never confirmed counts from the supervisor's own start.
+    const confirmedAt = this.lastFencing?.confirmedAtMonoMs ?? this.startedAtMono;
+    return { ageMs: now - confirmedAt, timeoutMs: this.lastFencing?.fencingTimeoutMs ?? DEFAULT_FENCING_TIMEOUT_MS };
+  }
+
+  private checkFencing(): void {
+    if (this.isTerminal()) return;
+    const { ageMs, timeoutMs } = this.renewalAge();
+    if (ageMs <= timeoutMs) {
+      if (this.outage) {
+        this.logger.info({ ageMs, timeoutMs, outageSince: this.outage.since }, 'lease renewals confirmed again; control-plane outage over');
+        this.outage = undefined;
+        this.writeState();
+      }
+      return;
+    }
+    if (this.peerQuery) return;
+    const now = monoNowMs();
+    if (this.outage && now - this.lastPeerQueryMono < OUTAGE_RECHECK_MS) return;
+    this.lastPeerQueryMono = now;
+    this.peerQuery = this.decide().finally(() => {
+      this.peerQuery = undefined;
+    });
+  }
+
+  private async decide(): Promise<void> {
+    const fencing = this.lastFencing;
+    let answers: (PeerControlPlaneAnswer | undefined)[] = [];
+    try {
+      answers = fencing ? await queryPeers(fencing) : [];
+    } catch (error) {
+      this.logger.error({ err: error }, 'asking peers failed');
+    }
+    if (this.isTerminal()) return;
+    // The renewal may have been confirmed while the peers were asked.
+    const { ageMs, timeoutMs } = this.renewalAge();
+    if (ageMs <= timeoutMs) return;
+    // Without the fencing file there is no cluster size to compare with: no evidence of an outage.
+    const nodeCount = fencing?.nodeCount ?? Number.POSITIVE_INFINITY;
+    const cutOff = cutOffNodes(ageMs, answers, timeoutMs);
+    const answered = answers.filter((a) => a !== undefined).length;
+    const figures = { ageMs, timeoutMs, nodeCount: fencing?.nodeCount ?? null, peers: answers.length, answered, cutOff };
+    if (isControlPlaneOutage(ageMs, answers, nodeCount, timeoutMs)) {
+      if (!this.outage) {
+        this.logger.warn(figures, 'no confirmed lease renewal, but a majority of nodes is cut off too: control-plane outage, workload keeps running');
+      }
+      const changed = !this.outage || this.outage.cutOff !== cutOff || this.outage.nodeCount !== nodeCount;
+      this.outage = { since: this.outage?.since ?? nowIso(), cutOff, nodeCount };
+      if (changed) this.writeState();
+      return;
+    }
+    const message =
+      `no confirmed lease renewal for ${Math.round(ageMs)} ms (fencing timeout ${timeoutMs} ms); ` +
+      `${cutOff} of ${fencing?.nodeCount ?? 'unknown'} nodes cut off (${answered} of ${answers.length} peers answered), not a control-plane outage`;
+    this.fence(message, figures);
+  }
+
+  private fence(message: string, figures: Record<string, unknown>): void {
+    const at = nowIso();
+    // No grace period: a frozen agent cannot be waited for, and a replacement may be starting.
+    for (const runner of this.runners) {
+      clearTimeout(runner.restartTimer);
+      if (runner.child) {
+        runner.killedBy = 'fence';
+        killGroup(runner.child.pid, 'SIGKILL');
+        runner.status.state = {
+          terminated: {
+            exitCode: 128 + (SIGNAL_NUMBERS.SIGKILL ?? 9),
+            signal: 'SIGKILL',
+            reason: 'Fenced',
+            message,
+            startedAt: runner.startedAt ?? at,
+            finishedAt: at,
+          },
+        };
+      }
+      runner.done = true;
+    }
+    this.fencedAt = { at, message };
+    this.outage = undefined;
+    this.logger.error({ ...figures, message }, 'fencing pod: killed every container');
+    this.writeState();
+    this.maybeFinish();
+    // A process stuck in the kernel may never report its exit; the pod is fenced regardless.
+    setTimeout(() => {
+      if (!this.finishReason) this.finish('Fenced');
+    }, FENCE_FINISH_CEILING_MS).unref();
+  }
+}
