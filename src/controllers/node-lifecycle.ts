@@ -42,6 +42,8 @@ interface Tracked {
   observedAt: number;
   heardFrom: boolean;
   renewTime?: string;
+  /** The lease's resourceVersion when its last renewal was observed: a fresh read compares it. */
+  leaseVersion?: string;
   released: boolean;
   health?: AgentHealth;
   bootId?: string;
@@ -91,7 +93,29 @@ const EVENT_FOR_STATE: Record<NodeState, { type: 'Normal' | 'Warning'; reason: s
   Unavailable: { type: 'Warning', reason: 'NodeUnavailable' },
 };
 
-export class NodeLifecycleController {
+/**
+ * What failover needs to know about node silence, by this controller's own clock. Singletons are
+ * replaced only on this evidence (see docs/failover.md).
+ */
+export interface NodeHealthView {
+  node(name: string): KubeObject | undefined;
+  /** This controller's clock when it last saw the node's current incarnation renew (or started watching). */
+  lastRenewalObservedAt(name: string): number | undefined;
+  /**
+   * More than half of the nodes silent right now (no minimum count): the rule a node applies
+   * before it fences, so both sides agree it is an outage.
+   */
+  majoritySilent(): boolean;
+  /** When majority silence last ended (0 if never): a fresh fencing window starts then. */
+  majoritySilenceEndedAt(): number;
+  /**
+   * Read the node's lease from the datastore now: true when no renewal happened since the one
+   * observed (a renewal still on its way through a watch would otherwise be missed).
+   */
+  confirmSilence(name: string): Promise<boolean>;
+}
+
+export class NodeLifecycleController implements NodeHealthView {
   private readonly tracked = new Map<string, Tracked>();
   private nodes: Informer;
   private leases: Informer;
@@ -99,6 +123,8 @@ export class NodeLifecycleController {
   private lastTick = 0;
   private running = false;
   private disruptionSince: number | undefined;
+  private majorityIsSilent = false;
+  private majorityEndedAt = 0;
   private reconciling = false;
   private readonly tickMs: number;
 
@@ -133,6 +159,34 @@ export class NodeLifecycleController {
     this.lastTick = Date.now();
     this.logger.info({ gracePeriodMs: this.options.gracePeriodMs, nodes: this.tracked.size }, 'node lifecycle controller started');
     this.schedule();
+  }
+
+  node(name: string): KubeObject | undefined {
+    return this.nodes.get(undefined, name);
+  }
+
+  lastRenewalObservedAt(name: string): number | undefined {
+    return this.tracked.get(name)?.observedAt;
+  }
+
+  majoritySilent(): boolean {
+    return this.majorityIsSilent;
+  }
+
+  majoritySilenceEndedAt(): number {
+    return this.majorityEndedAt;
+  }
+
+  async confirmSilence(name: string): Promise<boolean> {
+    const tracked = this.tracked.get(name);
+    if (!tracked) return false;
+    const lease = await this.client.get(LEASES, NODE_LEASE_NAMESPACE, name);
+    if (!lease) return true;
+    if (lease.metadata.resourceVersion === tracked.leaseVersion) return true;
+    // Something changed that the watch has not shown yet: take it in, and judge again later.
+    this.onLease('MODIFIED', lease);
+    const renewTime = (lease.spec as { renewTime?: string } | undefined)?.renewTime;
+    return renewTime === tracked.renewTime && tracked.leaseVersion === lease.metadata.resourceVersion;
   }
 
   stop(): void {
@@ -210,6 +264,7 @@ export class NodeLifecycleController {
       tracked.renewTime = spec.renewTime;
       tracked.observedAt = Date.now();
     }
+    tracked.leaseVersion = lease.metadata.resourceVersion;
     tracked.released = released;
     const health = parseJson<AgentHealth>(annotations[HEALTH_ANNOTATION]);
     if (health) tracked.health = health;
@@ -244,6 +299,9 @@ export class NodeLifecycleController {
       this.lastTick = now;
       const observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
       const stale = observations.filter(([, , o]) => isStale(o, now, grace)).length;
+      const majority = stale * 2 > observations.length;
+      if (this.majorityIsSilent && !majority) this.majorityEndedAt = now;
+      this.majorityIsSilent = majority;
       let disruption = isDisruption(stale, observations.length);
       if (disruption) {
         if (this.disruptionSince === undefined) {

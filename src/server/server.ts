@@ -23,6 +23,7 @@ import { NodeRegistry } from '../cluster/node-registry.js';
 import { supervisorRoutes } from '../cluster/supervisor.js';
 import { EventRecorder } from '../controllers/events.js';
 import { LeaderElector } from '../controllers/leader-election.js';
+import { FailoverController } from '../controllers/failover.js';
 import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
@@ -96,6 +97,13 @@ export interface ServerOptions {
   nodeIp?: string;
   shutdownGracePeriodMs: number;
 }
+
+/**
+ * What the controller adds to fencing-timeout before it replaces a singleton: the supervisor's
+ * 100 ms check, the kill itself, a peer re-check after an outage (1.4 s at most) and clock rate
+ * drift between hosts over a few seconds.
+ */
+export const FENCING_MARGIN_MS = 1500;
 
 /** Cluster timing rules that must hold before anything starts. */
 export function validateTimings(renewMs: number, graceMs: number, fencingMs: number): void {
@@ -303,13 +311,26 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           }
         : {}),
     });
+    let failover: FailoverController | undefined;
     const elector = new LeaderElector(
       client,
       { namespace: 'kube-system', name: 'drover-controllers', identity: leaderIdentity, leaseDurationMs: 15_000, renewIntervalMs: 2000 },
       {
         onStartedLeading: () =>
-          void lifecycle.start().catch((error: unknown) => logger.error({ err: error }, 'node lifecycle controller failed to start')),
-        onStoppedLeading: () => lifecycle.stop(),
+          void (async () => {
+            await lifecycle.start();
+            failover = new FailoverController(client, lifecycle, events, logger.child({ controller: 'failover' }), {
+              defaultTolerationMs: options.defaultUnavailableTolerationMs,
+              fencingTimeoutMs: options.fencingTimeoutMs,
+              fencingMarginMs: FENCING_MARGIN_MS,
+            });
+            await failover.start();
+          })().catch((error: unknown) => logger.error({ err: error }, 'node lifecycle or failover controller failed to start')),
+        onStoppedLeading: () => {
+          failover?.stop();
+          failover = undefined;
+          lifecycle.stop();
+        },
       },
       logger,
     );
@@ -386,6 +407,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           Promise.race([work, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
         await bounded(directory.stop());
         await bounded(elector.stop());
+        failover?.stop();
         lifecycle.stop();
         nodeRegistry.stop();
         await api.close(4000);

@@ -1,0 +1,174 @@
+import type { KubeObject } from '../apiserver/objects.js';
+import { type ApiClient, PODS } from '../client/types.js';
+import type { Logger } from '../logging/logger.js';
+import type { EventRecorder } from './events.js';
+import { decideFailover, type FailoverSettings, NodeRateLimiter } from './failover-logic.js';
+import { Informer } from './informer.js';
+import { type NodeHealthView, STATE_LABEL, UNREACHABLE_TAINT } from './node-lifecycle.js';
+
+/**
+ * The failover controller: moves pods off lost nodes (failover-logic.ts decides when). It runs on
+ * the controller leader beside the node lifecycle controller, whose observations it uses.
+ */
+
+/** Nodes whose failover may start at once; beyond that, one more every two seconds. */
+const FAILOVER_NODE_BURST = 3;
+const FAILOVER_NODES_PER_SECOND = 0.5;
+const TICK_MS = 200;
+
+interface LostNode {
+  since: number;
+  admitted: boolean;
+  announced: boolean;
+}
+
+function isLost(node: KubeObject): boolean {
+  if (node.metadata.labels?.[STATE_LABEL] === 'Down') return true;
+  const taints = (node.spec as { taints?: { key: string; effect: string }[] } | undefined)?.taints ?? [];
+  return taints.some((t) => t.key === UNREACHABLE_TAINT && t.effect === 'NoExecute');
+}
+
+export class FailoverController {
+  private readonly pods: Informer;
+  private readonly lost = new Map<string, LostNode>();
+  /** Pods already acted on (uid → action), so each gets one delete and one event. */
+  private readonly handled = new Map<string, string>();
+  private readonly limiter: NodeRateLimiter;
+  private timer: NodeJS.Timeout | undefined;
+  private running = false;
+  private busy = false;
+
+  constructor(
+    private readonly client: ApiClient,
+    private readonly view: NodeHealthView,
+    private readonly events: EventRecorder,
+    private readonly logger: Logger,
+    private readonly settings: FailoverSettings,
+  ) {
+    this.pods = new Informer(client, PODS, undefined, () => undefined, logger);
+    this.limiter = new NodeRateLimiter(FAILOVER_NODE_BURST, FAILOVER_NODES_PER_SECOND, Date.now());
+  }
+
+  async start(): Promise<void> {
+    this.running = true;
+    await this.pods.start();
+    this.logger.info(
+      {
+        defaultTolerationMs: this.settings.defaultTolerationMs,
+        fencingTimeoutMs: this.settings.fencingTimeoutMs,
+        fencingMarginMs: this.settings.fencingMarginMs,
+      },
+      'failover controller started',
+    );
+    this.schedule();
+  }
+
+  stop(): void {
+    this.running = false;
+    clearTimeout(this.timer);
+    this.pods.stop();
+  }
+
+  private schedule(): void {
+    if (!this.running) return;
+    this.timer = setTimeout(() => {
+      void this.reconcile()
+        .catch((error: unknown) => this.logger.warn({ err: error }, 'failover pass failed; retrying'))
+        .finally(() => this.schedule());
+    }, TICK_MS);
+  }
+
+  /** One pass over the pods on lost nodes. Exposed for tests. */
+  async reconcile(): Promise<void> {
+    if (this.busy || !this.pods.hasSynced) return;
+    this.busy = true;
+    try {
+      const now = Date.now();
+      const byNode = new Map<string, KubeObject[]>();
+      for (const pod of this.pods.items()) {
+        const nodeName = (pod.spec as { nodeName?: string } | undefined)?.nodeName;
+        if (!nodeName) continue;
+        const list = byNode.get(nodeName) ?? [];
+        list.push(pod);
+        byNode.set(nodeName, list);
+      }
+      for (const name of [...this.lost.keys()]) {
+        const node = this.view.node(name);
+        if (!node || !isLost(node)) {
+          this.lost.delete(name);
+          this.logger.info({ node: name }, 'node is back or gone; failover for it ends');
+        }
+      }
+      for (const [name, pods] of byNode) {
+        const node = this.view.node(name);
+        if (!node || !isLost(node)) continue;
+        let lost = this.lost.get(name);
+        if (!lost) {
+          lost = { since: now, admitted: false, announced: false };
+          this.lost.set(name, lost);
+        }
+        if (!lost.admitted) {
+          if (!this.limiter.tryTake(now)) continue;
+          lost.admitted = true;
+        }
+        await this.failOver(name, node, lost, pods, now);
+      }
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  private async failOver(name: string, node: KubeObject, lost: LostNode, pods: KubeObject[], now: number): Promise<void> {
+    const facts = {
+      lostSince: lost.since,
+      lastRenewalObservedAt: this.view.lastRenewalObservedAt(name) ?? lost.since,
+      majoritySilent: this.view.majoritySilent(),
+      majoritySilenceEndedAt: this.view.majoritySilenceEndedAt(),
+    };
+    for (const pod of pods) {
+      const uid = pod.metadata.uid!;
+      const decision = decideFailover(pod, facts, now, this.settings);
+      if (decision.action !== 'evict' && decision.action !== 'replace-singleton') continue;
+      if (this.handled.get(uid) === decision.action) continue;
+      const ref = { kind: 'Pod', name: pod.metadata.name!, namespace: pod.metadata.namespace!, uid };
+      if (!lost.announced) {
+        lost.announced = true;
+        const count = pods.length;
+        await this.events.record(
+          { kind: 'Node', name, uid: node.metadata.uid! },
+          'Warning',
+          'Failover',
+          `Moving ${count} pod(s) off lost node ${name} (${node.metadata.labels?.[STATE_LABEL] ?? 'Unavailable'}); singletons only once the node has certainly fenced them`,
+        );
+      }
+      try {
+        if (decision.action === 'evict') {
+          await this.client.delete(PODS, pod.metadata.namespace, pod.metadata.name!, { preconditions: { uid } });
+          this.handled.set(uid, decision.action);
+          await this.events.record(ref, 'Normal', 'TaintManagerEviction', `Marking for deletion Pod ${pod.metadata.namespace}/${pod.metadata.name}: ${decision.message}`);
+        } else {
+          // The last word before a second copy may exist: read the lease itself, not the watch.
+          if (!(await this.view.confirmSilence(name))) {
+            this.logger.info({ node: name, pod: pod.metadata.name }, 'a renewal arrived after all; singleton stays');
+            continue;
+          }
+          await this.client.delete(PODS, pod.metadata.namespace, pod.metadata.name!, { gracePeriodSeconds: 0, preconditions: { uid } });
+          this.handled.set(uid, decision.action);
+          await this.events.record(ref, 'Warning', 'SingletonFailover', `Deleted singleton ${pod.metadata.namespace}/${pod.metadata.name} from lost node ${name} so it can start elsewhere: ${decision.message}`);
+        }
+      } catch (error) {
+        const code = (error as { code?: number }).code;
+        if (code === 404 || code === 409) {
+          this.handled.set(uid, decision.action);
+          continue;
+        }
+        this.logger.warn({ err: error, pod: pod.metadata.name, node: name }, 'failover delete failed; will retry');
+      }
+    }
+    // Forget pods that are gone, so the map does not grow forever.
+    if (this.handled.size > 10_000) {
+      const live = new Set(this.pods.items().map((p) => p.metadata.uid));
+      for (const uid of this.handled.keys()) if (!live.has(uid)) this.handled.delete(uid);
+    }
+  }
+}
