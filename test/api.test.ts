@@ -85,7 +85,8 @@ function pod(name: string, extra: { labels?: Record<string, string>; nodeName?: 
     kind: 'Pod',
     metadata: { name, ...(extra.labels ? { labels: extra.labels } : {}) },
     spec: {
-      containers: extra.containers ?? [{ name: 'main', image: 'busybox:1.36' }],
+      // Drover runs containers as processes: every container needs a command.
+      containers: (extra.containers ?? [{ name: 'main', image: 'busybox:1.36' }]).map((c) => ({ command: ['sleep', '3600'], ...c })),
       ...(extra.nodeName ? { nodeName: extra.nodeName } : {}),
     },
   };
@@ -437,8 +438,8 @@ describe('discovery', () => {
     const policy = await get(server, '/apis/policy');
     assert.equal(policy.kind, 'APIGroup');
     assert.equal(policy.name, 'policy');
-    expectStatus(await request(server, 'GET', '/apis/apps/v1'), 404, 'NotFound');
-    expectStatus(await request(server, 'GET', '/apis/apps'), 404, 'NotFound');
+    expectStatus(await request(server, 'GET', '/apis/batch/v1'), 404, 'NotFound');
+    expectStatus(await request(server, 'GET', '/apis/batch'), 404, 'NotFound');
     expectStatus(await request(server, 'GET', '/api/v2'), 404, 'NotFound');
   });
 
@@ -556,7 +557,19 @@ describe('object semantics', () => {
     assert.equal(fetched.metadata.uid, created.metadata.uid);
     assert.equal(fetched.metadata.resourceVersion, created.metadata.resourceVersion);
     assert.equal(fetched.metadata.creationTimestamp, created.metadata.creationTimestamp);
-    assert.deepEqual(fetched.spec, pod('crud-pod').spec);
+    const sent = pod('crud-pod').spec as { containers: Obj[] };
+    assert.deepEqual(
+      fetched.spec,
+      {
+        ...sent,
+        containers: [{ ...sent.containers[0], terminationMessagePolicy: 'File', imagePullPolicy: 'IfNotPresent' }],
+        restartPolicy: 'Always',
+        terminationGracePeriodSeconds: 30,
+        dnsPolicy: 'ClusterFirst',
+        schedulerName: 'default-scheduler',
+      },
+      'the spec as sent, with the pod defaults filled in',
+    );
     assert.deepEqual(fetched.metadata.labels, { role: 'web' });
 
     const list = await get(server, pods);
@@ -896,12 +909,14 @@ describe('object semantics', () => {
     );
     assert.ok((noContainers.details.causes as Obj[]).some((c) => c.field === 'spec.containers'), JSON.stringify(noContainers));
 
-    const noImage = expectStatus(
-      await request(server, 'POST', '/api/v1/namespaces/crud/pods', { body: pod('no-image', { containers: [{ name: 'main' }] }) }),
+    const noCommand = expectStatus(
+      await request(server, 'POST', '/api/v1/namespaces/crud/pods', {
+        body: { metadata: { name: 'no-command' }, spec: { containers: [{ name: 'main', image: 'busybox:1.36' }] } },
+      }),
       422,
       'Invalid',
     );
-    assert.ok((noImage.details.causes as Obj[]).some((c) => c.field === 'spec.containers[0].image'));
+    assert.ok((noCommand.details.causes as Obj[]).some((c) => c.field === 'spec.containers[0].command'));
 
     const badLabel = expectStatus(
       await request(server, 'POST', '/api/v1/nodes', { body: { metadata: { name: 'bad-label', labels: { 'bad key!': 'v' } } } }),
@@ -1291,7 +1306,7 @@ describe('patches', () => {
       }),
     );
     const smp = await patch(server, '/api/v1/namespaces/patching/pods/smp-pod', STRATEGIC, {
-      spec: { containers: [{ name: 'sidecar', image: 'sidecar:2' }, { name: 'extra', image: 'extra:1' }] },
+      spec: { containers: [{ name: 'sidecar', image: 'sidecar:2' }, { name: 'extra', image: 'extra:1', command: ['sleep', '1'] }] },
     });
     const byName = new Map((smp.spec.containers as Obj[]).map((c) => [c.name as string, c]));
     assert.deepEqual([...byName.keys()].sort(), ['app', 'extra', 'sidecar']);
@@ -1306,9 +1321,11 @@ describe('patches', () => {
     assert.deepEqual((deleteDirective.spec.containers as Obj[]).map((c) => c.name).sort(), ['app', 'sidecar']);
 
     const merge = await patch(server, '/api/v1/namespaces/patching/pods/smp-pod', MERGE, {
-      spec: { containers: [{ name: 'only', image: 'only:1' }] },
+      spec: { containers: [{ name: 'only', image: 'only:1', command: ['sleep', '1'] }] },
     });
-    assert.deepEqual(merge.spec.containers, [{ name: 'only', image: 'only:1' }]);
+    assert.deepEqual(merge.spec.containers, [
+      { name: 'only', image: 'only:1', command: ['sleep', '1'], terminationMessagePolicy: 'File', imagePullPolicy: 'IfNotPresent' },
+    ]);
   });
 
   it('cordon and uncordon as kubectl sends them (strategic merge on a node)', async () => {

@@ -39,8 +39,16 @@ export function apiGroup(name: string, versions: string[]): object {
 }
 
 function subresourceVerbs(sub: string): string[] {
-  return sub === 'eviction' ? ['create'] : ['get', 'patch', 'update'];
+  if (sub === 'eviction') return ['create'];
+  if (sub === 'log') return ['get'];
+  return ['get', 'patch', 'update'];
 }
+
+/** The kind a subresource answers with, where it is not the resource's own. */
+const SUBRESOURCE_KINDS: Readonly<Record<string, { group: string; version: string; kind: string }>> = {
+  eviction: { group: 'policy', version: 'v1', kind: 'Eviction' },
+  scale: { group: 'autoscaling', version: 'v1', kind: 'Scale' },
+};
 
 export function apiResourceList(registry: ResourceRegistry, group: string, version: string): object {
   const resources: object[] = [];
@@ -59,7 +67,7 @@ export function apiResourceList(registry: ResourceRegistry, group: string, versi
         name: `${def.plural}/${sub}`,
         singularName: '',
         namespaced: def.namespaced,
-        ...(sub === 'eviction' ? { group: 'policy', version: 'v1', kind: 'Eviction' } : { kind: def.kind }),
+        ...(SUBRESOURCE_KINDS[sub] ?? { kind: def.kind }),
         verbs: subresourceVerbs(sub),
       });
     }
@@ -80,10 +88,7 @@ function discoveryResource(def: ResourceDefinition): object {
       ? {
           subresources: def.subresources.map((sub) => ({
             subresource: sub,
-            responseKind:
-              sub === 'eviction'
-                ? { group: 'policy', version: 'v1', kind: 'Eviction' }
-                : { group: def.group, version: def.version, kind: def.kind },
+            responseKind: SUBRESOURCE_KINDS[sub] ?? { group: def.group, version: def.version, kind: def.kind },
             verbs: subresourceVerbs(sub),
           })),
         }

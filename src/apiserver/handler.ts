@@ -26,6 +26,7 @@ import { type KubeObject, OBJECT_META_FIELDS } from './objects.js';
 import type { OpenApiDocuments } from './openapi.js';
 import { applyPatch, PatchError, patchTypeFromContentType } from './patch/index.js';
 import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
+import { scaleOf, validateReplicas } from './workloads.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import type { ObjectStore, Selection, WatchEventType } from './storage.js';
 import { type IncludeObject, toTable } from './table.js';
@@ -73,6 +74,21 @@ export interface HandlerOptions {
   metrics?: ServerMetrics;
   /** False on an etcd-only server: only the supervisor endpoints and health are served. */
   kubernetesApi?: boolean;
+  /**
+   * Serves `GET .../pods/P/log` once the caller is authorized and the pod and container are
+   * known (the server proxies it to the pod's agent). Without it, logs are a 404.
+   */
+  podLogs?(pod: KubeObject, params: PodLogParams, req: IncomingMessage, res: ServerResponse): Promise<void>;
+}
+
+/** The query of a pods/log request, as kubectl sends it. */
+export interface PodLogParams {
+  /** Always set when the hook is called: the named container, or the pod's only one. */
+  container?: string;
+  follow: boolean;
+  tailLines?: number;
+  previous: boolean;
+  limitBytes?: number;
 }
 
 interface ResourceRequest {
@@ -353,6 +369,9 @@ export class ApiHandler {
   }
 
   private verbOf(method: string, request: ResourceRequest, url: URL): string {
+    if (request.subresource === 'log') return method === 'GET' || method === 'HEAD' ? 'get' : 'invalid';
+    // A subresource is never deleted by itself (DELETE .../status must not remove the object).
+    if (request.subresource !== undefined && method === 'DELETE') return 'invalid';
     const watchParam = url.searchParams.get('watch');
     const watching = request.legacyWatch || watchParam === 'true' || watchParam === '1';
     switch (method) {
@@ -399,6 +418,8 @@ export class ApiHandler {
       );
     }
     const dryRun = url.searchParams.getAll('dryRun').includes('All');
+    if (request.subresource === 'scale') return this.serveScale(req, res, url, request, user, verb, dryRun);
+    if (request.subresource === 'log') return this.serveLog(req, res, url, request);
     switch (verb) {
       case 'get':
         return this.serveGet(req, res, url, request);
@@ -414,7 +435,7 @@ export class ApiHandler {
       case 'patch':
         return this.servePatch(req, res, url, request, user, dryRun);
       case 'delete':
-        return this.serveDelete(req, res, request, dryRun);
+        return this.serveDelete(req, res, url, request, dryRun);
       case 'deletecollection':
         return this.serveDeleteCollection(req, res, url, request, dryRun);
     }
@@ -706,6 +727,17 @@ export class ApiHandler {
     return isJsonObject(parsed) ? parsed : {};
   }
 
+  /** DeleteOptions.gracePeriodSeconds from a body or the query (kubectl sends the body). */
+  private gracePeriodOf(options: JsonObject, url?: URL): number | undefined {
+    const fromQuery = url?.searchParams.get('gracePeriodSeconds');
+    const value = options.gracePeriodSeconds ?? (fromQuery ? Number(fromQuery) : undefined);
+    if (value === undefined || value === null) return undefined;
+    if (typeof value !== 'number' || !Number.isInteger(value)) {
+      throw errors.badRequest(`gracePeriodSeconds must be an integer (got ${JSON.stringify(value)})`);
+    }
+    return value;
+  }
+
   private preconditionsOf(options: JsonObject): { uid?: string; resourceVersion?: string } | undefined {
     const pre = options.preconditions;
     if (!isJsonObject(pre)) return undefined;
@@ -715,7 +747,7 @@ export class ApiHandler {
     };
   }
 
-  private async serveDelete(req: IncomingMessage, res: ServerResponse, request: ResourceRequest, dryRun: boolean): Promise<void> {
+  private async serveDelete(req: IncomingMessage, res: ServerResponse, url: URL, request: ResourceRequest, dryRun: boolean): Promise<void> {
     const negotiated = negotiate(req.headers.accept);
     const { def } = request;
     const options = await this.readDeleteOptions(req);
@@ -725,7 +757,12 @@ export class ApiHandler {
       throw errors.forbidden(`${def.plural} "${name}" is forbidden: this ${def.singular} may not be deleted`);
     }
     const preconditions = this.preconditionsOf(options);
-    const deleteOptions = { dryRun: wantsDryRun, ...(preconditions ? { preconditions } : {}) };
+    const gracePeriodSeconds = this.gracePeriodOf(options, url);
+    const deleteOptions = {
+      dryRun: wantsDryRun,
+      ...(preconditions ? { preconditions } : {}),
+      ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
+    };
     let deleted: KubeObject;
     if (def.kind === 'Namespace' && def.group === '' && !wantsDryRun) {
       deleted = await this.deleteNamespace(def, name, deleteOptions);
@@ -775,7 +812,8 @@ export class ApiHandler {
     dryRun: boolean,
   ): Promise<void> {
     const { def } = request;
-    await this.readDeleteOptions(req);
+    const options = await this.readDeleteOptions(req);
+    const gracePeriodSeconds = this.gracePeriodOf(options, url);
     const { items } = await this.options.store.list(def, request.namespace, this.selection(url, def));
     const deleted: KubeObject[] = [];
     for (const item of items) {
@@ -785,7 +823,10 @@ export class ApiHandler {
         deleted.push(
           isNamespace
             ? await this.deleteNamespace(def, item.metadata.name!, {})
-            : await this.options.store.delete(def, item.metadata.namespace, item.metadata.name!, { dryRun }),
+            : await this.options.store.delete(def, item.metadata.namespace, item.metadata.name!, {
+                dryRun,
+                ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
+              }),
         );
       } catch (error) {
         if (!(error instanceof ApiError && error.code === 404)) throw error;
@@ -794,7 +835,7 @@ export class ApiHandler {
     sendJson(res, 200, { kind: listKind(def), apiVersion: apiVersionOf(def), metadata: {}, items: deleted });
   }
 
-  /** policy/v1 (and kubectl 1.20's policy/v1beta1) Eviction: deletes the pod. */
+  /** policy/v1 (and kubectl 1.20's policy/v1beta1) Eviction: deletes the pod, gracefully when it runs on a node. */
   private async serveEviction(req: IncomingMessage, res: ServerResponse, request: ResourceRequest, dryRun: boolean): Promise<void> {
     const body = await readBody(req);
     const eviction = asKubeObject(decodeBody(body, req.headers['content-type']), 'the eviction');
@@ -806,10 +847,140 @@ export class ApiHandler {
     }
     const deleteOptions = isJsonObject(eviction.deleteOptions) ? eviction.deleteOptions : {};
     const preconditions = this.preconditionsOf(deleteOptions);
+    const gracePeriodSeconds = this.gracePeriodOf(deleteOptions);
     await this.options.store.delete(request.def, request.namespace, request.name!, {
       dryRun,
       ...(preconditions ? { preconditions } : {}),
+      ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
     });
     sendJson(res, 201, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', code: 201 });
+  }
+
+  /**
+   * `<workload>/scale`: the autoscaling/v1 Scale view of spec.replicas. Reads build it from the
+   * workload; writes (PUT, or a patch of the Scale) change only the workload's spec.replicas, so
+   * they bump its generation like any spec change.
+   */
+  private async serveScale(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    request: ResourceRequest,
+    user: UserInfo,
+    verb: string,
+    dryRun: boolean,
+  ): Promise<void> {
+    const { def } = request;
+    const name = request.name!;
+    negotiate(req.headers.accept);
+    if (verb === 'get') {
+      sendJson(res, 200, scaleOf(await this.options.store.get(def, request.namespace, name)));
+      return;
+    }
+    if (verb !== 'update' && verb !== 'patch') throw errors.methodNotAllowed(req.method ?? 'GET', url.pathname);
+    const body = await readBody(req);
+    let input: unknown;
+    let patchType: ReturnType<typeof patchTypeFromContentType> | undefined;
+    if (verb === 'patch') {
+      const contentType = mediaType(req.headers['content-type']);
+      patchType = patchTypeFromContentType(contentType);
+      if (!patchType) throw errors.unsupportedMediaType(contentType, SUPPORTED_PATCH_TYPES);
+      try {
+        input = JSON.parse(body.toString('utf8'));
+      } catch (error) {
+        throw errors.badRequest(`error decoding patch: ${error instanceof Error ? error.message : String(error)}`);
+      }
+    } else {
+      input = asKubeObject(decodeBody(body, req.headers['content-type']), 'the request body');
+    }
+    const updated = await this.options.store.guaranteedUpdate(
+      def,
+      request.namespace,
+      name,
+      async (current) => {
+        const currentScale = scaleOf(current);
+        let scale: KubeObject;
+        if (patchType) {
+          scale = asKubeObject(
+            applyPatch(patchType, currentScale as unknown as JsonObject, input as JsonObject, 'Scale'),
+            'the patched Scale',
+          );
+        } else {
+          scale = input as KubeObject;
+          if (scale.kind !== undefined && scale.kind !== '' && scale.kind !== 'Scale') {
+            throw errors.badRequest(`expected a Scale, got ${String(scale.kind)}`);
+          }
+        }
+        if (scale.metadata.name !== undefined && scale.metadata.name !== '' && scale.metadata.name !== name) {
+          throw errors.badRequest(`the name of the object (${String(scale.metadata.name)}) does not match the name on the URL (${name})`);
+        }
+        if (scale.metadata.uid && scale.metadata.uid !== current.metadata.uid) {
+          throw errors.conflict(def, name, `Precondition failed: UID in precondition: ${scale.metadata.uid}, UID in object meta: ${current.metadata.uid}`);
+        }
+        const replicas = isJsonObject(scale.spec) ? scale.spec.replicas : undefined;
+        const causes = validateReplicas(replicas ?? 0, 'spec.replicas');
+        if (causes.length) throw errors.invalid('Scale', name, 'autoscaling', causes);
+        const next: KubeObject = { ...current, spec: { ...(isJsonObject(current.spec) ? current.spec : {}), replicas: replicas ?? 0 } };
+        // A resourceVersion in the Scale (sent, or put there by the patch: the current copy has
+        // none) is a precondition on the workload, as in Kubernetes.
+        const wanted = scale.metadata.resourceVersion;
+        if (typeof wanted === 'string' && wanted) next.metadata = { ...next.metadata, resourceVersion: wanted };
+        await this.admit(user, verb, request, next);
+        return next;
+      },
+      { dryRun },
+    );
+    sendJson(res, 200, scaleOf(updated));
+  }
+
+  /** `pods/P/log`: checked here, served by the podLogs hook (which reaches the pod's agent). */
+  private async serveLog(req: IncomingMessage, res: ServerResponse, url: URL, request: ResourceRequest): Promise<void> {
+    const params = url.searchParams;
+    const integer = (name: string, min: number): number | undefined => {
+      const text = params.get(name);
+      if (text === null || text === '') return undefined;
+      const value = Number(text);
+      if (!Number.isInteger(value) || value < min) {
+        throw errors.badRequest(`${name} must be an integer of at least ${min} (got "${text}")`);
+      }
+      return value;
+    };
+    const flag = (name: string): boolean => params.get(name) === 'true' || params.get(name) === '1';
+    const tailLines = integer('tailLines', 0);
+    const limitBytes = integer('limitBytes', 1);
+    const pod = await this.options.store.get(request.def, request.namespace, request.name!);
+    const names = (field: string): string[] => {
+      const list = isJsonObject(pod.spec) ? pod.spec[field] : undefined;
+      return Array.isArray(list) ? list.filter(isJsonObject).map((c) => String(c.name)) : [];
+    };
+    const containers = names('containers');
+    const initContainers = names('initContainers');
+    let container = params.get('container') || undefined;
+    if (container === undefined) {
+      if (containers.length !== 1) {
+        const init = initContainers.length ? ` or one of the init containers: [${initContainers.join(' ')}]` : '';
+        throw errors.badRequest(
+          `a container name must be specified for pod ${request.name}, choose one of: [${containers.join(' ')}]${init}`,
+        );
+      }
+      container = containers[0];
+    } else if (!containers.includes(container) && !initContainers.includes(container)) {
+      throw errors.badRequest(`container ${container} is not valid for pod ${request.name}`);
+    }
+    if (!this.options.podLogs) {
+      throw errors.pathNotFound(`${url.pathname}: this server does not serve container logs`);
+    }
+    await this.options.podLogs(
+      pod,
+      {
+        ...(container !== undefined ? { container } : {}),
+        follow: flag('follow'),
+        previous: flag('previous'),
+        ...(tailLines !== undefined ? { tailLines } : {}),
+        ...(limitBytes !== undefined ? { limitBytes } : {}),
+      },
+      req,
+      res,
+    );
   }
 }

@@ -1,5 +1,15 @@
 import type { StatusCause } from './errors.js';
 import { getPath, getString, type KubeObject } from './objects.js';
+import { defaultPodSpec, podDeletionGracePeriod, POD_PRINTER, validatePod, validatePodUpdate } from './pods.js';
+import {
+  defaultDeployment,
+  defaultReplicaSet,
+  defaultStatefulSet,
+  DEPLOYMENT_PRINTER,
+  REPLICASET_PRINTER,
+  STATEFULSET_PRINTER,
+  validateWorkload,
+} from './workloads.js';
 import {
   AGE_COLUMN,
   ageOf,
@@ -15,7 +25,11 @@ import {
  * and selectors are all driven from these definitions, so a new kind is one entry here.
  */
 
-export type Subresource = 'status' | 'eviction';
+/**
+ * `status`: the status-only write path; `eviction`: policy Eviction (pods); `scale`: the
+ * autoscaling/v1 Scale view of `spec.replicas`; `log`: a pod's container log, served by a hook.
+ */
+export type Subresource = 'status' | 'eviction' | 'scale' | 'log';
 
 export interface Conversion {
   /** From this version's shape to the stored shape. */
@@ -45,7 +59,16 @@ export interface ResourceDefinition {
   conversion?: Conversion;
   /** Defaults and server-owned fields on create. */
   prepareForCreate?(obj: KubeObject): void;
+  /** Defaults kept on every write that is not a status write: filled in when a client leaves them out. */
+  applyDefaults?(obj: KubeObject): void;
   validate?(obj: KubeObject): StatusCause[];
+  /** Rules about what an update (not a status write) may change, given the stored object. */
+  validateUpdate?(next: KubeObject, current: KubeObject): StatusCause[];
+  /**
+   * Kinds deleted gracefully (pods): the grace period in seconds this deletion gets, given the
+   * caller's `gracePeriodSeconds`; 0 removes the object at once. Without it, deletion is immediate.
+   */
+  deletionGracePeriod?(obj: KubeObject, requested: number | undefined): number;
   /** Names that may not be deleted (the built-in namespaces). */
   undeletable?: ReadonlySet<string>;
 }
@@ -130,55 +153,6 @@ const NODE_PRINTER: Printer = {
     orNone(str(node, 'status', 'nodeInfo', 'kernelVersion')),
     orNone(str(node, 'status', 'nodeInfo', 'containerRuntimeVersion')),
   ],
-};
-
-function podCounts(pod: KubeObject): { ready: number; total: number; restarts: number } {
-  const containers = getPath(pod, ['spec', 'containers']);
-  const statuses = getPath(pod, ['status', 'containerStatuses']);
-  let ready = 0;
-  let restarts = 0;
-  if (Array.isArray(statuses)) {
-    for (const s of statuses as { ready?: unknown; restartCount?: unknown }[]) {
-      if (s.ready === true) ready++;
-      if (typeof s.restartCount === 'number') restarts += s.restartCount;
-    }
-  }
-  return { ready, total: Array.isArray(containers) ? containers.length : 0, restarts };
-}
-
-export function podStatusText(pod: KubeObject): string {
-  if (pod.metadata.deletionTimestamp) return 'Terminating';
-  return str(pod, 'status', 'reason') || str(pod, 'status', 'phase') || 'Pending';
-}
-
-const POD_PRINTER: Printer = {
-  columns: [
-    NAME_COLUMN,
-    column('Ready', 'The aggregate readiness state of this pod for accepting traffic.'),
-    column('Status', 'The aggregate status of the containers in this pod.'),
-    column('Restarts', 'The number of times the containers in this pod have been restarted.', {
-      type: 'string',
-    }),
-    AGE_COLUMN,
-    column('IP', 'IP address allocated to the pod.', { priority: 1 }),
-    column('Node', 'Name of the Node this pod is assigned to.', { priority: 1 }),
-    column('Nominated Node', 'Name of the node nominated by the scheduler.', { priority: 1 }),
-    column('Readiness Gates', 'Readiness gates of the pod.', { priority: 1 }),
-  ],
-  cells: (pod, now) => {
-    const { ready, total, restarts } = podCounts(pod);
-    return [
-      pod.metadata.name ?? '',
-      `${ready}/${total}`,
-      podStatusText(pod),
-      String(restarts),
-      ageOf(pod.metadata.creationTimestamp, now),
-      orNone(str(pod, 'status', 'podIP')),
-      orNone(str(pod, 'spec', 'nodeName')),
-      orNone(str(pod, 'status', 'nominatedNodeName')),
-      '<none>',
-    ];
-  },
 };
 
 function eventLastSeen(event: KubeObject, now: number): string {
@@ -307,35 +281,6 @@ function requireObjectField(obj: KubeObject, field: string, causes: StatusCause[
   }
 }
 
-function validatePod(pod: KubeObject): StatusCause[] {
-  const causes: StatusCause[] = [];
-  requireObjectField(pod, 'spec', causes);
-  const containers = getPath(pod, ['spec', 'containers']);
-  if (!Array.isArray(containers) || containers.length === 0) {
-    causes.push({ reason: 'FieldValueRequired', message: 'Required value', field: 'spec.containers' });
-    return causes;
-  }
-  const seen = new Set<string>();
-  containers.forEach((c, i) => {
-    const container = (c ?? {}) as { name?: unknown; image?: unknown };
-    if (typeof container.name !== 'string' || !container.name) {
-      causes.push({ reason: 'FieldValueRequired', message: 'Required value', field: `spec.containers[${i}].name` });
-    } else if (seen.has(container.name)) {
-      causes.push({
-        reason: 'FieldValueDuplicate',
-        message: `Duplicate value: "${container.name}"`,
-        field: `spec.containers[${i}].name`,
-      });
-    } else {
-      seen.add(container.name);
-    }
-    if (typeof container.image !== 'string' || !container.image) {
-      causes.push({ reason: 'FieldValueRequired', message: 'Required value', field: `spec.containers[${i}].image` });
-    }
-  });
-  return causes;
-}
-
 function validateLease(lease: KubeObject): StatusCause[] {
   const causes: StatusCause[] = [];
   requireObjectField(lease, 'spec', causes);
@@ -460,7 +405,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
     namespaced: true,
     shortNames: ['po'],
     categories: ['all'],
-    subresources: ['status', 'eviction'],
+    subresources: ['status', 'eviction', 'log'],
     printer: POD_PRINTER,
     fieldLabels: {
       'spec.nodeName': (p) => str(p, 'spec', 'nodeName'),
@@ -478,7 +423,10 @@ export const RESOURCES: readonly ResourceDefinition[] = [
       // Status is the node's to report; a client cannot create a pod that claims to be running.
       pod.status = { phase: 'Pending' };
     },
+    applyDefaults: (pod) => defaultPodSpec(pod.spec),
     validate: validatePod,
+    validateUpdate: validatePodUpdate,
+    deletionGracePeriod: podDeletionGracePeriod,
   },
   {
     group: '',
@@ -554,6 +502,60 @@ export const RESOURCES: readonly ResourceDefinition[] = [
     storagePath: 'coordination.k8s.io/leases',
     nameRule: 'dns-subdomain',
     validate: validateLease,
+  },
+  {
+    group: 'apps',
+    version: 'v1',
+    kind: 'Deployment',
+    plural: 'deployments',
+    singular: 'deployment',
+    namespaced: true,
+    shortNames: ['deploy'],
+    categories: ['all'],
+    subresources: ['status', 'scale'],
+    printer: DEPLOYMENT_PRINTER,
+    fieldLabels: {},
+    topLevelFields: standardFields('spec', 'status'),
+    storagePath: 'apps/deployments',
+    nameRule: 'dns-subdomain',
+    applyDefaults: defaultDeployment,
+    validate: validateWorkload,
+  },
+  {
+    group: 'apps',
+    version: 'v1',
+    kind: 'ReplicaSet',
+    plural: 'replicasets',
+    singular: 'replicaset',
+    namespaced: true,
+    shortNames: ['rs'],
+    categories: ['all'],
+    subresources: ['status', 'scale'],
+    printer: REPLICASET_PRINTER,
+    fieldLabels: { 'status.replicas': (rs) => str(rs, 'status', 'replicas') || '0' },
+    topLevelFields: standardFields('spec', 'status'),
+    storagePath: 'apps/replicasets',
+    nameRule: 'dns-subdomain',
+    applyDefaults: defaultReplicaSet,
+    validate: validateWorkload,
+  },
+  {
+    group: 'apps',
+    version: 'v1',
+    kind: 'StatefulSet',
+    plural: 'statefulsets',
+    singular: 'statefulset',
+    namespaced: true,
+    shortNames: ['sts'],
+    categories: ['all'],
+    subresources: ['status', 'scale'],
+    printer: STATEFULSET_PRINTER,
+    fieldLabels: {},
+    topLevelFields: standardFields('spec', 'status'),
+    storagePath: 'apps/statefulsets',
+    nameRule: 'dns-subdomain',
+    applyDefaults: defaultStatefulSet,
+    validate: validateWorkload,
   },
   {
     group: 'policy',

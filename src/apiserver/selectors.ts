@@ -176,3 +176,59 @@ export function matchesFields(selector: FieldSelector, fields: (field: string) =
   }
   return true;
 }
+
+/** A metav1.LabelSelector as written in objects (`spec.selector` of workloads). */
+export interface LabelSelectorObject {
+  matchLabels?: Record<string, string>;
+  matchExpressions?: { key: string; operator: string; values?: string[] }[];
+}
+
+const EXPRESSION_OPS: Record<string, 'in' | 'notin' | 'exists' | 'notexists'> = {
+  In: 'in',
+  NotIn: 'notin',
+  Exists: 'exists',
+  DoesNotExist: 'notexists',
+};
+
+/**
+ * The requirements of a LabelSelector object, sorted by key as Kubernetes' LabelSelectorAsSelector
+ * sorts them. Unknown operators are dropped (validation reports them where objects are written).
+ */
+export function labelSelectorFromObject(selector: LabelSelectorObject | undefined): LabelSelector {
+  const requirements: LabelSelector = [];
+  for (const [key, value] of Object.entries(selector?.matchLabels ?? {})) {
+    requirements.push({ key, op: 'eq', value: String(value) });
+  }
+  for (const expression of selector?.matchExpressions ?? []) {
+    const op = EXPRESSION_OPS[expression.operator];
+    if (!op) continue;
+    if (op === 'in' || op === 'notin') {
+      requirements.push({ key: expression.key, op, values: [...(expression.values ?? [])].map(String).sort() });
+    } else {
+      requirements.push({ key: expression.key, op });
+    }
+  }
+  return requirements.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+}
+
+/** The query-string form (`app=web,tier in (a,b)`), as Kubernetes' labels.Selector prints it. */
+export function formatLabelSelector(selector: LabelSelector): string {
+  return selector
+    .map((req) => {
+      switch (req.op) {
+        case 'eq':
+          return `${req.key}=${req.value}`;
+        case 'neq':
+          return `${req.key}!=${req.value}`;
+        case 'in':
+          return `${req.key} in (${req.values.join(',')})`;
+        case 'notin':
+          return `${req.key} notin (${req.values.join(',')})`;
+        case 'exists':
+          return req.key;
+        case 'notexists':
+          return `!${req.key}`;
+      }
+    })
+    .join(',');
+}

@@ -63,12 +63,20 @@ export interface WriteOptions {
 
 export interface UpdateOptions extends WriteOptions {
   subresource?: 'status';
-  /** Set metadata.deletionTimestamp (the object has finalizers and was asked to go away). */
-  markDeleted?: boolean;
+  /**
+   * Mark the object as going away: set metadata.deletionTimestamp and deletionGracePeriodSeconds
+   * (it has finalizers, or it is deleted gracefully).
+   */
+  markDeleted?: { deletionTimestamp: string; gracePeriodSeconds: number };
 }
 
 export interface DeleteOptions extends WriteOptions {
   preconditions?: { uid?: string; resourceVersion?: string };
+  /**
+   * For kinds deleted gracefully (pods): 0 removes the object at once; unset uses the object's
+   * own grace period. Other kinds ignore it.
+   */
+  gracePeriodSeconds?: number;
 }
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
@@ -116,22 +124,38 @@ function generateNameSuffix(): string {
 }
 
 /** Everything a client may not change through an update. */
-function carryServerFields(next: KubeObject, current: KubeObject, markDeleted: boolean): void {
+function carryServerFields(next: KubeObject, current: KubeObject, markDeleted: UpdateOptions['markDeleted']): void {
   const meta = next.metadata;
   meta.uid = current.metadata.uid;
   meta.creationTimestamp = current.metadata.creationTimestamp;
   meta.name = current.metadata.name;
   if (current.metadata.namespace !== undefined) meta.namespace = current.metadata.namespace;
   else delete meta.namespace;
-  if (current.metadata.deletionTimestamp) meta.deletionTimestamp = current.metadata.deletionTimestamp;
-  else if (markDeleted) meta.deletionTimestamp = kubeTime();
-  else delete meta.deletionTimestamp;
+  if (markDeleted) {
+    meta.deletionTimestamp = markDeleted.deletionTimestamp;
+    meta.deletionGracePeriodSeconds = markDeleted.gracePeriodSeconds;
+  } else if (current.metadata.deletionTimestamp) {
+    meta.deletionTimestamp = current.metadata.deletionTimestamp;
+    if (current.metadata.deletionGracePeriodSeconds !== undefined) {
+      meta.deletionGracePeriodSeconds = current.metadata.deletionGracePeriodSeconds;
+    } else {
+      delete meta.deletionGracePeriodSeconds;
+    }
+  } else {
+    delete meta.deletionTimestamp;
+    delete meta.deletionGracePeriodSeconds;
+  }
   if (current.metadata.generation !== undefined) meta.generation = current.metadata.generation;
   delete meta.resourceVersion;
   delete meta.managedFields;
   delete meta.selfLink;
   delete meta.generateName;
   if (current.metadata.generateName) meta.generateName = current.metadata.generateName;
+}
+
+function shouldDeleteOnWrite(obj: KubeObject): boolean {
+  const meta = obj.metadata;
+  return Boolean(meta.deletionTimestamp) && !meta.finalizers?.length && !meta.deletionGracePeriodSeconds;
 }
 
 /** Everything but metadata and status: a change there bumps metadata.generation. */
@@ -277,6 +301,7 @@ export class ObjectStore {
       delete meta[field];
     }
     def.prepareForCreate?.(obj);
+    def.applyDefaults?.(obj);
     this.validate(def, obj);
     if (def.namespaced) await this.requireActiveNamespace(namespace!);
     if (options.dryRun) return obj;
@@ -290,8 +315,12 @@ export class ObjectStore {
     }
   }
 
-  private validate(def: ResourceDefinition, obj: KubeObject): void {
-    const causes = [...validateObjectMeta(obj, def.nameRule), ...(def.validate?.(obj) ?? [])];
+  private validate(def: ResourceDefinition, obj: KubeObject, current?: KubeObject): void {
+    const causes = [
+      ...validateObjectMeta(obj, def.nameRule),
+      ...(def.validate?.(obj) ?? []),
+      ...(current && def.validateUpdate ? def.validateUpdate(obj, current) : []),
+    ];
     if (causes.length) throw errors.invalid(def.kind, obj.metadata.name ?? '', def.group, causes);
   }
 
@@ -344,7 +373,7 @@ export class ObjectStore {
       const next = this.prepareForUpdate(def, current, proposed, options);
       // A status write keeps the stored metadata and spec, which were valid when written.
       if (options.subresource === 'status') this.validateStatus(def, next);
-      else this.validate(def, next);
+      else this.validate(def, next, current);
       const nextValue = this.encode(def, next);
       // Byte-equal is the common no-op; otherwise compare as data, since key order means nothing.
       const unchanged =
@@ -355,8 +384,9 @@ export class ObjectStore {
         return unchanged ? current : next;
       }
       try {
-        if (next.metadata.deletionTimestamp && !(next.metadata.finalizers?.length)) {
-          // The last finalizer is gone from an object that was asked to go away.
+        if (shouldDeleteOnWrite(next)) {
+          // The last finalizer is gone from an object that was asked to go away, and no grace
+          // period holds it (a pod still being stopped by its node stays until that node is done).
           const deleted = await this.datastore.delete(key, kv.modRevision);
           next.metadata.resourceVersion = String(deleted.modRevision);
           return next;
@@ -405,7 +435,8 @@ export class ObjectStore {
     }
     next.apiVersion = apiVersionOf(def);
     next.kind = def.kind;
-    carryServerFields(next, current, options.markDeleted === true);
+    carryServerFields(next, current, options.markDeleted);
+    if (options.subresource !== 'status') def.applyDefaults?.(next);
     if (options.subresource !== 'status' && !jsonEqual(next, current, NOT_SPEC)) {
       next.metadata.generation = (current.metadata.generation ?? 1) + 1;
     }
@@ -438,10 +469,11 @@ export class ObjectStore {
           `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`,
         );
       }
-      if (current.metadata.finalizers?.length) {
-        // Finalizers hold the object until their owners remove them; mark it as going away.
-        if (current.metadata.deletionTimestamp || options.dryRun) return current;
-        return this.guaranteedUpdate(def, namespace, name, (obj) => obj, { markDeleted: true });
+      const marking = this.deletionMark(def, current, options);
+      if (marking === 'pending') return current;
+      if (marking) {
+        if (options.dryRun) return current;
+        return this.guaranteedUpdate(def, namespace, name, (obj) => obj, { markDeleted: marking });
       }
       if (options.dryRun) return current;
       try {
@@ -455,6 +487,36 @@ export class ObjectStore {
       }
     }
     throw errors.conflict(def, name, 'too many concurrent writers; try again');
+  }
+
+  /**
+   * How a delete proceeds, as kube-apiserver's BeforeDelete decides: `undefined` removes the
+   * object now; `pending` leaves an object already going away as it is; a mark is written to
+   * the object (a deletionTimestamp) and it stays until its finalizers and grace period are done.
+   */
+  private deletionMark(
+    def: ResourceDefinition,
+    current: KubeObject,
+    options: DeleteOptions,
+  ): UpdateOptions['markDeleted'] | 'pending' | undefined {
+    const meta = current.metadata;
+    const hasFinalizers = Boolean(meta.finalizers?.length);
+    if (meta.deletionTimestamp) {
+      // Already going away: a caller may only shorten the grace period (the agent's final
+      // delete, or kubectl delete --force --grace-period=0).
+      const requested = options.gracePeriodSeconds;
+      const granted = meta.deletionGracePeriodSeconds;
+      if (!def.deletionGracePeriod || requested === undefined || granted === undefined) return 'pending';
+      const period = Math.max(requested, 0);
+      if (period >= granted) return 'pending';
+      if (period === 0 && !hasFinalizers) return undefined;
+      const shifted = Date.parse(meta.deletionTimestamp) + (period - granted) * 1000;
+      return { deletionTimestamp: kubeTime(shifted), gracePeriodSeconds: period };
+    }
+    const period = def.deletionGracePeriod ? def.deletionGracePeriod(current, options.gracePeriodSeconds) : 0;
+    if (period > 0) return { deletionTimestamp: kubeTime(Date.now() + period * 1000), gracePeriodSeconds: period };
+    if (hasFinalizers) return { deletionTimestamp: kubeTime(), gracePeriodSeconds: 0 };
+    return undefined;
   }
 
   /**

@@ -3,6 +3,7 @@ import { ApiError, type Status, type StatusReason } from '../apiserver/errors.js
 import type { KubeObject } from '../apiserver/objects.js';
 import type {
   ApiClient,
+  DeleteOptions,
   ListOptions,
   PatchKind,
   ResourceRef,
@@ -135,8 +136,13 @@ export class HttpClient implements ApiClient {
     )) as KubeObject;
   }
 
-  async delete(ref: ResourceRef, namespace: string | undefined, name: string): Promise<void> {
-    await this.request('DELETE', this.path(ref, namespace, name));
+  async delete(ref: ResourceRef, namespace: string | undefined, name: string, options: DeleteOptions = {}): Promise<void> {
+    await this.request('DELETE', this.path(ref, namespace, name), {
+      kind: 'DeleteOptions',
+      apiVersion: 'v1',
+      ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
+      ...(options.preconditions ? { preconditions: options.preconditions } : {}),
+    });
   }
 
   watch(

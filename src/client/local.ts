@@ -5,7 +5,7 @@ import { applyPatch } from '../apiserver/patch/index.js';
 import type { ResourceDefinition, ResourceRegistry } from '../apiserver/resources.js';
 import { parseFieldSelector, parseLabelSelector } from '../apiserver/selectors.js';
 import type { ObjectStore, Selection } from '../apiserver/storage.js';
-import type { ApiClient, ListOptions, PatchKind, ResourceRef, WatchHandle, WatchHandler } from './types.js';
+import type { ApiClient, DeleteOptions, ListOptions, PatchKind, ResourceRef, WatchHandle, WatchHandler } from './types.js';
 
 /** The API client for code running inside the server: straight to the object store, no HTTP. */
 export class LocalClient implements ApiClient {
@@ -76,8 +76,11 @@ export class LocalClient implements ApiClient {
     );
   }
 
-  async delete(ref: ResourceRef, namespace: string | undefined, name: string): Promise<void> {
-    await this.store.delete(this.def(ref), namespace, name);
+  async delete(ref: ResourceRef, namespace: string | undefined, name: string, options: DeleteOptions = {}): Promise<void> {
+    await this.store.delete(this.def(ref), namespace, name, {
+      ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
+      ...(options.preconditions ? { preconditions: options.preconditions } : {}),
+    });
   }
 
   watch(
