@@ -1,0 +1,127 @@
+import type { KubeObject } from '../apiserver/objects.js';
+import { controllerOf } from './workloads.js';
+
+/**
+ * The scheduler's decision, pure: which node a pod goes to, or why none fits, worded as
+ * kube-scheduler words it so that `kubectl describe pod` reads the same as on Kubernetes.
+ */
+
+/** The node lifecycle controller's verdict label (node-lifecycle.ts STATE_LABEL; not imported to keep this module pure). */
+const NODE_STATE_LABEL = 'drover.io/state';
+
+export interface Taint {
+  key: string;
+  value?: string;
+  effect: string;
+}
+
+export interface Toleration {
+  key?: string;
+  operator?: 'Exists' | 'Equal' | string;
+  value?: string;
+  effect?: string;
+  tolerationSeconds?: number;
+}
+
+export type ScheduleResult = { node: string } | { reasons: string };
+
+/** Kubernetes' toleration matching (k8s.io/api/core/v1 Toleration.ToleratesTaint). */
+export function toleratesTaint(toleration: Toleration, taint: Taint): boolean {
+  if (toleration.effect && toleration.effect !== taint.effect) return false;
+  if (toleration.key && toleration.key !== taint.key) return false;
+  const operator = toleration.operator || 'Equal';
+  if (operator === 'Exists') return true;
+  if (operator !== 'Equal') return false;
+  // An empty key means "every key", which only makes sense with Exists.
+  if (!toleration.key) return false;
+  return (toleration.value ?? '') === (taint.value ?? '');
+}
+
+/** The first NoSchedule/NoExecute taint no toleration covers, as kube-scheduler reports it. */
+export function firstUntoleratedTaint(taints: readonly Taint[], tolerations: readonly Toleration[]): Taint | undefined {
+  return taints.find(
+    (taint) =>
+      (taint.effect === 'NoSchedule' || taint.effect === 'NoExecute') && !tolerations.some((t) => toleratesTaint(t, taint)),
+  );
+}
+
+/** Ready by the lifecycle controller's label; by the Ready condition only when the label is absent. */
+export function isNodeReady(node: KubeObject): boolean {
+  const state = node.metadata.labels?.[NODE_STATE_LABEL];
+  if (state !== undefined) return state === 'Ready';
+  const conditions = (node.status as { conditions?: { type: string; status: string }[] } | undefined)?.conditions ?? [];
+  return conditions.some((c) => c.type === 'Ready' && c.status === 'True');
+}
+
+export function isPodTerminated(pod: KubeObject): boolean {
+  const phase = (pod.status as { phase?: string } | undefined)?.phase;
+  return phase === 'Succeeded' || phase === 'Failed';
+}
+
+export function podNodeName(pod: KubeObject): string | undefined {
+  return (pod.spec as { nodeName?: string } | undefined)?.nodeName || undefined;
+}
+
+interface PodSpecForScheduling {
+  nodeSelector?: Record<string, string>;
+  tolerations?: Toleration[];
+}
+
+/** Why a node cannot take the pod, in kube-scheduler's words; undefined when it can. */
+export function nodeRejection(pod: KubeObject, node: KubeObject): string | undefined {
+  const spec = (pod.spec ?? {}) as PodSpecForScheduling;
+  const nodeSpec = (node.spec ?? {}) as { unschedulable?: boolean; taints?: Taint[] };
+  // Filter order follows kube-scheduler's default profile: NodeUnschedulable, TaintToleration,
+  // then readiness (older releases' CheckNodeCondition), then NodeAffinity (nodeSelector).
+  if (nodeSpec.unschedulable === true) return 'node(s) were unschedulable';
+  const taint = firstUntoleratedTaint(nodeSpec.taints ?? [], spec.tolerations ?? []);
+  if (taint) return `node(s) had untolerated taint {${taint.key}: ${taint.value ?? ''}}`;
+  if (!isNodeReady(node)) return 'node(s) were not ready';
+  const labels = node.metadata.labels ?? {};
+  for (const [key, value] of Object.entries(spec.nodeSelector ?? {})) {
+    if (labels[key] !== value) return "node(s) didn't match Pod's node affinity/selector";
+  }
+  return undefined;
+}
+
+/** kube-scheduler's FitError message: counts per reason, sorted as Go's sort.Strings sorts them. */
+export function failureMessage(totalNodes: number, rejections: readonly string[]): string {
+  if (totalNodes === 0) return 'no nodes available to schedule pods';
+  const counts = new Map<string, number>();
+  for (const reason of rejections) counts.set(reason, (counts.get(reason) ?? 0) + 1);
+  const parts = [...counts].map(([reason, count]) => `${count} ${reason}`);
+  parts.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  return `0/${totalNodes} nodes are available: ${parts.join(', ')}.`;
+}
+
+/**
+ * Pick a node: feasible ones only; then the fewest pods of the same controller (replicas spread),
+ * the fewest pods overall, and the name, so the choice is deterministic.
+ * `podsByNode` holds the pods on each node (terminated ones are skipped here).
+ */
+export function chooseNode(
+  pod: KubeObject,
+  nodes: readonly KubeObject[],
+  podsByNode: ReadonlyMap<string, readonly KubeObject[]>,
+): ScheduleResult {
+  const rejections: string[] = [];
+  const feasible: KubeObject[] = [];
+  for (const node of nodes) {
+    const why = nodeRejection(pod, node);
+    if (why) rejections.push(why);
+    else feasible.push(node);
+  }
+  if (feasible.length === 0) return { reasons: failureMessage(nodes.length, rejections) };
+  const ownerUid = controllerOf(pod)?.uid;
+  const score = (node: KubeObject): [number, number] => {
+    const pods = (podsByNode.get(node.metadata.name!) ?? []).filter((p) => !isPodTerminated(p));
+    // A terminating sibling is on its way out: it should not push its replacement elsewhere.
+    const siblings = ownerUid
+      ? pods.filter((p) => !p.metadata.deletionTimestamp && controllerOf(p)?.uid === ownerUid).length
+      : 0;
+    return [siblings, pods.length];
+  };
+  const ranked = feasible.map((node) => ({ name: node.metadata.name!, score: score(node) }));
+  ranked.sort((a, b) => a.score[0] - b.score[0] || a.score[1] - b.score[1] || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return { node: ranked[0]!.name };
+}
