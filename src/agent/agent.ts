@@ -27,6 +27,11 @@ import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { versionInfo } from '../version.js';
 import { fetchClusterCa, JoinError, register } from './bootstrap.js';
+import { PodManager } from './pod-manager.js';
+import { monoNowMs, PEER_CONTROL_PLANE_PATH } from './pods/fencing.js';
+import { PodLogError, streamContainerLog } from './pods/logs.js';
+import { PODS } from '../client/types.js';
+import { controllerOf } from '../controllers/workloads.js';
 import { defaultNodeIp, loadOrCreateIdentity, type NodeIdentity, systemInfo } from './identity.js';
 
 /**
@@ -79,8 +84,10 @@ export class Agent {
   private reregistering: Promise<void> | undefined;
   private servingPair: { cert: string; key: string } | undefined;
   private caPem = '';
-  /** Local monotonic time of the last renewal the server confirmed (for fencing, later). */
-  lastConfirmedRenewal = 0;
+  /** Runs the pods bound to this node; present once the node is registered. */
+  private pods: PodManager | undefined;
+  /** Renewals continue through a drain; this stops them for good. */
+  private leaseReleased = false;
   private readonly agentDir: string;
   private readonly logger: Logger;
   /** Only when this node's own `supervisor-metrics` is on. */
@@ -124,6 +131,16 @@ export class Agent {
       }
     }
     this.scheduleRenewal();
+    this.pods = new PodManager({
+      nodeName: this.options.nodeName,
+      nodeIp: this.nodeIp(),
+      agentDir: this.agentDir,
+      caPem: this.caPem,
+      fencingTimeoutMs: this.timings!.fencingTimeoutMs ?? Math.floor((this.timings!.nodeMonitorGracePeriodMs * 3) / 4),
+      client: () => this.client!,
+      logger: this.logger,
+    });
+    await this.pods.start();
     await this.refreshServerList();
     this.serverListTimer = setInterval(() => void this.refreshServerList(), SERVER_LIST_REFRESH_MS);
     if (this.options.publishedConfig) {
@@ -236,13 +253,20 @@ export class Agent {
       (req, res) => {
         const token = bearerToken(req);
         const authorized = (req.socket as TLSSocket).authorized || (token !== undefined && secretsEqual(token, joinSecret));
-        const path = (req.url ?? '/').split('?')[0];
-        if (!authorized) {
+        const path = (req.url ?? '/').split('?')[0] ?? '/';
+        if (path === PEER_CONTROL_PLANE_PATH && this.pods) {
+          // Open to any caller: the answer is one number, and its integrity comes from the
+          // serving certificate the asking supervisor verifies against the cluster CA.
+          res.writeHead(200, { 'Content-Type': 'application/json' });
+          res.end(JSON.stringify(this.pods.peerAnswer()));
+        } else if (!authorized) {
           res.writeHead(401, { 'Content-Type': 'text/plain' });
           res.end('Unauthorized');
         } else if (path === '/healthz') {
           res.writeHead(this.health.ready ? 200 : 503, { 'Content-Type': 'text/plain' });
           res.end(this.health.ready ? 'ok' : `${this.health.reason}: ${this.health.message}`);
+        } else if (path.startsWith('/containerLogs/') && req.method === 'GET') {
+          void this.serveLogs(req, res, path);
         } else if (path === '/metrics' && this.metrics) {
           void this.metrics.registry.metrics().then((text) => {
             res.writeHead(200, { 'Content-Type': METRICS_CONTENT_TYPE });
@@ -259,6 +283,55 @@ export class Agent {
       this.endpoint!.listen(this.options.agentPort, () => resolve());
     });
     this.endpointPort = (this.endpoint.address() as AddressInfo).port;
+  }
+
+  /** `GET /containerLogs/<namespace>/<pod>/<container>?follow&tailLines&previous&limitBytes`, as kubelet. */
+  private async serveLogs(req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse, path: string): Promise<void> {
+    const [namespace, pod, container] = path.split('/').slice(2).map(decodeURIComponent);
+    const query = new URL(req.url ?? '/', 'https://agent.invalid').searchParams;
+    const dir = namespace && pod ? this.pods?.findPodDir(namespace, pod) : undefined;
+    if (!dir || !container) {
+      res.writeHead(404, { 'Content-Type': 'text/plain' });
+      res.end(`pod ${namespace}/${pod} is not running on node ${this.options.nodeName}`);
+      return;
+    }
+    const abort = new AbortController();
+    res.on('close', () => abort.abort());
+    const number = (name: string): number | undefined => {
+      const value = Number(query.get(name));
+      return query.has(name) && Number.isInteger(value) && value >= 0 ? value : undefined;
+    };
+    const tailLines = number('tailLines');
+    const limitBytes = number('limitBytes');
+    const truthy = (name: string): boolean => query.get(name) === 'true' || query.get(name) === '1';
+    res.setHeader('Content-Type', 'text/plain; charset=utf-8');
+    // A followed log with nothing new yet still answers promptly, so the client starts waiting.
+    const flush = setTimeout(() => !res.headersSent && res.flushHeaders(), 200);
+    try {
+      await streamContainerLog(
+        dir,
+        container,
+        {
+          follow: truthy('follow'),
+          previous: truthy('previous'),
+          ...(tailLines !== undefined ? { tailLines } : {}),
+          ...(limitBytes !== undefined ? { limitBytes } : {}),
+        },
+        res,
+        abort.signal,
+      );
+    } catch (error) {
+      clearTimeout(flush);
+      if (!res.headersSent) {
+        res.writeHead(error instanceof PodLogError ? 400 : 500, { 'Content-Type': 'text/plain' });
+      } else if (error instanceof PodLogError) {
+        res.write(`${error.message}\n`);
+      }
+      if (!res.writableEnded) res.end(error instanceof PodLogError ? '' : `${(error as Error).message}\n`);
+      return;
+    }
+    clearTimeout(flush);
+    if (!res.writableEnded) res.end();
   }
 
   private shutdownFile(): string {
@@ -427,6 +500,7 @@ export class Agent {
     const name = this.options.nodeName;
     const now = Date.now();
     const started = performance.now();
+    const sentAtMono = monoNowMs();
     try {
       await client.patch(LEASES, NODE_LEASE_NAMESPACE, name, 'merge', {
         metadata: { annotations: { [HEALTH_ANNOTATION]: JSON.stringify(this.health), [RELEASED_ANNOTATION]: null } },
@@ -459,7 +533,7 @@ export class Agent {
         throw error;
       }
     }
-    this.lastConfirmedRenewal = started;
+    this.pods?.renewalConfirmed(sentAtMono);
     this.metrics?.leaseRenewal.observe({ result: 'ok' }, (performance.now() - started) / 1000);
   }
 
@@ -476,7 +550,7 @@ export class Agent {
   }
 
   private scheduleRenewal(): void {
-    if (this.stopping) return;
+    if (this.leaseReleased) return;
     const interval = this.timings!.nodeLeaseRenewIntervalMs;
     this.renewTimer = setTimeout(() => {
       this.renewLeaseAnywhere()
@@ -492,44 +566,119 @@ export class Agent {
   }
 
   /**
-   * A planned stop: write the shutdown record (locally and on the Node), cordon, release the
-   * lease, and stop. The record goes first, so that whatever happens after it, the control plane
-   * knows this was planned.
+   * A planned stop. The shutdown record goes first (locally and on the Node), so that whatever
+   * happens after it, the control plane knows this was planned; the node is cordoned with it.
+   * Then the drain: every pod here is evicted through the API (its owner starts a replacement
+   * elsewhere; a singleton's replacement waits until this copy is stopped and gone), and the
+   * agent waits, renewing its lease all along, until its pods are gone and their replacements
+   * run, within the shutdown grace period. Only then is the lease released: the node is Down.
    */
   async shutdown(reason: string): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
-    clearTimeout(this.renewTimer);
+    const started = Date.now();
+    // Keep a second and a half for the record, the release and closing.
+    const drainDeadline = started + Math.max(1000, this.options.shutdownGracePeriodMs - 1500);
     clearInterval(this.statusTimer);
     clearInterval(this.healthTimer);
     clearInterval(this.serverListTimer);
-    const client = this.client;
     const name = this.options.nodeName;
     try {
-      if (client && this.nodeUid) {
-        const node = await client.get(NODES, undefined, name);
+      if (this.client && this.nodeUid) {
+        const node = await this.client.get(NODES, undefined, name);
         const alreadyCordoned = (node?.spec as { unschedulable?: boolean } | undefined)?.unschedulable === true;
         const record: ShutdownRecord = { reason, time: new Date().toISOString(), cordoned: !alreadyCordoned };
         writeFileAtomic(this.shutdownFile(), JSON.stringify(record), 0o644);
-        await client.patch(NODES, undefined, name, 'merge', {
+        await this.client.patch(NODES, undefined, name, 'merge', {
           metadata: { annotations: { [SHUTDOWN_ANNOTATION]: JSON.stringify(record) } },
           spec: { unschedulable: true },
         });
         this.logger.info({ reason, cordoned: record.cordoned }, 'planned shutdown: recorded and cordoned');
-        await client.patch(LEASES, NODE_LEASE_NAMESPACE, name, 'merge', {
+        await this.drain(drainDeadline);
+      }
+    } catch (error) {
+      this.logger.warn({ err: error }, 'could not complete the drain');
+    }
+    try {
+      // Whatever the drain left (no API, a slow owner) stops here: a planned stop leaves nothing running.
+      this.pods?.beginDrain();
+      await this.pods?.stopAll(Math.max(500, drainDeadline - Date.now()));
+      this.pods?.stop();
+      this.leaseReleased = true;
+      clearTimeout(this.renewTimer);
+      if (this.client && this.nodeUid) {
+        await this.client.patch(LEASES, NODE_LEASE_NAMESPACE, name, 'merge', {
           metadata: { annotations: { [RELEASED_ANNOTATION]: 'true' } },
           spec: { holderIdentity: leaseHolderIdentity(name, this.nodeUid) },
         });
-        this.logger.info('lease released');
+        this.logger.info({ ms: Date.now() - started }, 'lease released');
       }
     } catch (error) {
       this.logger.warn({ err: error }, 'could not complete the shutdown notice');
     } finally {
+      this.leaseReleased = true;
+      clearTimeout(this.renewTimer);
       // Cut idle keep-alive connections first: close() alone would wait for them to time out.
       const closed = new Promise<void>((resolve) => (this.endpoint ? this.endpoint.close(() => resolve()) : resolve()));
       this.endpoint?.closeAllConnections();
       await closed;
-      client?.close();
+      this.client?.close();
     }
+  }
+
+  /** Evict every pod bound here; wait until they are gone and their owners have them running elsewhere. */
+  private async drain(deadline: number): Promise<void> {
+    const pods = this.pods;
+    const client = this.client;
+    if (!pods || !client) return;
+    pods.beginDrain();
+    const bound = pods.boundPods().filter((p) => !p.metadata.deletionTimestamp);
+    if (!bound.length) return;
+    // For each owner: how many of its pods run elsewhere now, and how many leave this node.
+    const owners = new Map<string, { before: number; leaving: number }>();
+    for (const pod of bound) {
+      const owner = controllerOf(pod)?.uid;
+      if (owner) owners.set(owner, { before: 0, leaving: (owners.get(owner)?.leaving ?? 0) + 1 });
+    }
+    const readyElsewhere = async (): Promise<Map<string, number>> => {
+      const counts = new Map<string, number>();
+      const { items } = await this.client!.list(PODS, undefined);
+      for (const pod of items) {
+        const owner = controllerOf(pod)?.uid;
+        if (!owner || !owners.has(owner) || pod.metadata.deletionTimestamp) continue;
+        if ((pod.spec as { nodeName?: string } | undefined)?.nodeName === this.options.nodeName) continue;
+        const statuses = ((pod.status as { containerStatuses?: { ready?: boolean }[] } | undefined)?.containerStatuses ?? []);
+        const ready = (pod.status as { phase?: string } | undefined)?.phase === 'Running' && statuses.length > 0 && statuses.every((c) => c.ready);
+        if (ready) counts.set(owner, (counts.get(owner) ?? 0) + 1);
+      }
+      return counts;
+    };
+    for (const [owner, count] of await readyElsewhere()) owners.get(owner)!.before = count;
+    for (const pod of bound) {
+      const path = `/api/v1/namespaces/${encodeURIComponent(pod.metadata.namespace!)}/pods/${encodeURIComponent(pod.metadata.name!)}/eviction`;
+      try {
+        await client.request('POST', path, {
+          apiVersion: 'policy/v1',
+          kind: 'Eviction',
+          metadata: { name: pod.metadata.name, namespace: pod.metadata.namespace },
+        });
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === 404)) {
+          this.logger.warn({ err: error, pod: pod.metadata.name }, 'eviction failed; the pod will be stopped with the node');
+        }
+      }
+    }
+    this.logger.info({ pods: bound.length }, 'draining: evicted every pod on this node');
+    const emptied = await pods.waitUntilEmpty(deadline);
+    let replaced = owners.size === 0;
+    while (!replaced && Date.now() < deadline) {
+      const counts = await readyElsewhere().catch(() => new Map<string, number>());
+      replaced = [...owners].every(([owner, { before, leaving }]) => (counts.get(owner) ?? 0) >= before + leaving);
+      if (!replaced) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    this.logger.info(
+      { emptied, replaced, ms: Date.now() - (deadline - Math.max(1000, this.options.shutdownGracePeriodMs - 1500)) },
+      emptied && replaced ? 'drained: pods gone and running elsewhere' : 'drain incomplete at the deadline; stopping what is left',
+    );
   }
 }

@@ -49,7 +49,10 @@ function decide(node: string, a: RequestAttributes): AuthorizationDecision {
   if (a.group === '' && (a.resource === 'pods' || a.resource === 'namespaces')) {
     if (READ.has(a.verb)) return { allowed: true };
     if (a.resource === 'pods' && a.subresource === 'status' && WRITE.has(a.verb)) return { allowed: true };
-    return deny('a node may only read pods and namespaces');
+    // Finishing a graceful deletion and draining: admission checks the pod is bound to this node.
+    if (a.resource === 'pods' && !a.subresource && a.verb === 'delete') return { allowed: true };
+    if (a.resource === 'pods' && a.subresource === 'eviction' && a.verb === 'create') return { allowed: true };
+    return deny('a node may only read pods and namespaces, and write the status of its own pods');
   }
   return deny('not allowed for nodes');
 }

@@ -1,0 +1,365 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { getPath, type KubeObject } from '../apiserver/objects.js';
+import { ApiError } from '../apiserver/errors.js';
+import { type ApiClient, NODES, PODS } from '../client/types.js';
+import { Informer } from '../controllers/informer.js';
+import { isAtMostOne } from '../controllers/workloads.js';
+import type { Logger } from '../logging/logger.js';
+import { writeFileAtomic } from '../security/files.js';
+import { podStatusFrom } from './pod-status.js';
+import { type FencingPeer, monoNowMs, type PeerControlPlaneAnswer, writeFencingState } from './pods/fencing.js';
+import {
+  killPodProcesses,
+  launchSupervisor,
+  listPodDirs,
+  liveSupervisor,
+  podDir,
+  type PodRunSpec,
+  readRunState,
+  stopSupervisor,
+  writeRunSpec,
+} from './pods/launch.js';
+import { readRunSpec } from './pods/run-spec.js';
+
+/**
+ * The agent's half of running pods: it watches the pods bound to its node, starts a supervisor
+ * process for each (src/agent/pods), re-attaches to the ones already running after a restart,
+ * stops those no longer bound here, finishes graceful deletions, and reports status. It also
+ * keeps the fencing file that singleton supervisors judge the control plane by.
+ */
+
+export interface PodManagerOptions {
+  nodeName: string;
+  nodeIp: string;
+  /** `<data-dir>/agent`. */
+  agentDir: string;
+  caPem: string;
+  fencingTimeoutMs: number;
+  /** The agent's current API client (it moves between servers). */
+  client: () => ApiClient;
+  logger: Logger;
+}
+
+const RECONCILE_MS = 250;
+const DEFAULT_GRACE_SECONDS = 30;
+
+interface ContainerLike {
+  name: string;
+  command?: string[];
+  args?: string[];
+  env?: { name: string; value?: string }[];
+  workingDir?: string;
+  image?: string;
+}
+
+/** Delegates to whichever client the agent holds now, so informers survive a server change. */
+function followingClient(current: () => ApiClient): ApiClient {
+  return {
+    get: (...args) => current().get(...args),
+    list: (...args) => current().list(...args),
+    create: (...args) => current().create(...args),
+    update: (...args) => current().update(...args),
+    patch: (...args) => current().patch(...args),
+    delete: (...args) => current().delete(...args),
+    watch: (...args) => current().watch(...args),
+  };
+}
+
+export function runSpecFor(pod: KubeObject, fencingFile: string): PodRunSpec {
+  const spec = (pod.spec ?? {}) as {
+    containers?: ContainerLike[];
+    restartPolicy?: string;
+    terminationGracePeriodSeconds?: number;
+  };
+  const restartPolicy = spec.restartPolicy === 'Never' || spec.restartPolicy === 'OnFailure' ? spec.restartPolicy : 'Always';
+  return {
+    uid: pod.metadata.uid!,
+    namespace: pod.metadata.namespace ?? 'default',
+    name: pod.metadata.name!,
+    containers: (spec.containers ?? []).map((c) => ({
+      name: c.name,
+      command: c.command ?? [],
+      args: c.args ?? [],
+      env: Object.fromEntries((c.env ?? []).filter((e) => typeof e.value === 'string').map((e) => [e.name, e.value!])),
+      ...(c.workingDir ? { workingDir: c.workingDir } : {}),
+      ...(c.image ? { image: c.image } : {}),
+    })),
+    restartPolicy,
+    terminationGracePeriodSeconds: spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,
+    atMostOne: isAtMostOne(pod),
+    fencingFile,
+  };
+}
+
+export class PodManager {
+  readonly podsDir: string;
+  readonly fencingFile: string;
+  private readonly caFile: string;
+  private readonly client: ApiClient;
+  private readonly pods: Informer;
+  private readonly nodes: Informer;
+  private timer: NodeJS.Timeout | undefined;
+  private running = false;
+  private reconciling = false;
+  /** Pods being stopped or started right now (uid → what), so a pass does not do it twice. */
+  private readonly inFlight = new Map<string, Promise<void>>();
+  /** Last status written per pod uid, so unchanged status is not written again. */
+  private readonly reported = new Map<string, string>();
+  /** Monotonic ms when the last renewal the server confirmed was sent; 0 before the first. */
+  private confirmedAtMonoMs = 0;
+  /** Set while the node drains: nothing new is started. */
+  private draining = false;
+  private readonly logger: Logger;
+
+  constructor(private readonly options: PodManagerOptions) {
+    this.podsDir = path.join(options.agentDir, 'pods');
+    this.fencingFile = path.join(options.agentDir, 'fencing.json');
+    this.caFile = path.join(options.agentDir, 'cluster-ca.crt');
+    this.logger = options.logger.child({ component: 'pods' });
+    fs.mkdirSync(this.podsDir, { recursive: true, mode: 0o700 });
+    writeFileAtomic(this.caFile, options.caPem, 0o644);
+    this.client = followingClient(options.client);
+    const kick = (): void => this.kick();
+    this.pods = new Informer(this.client, PODS, undefined, kick, this.logger, { fieldSelector: `spec.nodeName=${options.nodeName}` });
+    this.nodes = new Informer(this.client, NODES, undefined, () => undefined, this.logger);
+  }
+
+  async start(): Promise<void> {
+    this.running = true;
+    const adopted = listPodDirs(this.podsDir).filter((dir) => liveSupervisor(dir) !== undefined);
+    if (adopted.length) this.logger.info({ pods: adopted.length }, 're-attached to pods still running from before this agent started');
+    await Promise.all([this.pods.start(), this.nodes.start()]);
+    this.schedule();
+  }
+
+  stop(): void {
+    this.running = false;
+    clearTimeout(this.timer);
+    this.pods.stop();
+    this.nodes.stop();
+  }
+
+  /** Called by the agent after each renewal the server confirmed, with when it was sent. */
+  renewalConfirmed(sentAtMonoMs: number): void {
+    this.confirmedAtMonoMs = Math.max(this.confirmedAtMonoMs, sentAtMonoMs);
+    try {
+      writeFencingState(this.fencingFile, {
+        nodeName: this.options.nodeName,
+        confirmedAtMonoMs: this.confirmedAtMonoMs,
+        fencingTimeoutMs: this.options.fencingTimeoutMs,
+        peers: this.peers(),
+        peerToken: '',
+        caFile: this.caFile,
+        nodeCount: Math.max(1, this.nodes.items().length),
+      });
+    } catch (error) {
+      this.logger.warn({ err: error }, 'could not write the fencing file; singletons here will fence if this persists');
+    }
+  }
+
+  /** What this node tells a peer that asks whether it reaches the control plane. */
+  peerAnswer(): PeerControlPlaneAnswer {
+    const age = this.confirmedAtMonoMs ? monoNowMs() - this.confirmedAtMonoMs : Number.MAX_SAFE_INTEGER;
+    return { node: this.options.nodeName, confirmedAgeMs: age };
+  }
+
+  private peers(): FencingPeer[] {
+    const peers: FencingPeer[] = [];
+    for (const node of this.nodes.items()) {
+      if (node.metadata.name === this.options.nodeName) continue;
+      const addresses = (getPath(node, ['status', 'addresses']) as { type?: string; address?: string }[] | undefined) ?? [];
+      const ip = addresses.find((a) => a.type === 'InternalIP')?.address;
+      const port = getPath(node, ['status', 'daemonEndpoints', 'kubeletEndpoint', 'Port']);
+      if (!ip || typeof port !== 'number' || !port) continue;
+      const host = ip.includes(':') ? `[${ip}]` : ip;
+      peers.push({ name: node.metadata.name!, url: `https://${host}:${port}` });
+    }
+    return peers;
+  }
+
+  /** The pod directory serving `namespace/name`, for logs. */
+  findPodDir(namespace: string, name: string): string | undefined {
+    const pod = this.pods.get(namespace, name);
+    if (pod?.metadata.uid) {
+      const dir = podDir(this.podsDir, pod.metadata.uid);
+      if (fs.existsSync(dir)) return dir;
+    }
+    for (const dir of listPodDirs(this.podsDir)) {
+      try {
+        const spec = readRunSpec(dir);
+        if (spec.namespace === namespace && spec.name === name) return dir;
+      } catch {
+        // not a pod dir we can read
+      }
+    }
+    return undefined;
+  }
+
+  /** Pods bound here that are not finished, as the informer last saw them. */
+  boundPods(): KubeObject[] {
+    return this.pods.items();
+  }
+
+  private kick(): void {
+    if (!this.running) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.pass(), 0);
+  }
+
+  private schedule(): void {
+    if (!this.running) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.pass(), RECONCILE_MS);
+  }
+
+  private pass(): void {
+    void this.reconcile()
+      .catch((error: unknown) => this.logger.warn({ err: error }, 'pod reconcile pass failed'))
+      .finally(() => this.schedule());
+  }
+
+  /** One pass: start, stop and report. Exposed for the drain and for tests. */
+  async reconcile(): Promise<void> {
+    if (this.reconciling || !this.pods.hasSynced) return;
+    this.reconciling = true;
+    try {
+      const wanted = new Map<string, KubeObject>();
+      for (const pod of this.pods.items()) wanted.set(pod.metadata.uid!, pod);
+      for (const [uid, pod] of wanted) {
+        if (this.inFlight.has(uid)) continue;
+        const dir = podDir(this.podsDir, uid);
+        if (pod.metadata.deletionTimestamp) {
+          this.track(uid, this.finishDeletion(pod, dir));
+          continue;
+        }
+        const state = readRunState(dir);
+        const exists = fs.existsSync(path.join(dir, 'pod.json'));
+        const phase = getPath(pod, ['status', 'phase']);
+        if (!exists) {
+          if (this.draining || phase === 'Succeeded' || phase === 'Failed') continue;
+          this.track(uid, this.startPod(pod, dir));
+          continue;
+        }
+        if (state && !state.finished && liveSupervisor(dir) === undefined) {
+          // The supervisor died (killed, or the host rebooted): reap what it left and start over.
+          this.logger.warn({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` }, 'pod supervisor is gone; restarting the pod');
+          killPodProcesses(dir);
+          fs.rmSync(path.join(dir, 'state.json'), { force: true });
+          if (!this.draining) this.track(uid, this.startPod(pod, dir));
+          continue;
+        }
+        await this.report(pod, state);
+      }
+      // Local pods the API no longer binds here (deleted, force-deleted after a failover).
+      for (const dir of listPodDirs(this.podsDir)) {
+        const uid = path.basename(dir);
+        if (wanted.has(uid) || this.inFlight.has(uid)) continue;
+        this.track(uid, this.removeLocal(dir));
+      }
+    } finally {
+      this.reconciling = false;
+    }
+  }
+
+  private track(uid: string, work: Promise<void>): void {
+    this.inFlight.set(uid, work);
+    void work
+      .catch((error: unknown) => this.logger.warn({ err: error, uid }, 'pod action failed; will retry'))
+      .finally(() => {
+        this.inFlight.delete(uid);
+        this.kick();
+      });
+  }
+
+  private async startPod(pod: KubeObject, dir: string): Promise<void> {
+    const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
+    const spec = runSpecFor(pod, this.fencingFile);
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    writeRunSpec(dir, spec);
+    const pid = await launchSupervisor(dir);
+    this.logger.info({ pod: name, uid: spec.uid, supervisor: pid, atMostOne: spec.atMostOne }, 'started pod');
+    await this.report(pod, readRunState(dir));
+  }
+
+  private async finishDeletion(pod: KubeObject, dir: string): Promise<void> {
+    const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
+    const grace = Number(pod.metadata.deletionGracePeriodSeconds ?? getPath(pod, ['spec', 'terminationGracePeriodSeconds']) ?? DEFAULT_GRACE_SECONDS);
+    if (fs.existsSync(dir)) {
+      await stopSupervisor(dir, grace * 1000);
+      const state = readRunState(dir);
+      if (state) await this.report(pod, state).catch(() => undefined);
+    }
+    try {
+      await this.client.delete(PODS, pod.metadata.namespace, pod.metadata.name!, {
+        gracePeriodSeconds: 0,
+        preconditions: { uid: pod.metadata.uid! },
+      });
+    } catch (error) {
+      if (!(error instanceof ApiError && (error.code === 404 || error.code === 409))) throw error;
+    }
+    fs.rmSync(dir, { recursive: true, force: true });
+    this.reported.delete(pod.metadata.uid!);
+    this.logger.info({ pod: name, graceSeconds: grace }, 'pod stopped and deleted');
+  }
+
+  private async removeLocal(dir: string): Promise<void> {
+    let grace = DEFAULT_GRACE_SECONDS;
+    let name = path.basename(dir);
+    try {
+      const spec = readRunSpec(dir);
+      grace = spec.terminationGracePeriodSeconds;
+      name = `${spec.namespace}/${spec.name}`;
+    } catch {
+      // unreadable spec: stop with the default grace
+    }
+    await stopSupervisor(dir, grace * 1000);
+    fs.rmSync(dir, { recursive: true, force: true });
+    this.reported.delete(path.basename(dir));
+    this.logger.info({ pod: name }, 'stopped a pod that is no longer bound to this node');
+  }
+
+  private async report(pod: KubeObject, state: ReturnType<typeof readRunState>): Promise<void> {
+    const status = podStatusFrom({ pod, state, nodeIp: this.options.nodeIp, now: new Date().toISOString() });
+    const text = JSON.stringify(status);
+    const uid = pod.metadata.uid!;
+    if (this.reported.get(uid) === text) return;
+    try {
+      await this.client.patch(PODS, pod.metadata.namespace, pod.metadata.name!, 'merge', { status }, 'status');
+      this.reported.set(uid, text);
+    } catch (error) {
+      if (error instanceof ApiError && error.code === 404) return;
+      throw error;
+    }
+  }
+
+  /** Stop every local pod (a planned shutdown); resolves when all have stopped or the limit passed. */
+  async stopAll(limitMs: number): Promise<void> {
+    this.draining = true;
+    const dirs = listPodDirs(this.podsDir).filter((dir) => liveSupervisor(dir) !== undefined);
+    const stops = dirs.map(async (dir) => {
+      let grace = DEFAULT_GRACE_SECONDS;
+      try {
+        grace = readRunSpec(dir).terminationGracePeriodSeconds;
+      } catch {
+        // default grace
+      }
+      await stopSupervisor(dir, Math.min(grace * 1000, limitMs));
+    });
+    await Promise.race([Promise.all(stops), new Promise((resolve) => setTimeout(resolve, limitMs + 2500).unref())]);
+  }
+
+  /** No new pods start from here on (the node is draining). */
+  beginDrain(): void {
+    this.draining = true;
+  }
+
+  /** Wait until every pod bound here is gone from the API, or the deadline. */
+  async waitUntilEmpty(deadline: number): Promise<boolean> {
+    while (Date.now() < deadline) {
+      if (this.pods.items().length === 0 && this.inFlight.size === 0) return true;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    return false;
+  }
+}

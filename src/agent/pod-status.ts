@@ -1,0 +1,108 @@
+import { getPath, type KubeObject } from '../apiserver/objects.js';
+import type { ContainerRunState, PodRunState } from './pods/run-spec.js';
+
+/**
+ * A pod's Kubernetes status from what its supervisor reports, as a pure function: phase,
+ * conditions and container statuses the way kubelet words them, so `kubectl get pods` and
+ * `kubectl describe` read as they would on any cluster.
+ */
+
+interface ContainerSpecLike {
+  name: string;
+  image?: string;
+}
+
+function kubeState(state: ContainerRunState | undefined): Record<string, unknown> {
+  if (!state) return { waiting: { reason: 'ContainerCreating' } };
+  if ('running' in state) return { running: { startedAt: state.running.startedAt } };
+  if ('waiting' in state) return { waiting: { reason: state.waiting.reason, ...(state.waiting.message ? { message: state.waiting.message } : {}) } };
+  const t = state.terminated;
+  return {
+    terminated: {
+      exitCode: t.exitCode,
+      reason: t.reason,
+      ...(t.signal ? { signal: signalNumber(t.signal) } : {}),
+      ...(t.message ? { message: t.message } : {}),
+      startedAt: t.startedAt,
+      finishedAt: t.finishedAt,
+    },
+  };
+}
+
+const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGTERM: 15 };
+
+function signalNumber(signal: string): number {
+  return SIGNALS[signal] ?? 0;
+}
+
+function condition(type: string, ok: boolean, since: string, reason?: string): Record<string, unknown> {
+  return { type, status: ok ? 'True' : 'False', lastProbeTime: null, lastTransitionTime: since, ...(reason && !ok ? { reason } : {}) };
+}
+
+export interface PodStatusInput {
+  pod: KubeObject;
+  state: PodRunState | undefined;
+  nodeIp: string;
+  /** The time conditions changed, when the caller has no better one. */
+  now: string;
+}
+
+export function podStatusFrom({ pod, state, nodeIp, now }: PodStatusInput): Record<string, unknown> {
+  const containers = (getPath(pod, ['spec', 'containers']) as ContainerSpecLike[] | undefined) ?? [];
+  const runByName = new Map((state?.containers ?? []).map((c) => [c.name, c]));
+  const statuses = containers.map((spec) => {
+    const run = runByName.get(spec.name);
+    const running = Boolean(run && 'running' in run.state);
+    return {
+      name: spec.name,
+      state: kubeState(run?.state),
+      ...(run?.lastState ? { lastState: kubeState(run.lastState) } : { lastState: {} }),
+      ready: running && !state?.finished,
+      restartCount: run?.restartCount ?? 0,
+      image: spec.image ?? '',
+      imageID: '',
+      ...(run && 'running' in run.state ? { containerID: `drover://${run.state.running.pid}` } : {}),
+      started: running,
+    };
+  });
+  const allRunning = statuses.length > 0 && statuses.every((s) => s.ready);
+  let phase: string;
+  let reason: string | undefined;
+  let message: string | undefined;
+  if (!state) {
+    phase = 'Pending';
+  } else if (state.finished) {
+    const allSucceeded = (state.containers ?? []).every((c) => 'terminated' in c.state && c.state.terminated.exitCode === 0);
+    phase = state.finishReason === 'Fenced' ? 'Failed' : allSucceeded ? 'Succeeded' : 'Failed';
+    if (state.finishReason === 'Fenced') {
+      reason = 'Fenced';
+      message = state.fenced?.message ?? 'stopped by its node: no confirmed lease renewal within fencing-timeout';
+    }
+  } else {
+    const everRan = (state.containers ?? []).some((c) => 'running' in c.state || c.restartCount > 0 || c.lastState);
+    phase = everRan ? 'Running' : 'Pending';
+  }
+  const since = state?.startedAt ?? now;
+  const scheduled = getPath(pod, ['status', 'conditions']);
+  const scheduledAt =
+    (Array.isArray(scheduled) && (scheduled as { type?: string; lastTransitionTime?: string }[]).find((c) => c.type === 'PodScheduled')?.lastTransitionTime) ||
+    since;
+  return {
+    phase,
+    ...(reason ? { reason } : {}),
+    ...(message ? { message } : {}),
+    conditions: [
+      condition('Initialized', true, since),
+      condition('Ready', allRunning, since, 'ContainersNotReady'),
+      condition('ContainersReady', allRunning, since, 'ContainersNotReady'),
+      condition('PodScheduled', true, scheduledAt),
+    ],
+    hostIP: nodeIp,
+    hostIPs: [{ ip: nodeIp }],
+    podIP: nodeIp,
+    podIPs: [{ ip: nodeIp }],
+    ...(state ? { startTime: state.startedAt } : {}),
+    containerStatuses: statuses,
+    qosClass: 'BestEffort',
+  };
+}
