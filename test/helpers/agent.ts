@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
+import { reapPods } from './pods.js';
 import { DROVER_BIN, request, type ServerProcess, tempDir } from './server.js';
 
 /**
@@ -53,6 +54,8 @@ export interface StartAgentOptions {
 
 const runningAgents = new Set<AgentProcess>();
 const ownedDirs = new Set<string>();
+/** Every agent data dir used, so cleanup can reap the pods they left running. */
+const agentDataDirs = new Set<string>();
 
 export function joinToken(server: Pick<ServerProcess, 'dataDir'>): string {
   return fs.readFileSync(path.join(server.dataDir, 'token'), 'utf8').trim();
@@ -72,6 +75,7 @@ export function spawnAgent(options: StartAgentOptions): AgentProcess {
     dataDir = tempDir(`agent-${options.name}`);
     ownedDirs.add(dataDir);
   }
+  agentDataDirs.add(dataDir);
   const child = spawn(
     process.execPath,
     [
@@ -168,6 +172,8 @@ export async function cleanupAgents(): Promise<void> {
       await agent.stop('SIGKILL');
     }),
   );
+  for (const dir of agentDataDirs) reapPods(dir);
+  agentDataDirs.clear();
   for (const dir of ownedDirs) fs.rmSync(dir, { recursive: true, force: true });
   ownedDirs.clear();
 }

@@ -4,6 +4,7 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { reapPods } from './pods.js';
 
 /**
  * Test harness: real `drover server` child processes on 127.0.0.1 with ephemeral ports, each in
@@ -122,7 +123,9 @@ export async function startServer(options: StartOptions = {}): Promise<ServerPro
 
 /** Stop every server this process started and remove the given temp dirs. */
 export async function cleanup(...dirs: string[]): Promise<void> {
+  const dataDirs = [...running].map((s) => s.dataDir);
   await Promise.all([...running].map((s) => s.stop('SIGKILL')));
+  for (const dir of [...dataDirs, ...dirs]) reapPods(dir);
   for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
 }
 
