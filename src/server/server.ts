@@ -23,6 +23,8 @@ import { NodeRegistry } from '../cluster/node-registry.js';
 import { supervisorRoutes } from '../cluster/supervisor.js';
 import { EventRecorder } from '../controllers/events.js';
 import { LeaderElector } from '../controllers/leader-election.js';
+import { startWorkloadControllers } from '../controllers/workload-controllers.js';
+import { podLogProxy } from './pod-logs.js';
 import { FailoverController } from '../controllers/failover.js';
 import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
@@ -34,7 +36,7 @@ import { defaultNodeIp } from '../agent/identity.js';
 import type { Datastore } from '../datastore/types.js';
 import { createLogger, type LogLevel, type Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
-import { ensureServingMaterial, servingNames } from '../security/pki.js';
+import { ensureServingMaterial, issueCertificate, servingNames } from '../security/pki.js';
 import { versionInfo } from '../version.js';
 import { writeKubeconfig } from './kubeconfig.js';
 import { type DataDirLock, lockDataDir } from './lock.js';
@@ -242,6 +244,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     };
 
     await ensureBuiltInNamespaces(store, registry);
+    // How this server proves itself to agents when it fetches a pod's logs from them.
+    const logClient = await issueCertificate(tls.ca, { commonName: 'system:drover-apiserver', usage: 'client' });
 
     const openDatastore = datastore;
     const api = new ApiServer(
@@ -254,6 +258,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         admission: new NodeRestrictionAdmission(client),
         ...(metrics ? { metrics } : {}),
         kubernetesApi: runsApi,
+        podLogs: podLogProxy({
+          client,
+          caPem: tls.ca.certificatePem,
+          clientCertificatePem: logClient.certificatePem,
+          clientKeyPem: logClient.privateKeyPem,
+          logger,
+        }),
         supervisor: supervisorRoutes({
           joinSecret: join.secret,
           agentSecret: join.agentSecret,
@@ -312,6 +323,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         : {}),
     });
     let failover: FailoverController | undefined;
+    let workloads: { stop(): void } | undefined;
+    const workloadEvents = new EventRecorder(client, 'drover-controller-manager', leaderIdentity, logger);
     const elector = new LeaderElector(
       client,
       { namespace: 'kube-system', name: 'drover-controllers', identity: leaderIdentity, leaseDurationMs: 15_000, renewIntervalMs: 2000 },
@@ -325,8 +338,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
               fencingMarginMs: FENCING_MARGIN_MS,
             });
             await failover.start();
+            workloads = await startWorkloadControllers(client, { logger, events: workloadEvents });
           })().catch((error: unknown) => logger.error({ err: error }, 'node lifecycle or failover controller failed to start')),
         onStoppedLeading: () => {
+          workloads?.stop();
+          workloads = undefined;
           failover?.stop();
           failover = undefined;
           lifecycle.stop();
@@ -407,6 +423,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           Promise.race([work, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
         await bounded(directory.stop());
         await bounded(elector.stop());
+        workloads?.stop();
         failover?.stop();
         lifecycle.stop();
         nodeRegistry.stop();
