@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { SUPERVISOR_LOG_FILE, readRunState, supervisorAlive } from './run-spec.js';
 
 /**
@@ -55,14 +55,44 @@ function isAlive(pid: number): boolean {
   }
 }
 
+/**
+ * The node flags the supervisor inherits: only module loaders (tsx when running from source) and
+ * source maps; never our eval script, inspector or test-runner flags. Loader specifiers are
+ * resolved here, since the supervisor runs in the pod dir, not in our working dir.
+ */
+function supervisorExecArgv(): string[] {
+  const result: string[] = [];
+  const loaderFlags = new Set(['--import', '--loader', '--experimental-loader']);
+  const resolveLoader = (specifier: string): string => {
+    if (specifier.startsWith('.')) return pathToFileURL(path.resolve(specifier)).href;
+    if (specifier.startsWith('/') || specifier.includes(':')) return specifier;
+    try {
+      return import.meta.resolve(specifier);
+    } catch {
+      return specifier;
+    }
+  };
+  const args = process.execArgv;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const [flag, inlineValue] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
+    if (loaderFlags.has(flag)) {
+      const value = inlineValue ?? args[++i];
+      if (value !== undefined) result.push(`${flag}=${resolveLoader(value)}`);
+    } else if (flag === '--enable-source-maps') {
+      result.push(arg);
+    }
+  }
+  return result;
+}
+
 /** Spawns the supervisor detached; resolves once state.json exists (or rejects after 5 s with its log). */
 export async function launchSupervisor(dir: string): Promise<number> {
   const absolute = path.resolve(dir);
   const existing = supervisorAlive(absolute);
   if (existing !== undefined) throw new SupervisorLaunchError(`pod ${absolute} already has a live supervisor (pid ${existing})`);
   const logFd = fs.openSync(path.join(absolute, SUPERVISOR_LOG_FILE), 'a', 0o600);
-  // The test runner's own flags would turn the supervisor into a test run.
-  const execArgv = process.execArgv.filter((arg) => !arg.startsWith('--test'));
+  const execArgv = supervisorExecArgv();
   let child;
   try {
     child = spawn(process.execPath, [...execArgv, SUPERVISOR_SCRIPT, absolute], {
