@@ -48,7 +48,7 @@ interface ContainerLike {
   name: string;
   command?: string[];
   args?: string[];
-  env?: { name: string; value?: string }[];
+  env?: { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath?: string } } }[];
   workingDir?: string;
   image?: string;
 }
@@ -66,7 +66,30 @@ function followingClient(current: () => ApiClient): ApiClient {
   };
 }
 
-export function runSpecFor(pod: KubeObject, fencingFile: string): PodRunSpec {
+/** The downward API's field references a process pod can use (the rest need a kubelet). */
+function fieldRefValue(pod: KubeObject, fieldPath: string, nodeIp: string): string | undefined {
+  switch (fieldPath) {
+    case 'metadata.name':
+      return pod.metadata.name;
+    case 'metadata.namespace':
+      return pod.metadata.namespace;
+    case 'metadata.uid':
+      return pod.metadata.uid;
+    case 'spec.nodeName':
+      return getPath(pod, ['spec', 'nodeName']) as string | undefined;
+    case 'status.podIP':
+    case 'status.hostIP':
+      return nodeIp;
+    default: {
+      const label = /^metadata\.labels\['(.+)'\]$/.exec(fieldPath);
+      if (label) return pod.metadata.labels?.[label[1]!];
+      const annotation = /^metadata\.annotations\['(.+)'\]$/.exec(fieldPath);
+      return annotation ? pod.metadata.annotations?.[annotation[1]!] : undefined;
+    }
+  }
+}
+
+export function runSpecFor(pod: KubeObject, fencingFile: string, nodeIp = ''): PodRunSpec {
   const spec = (pod.spec ?? {}) as {
     containers?: ContainerLike[];
     restartPolicy?: string;
@@ -81,7 +104,18 @@ export function runSpecFor(pod: KubeObject, fencingFile: string): PodRunSpec {
       name: c.name,
       command: c.command ?? [],
       args: c.args ?? [],
-      env: Object.fromEntries((c.env ?? []).filter((e) => typeof e.value === 'string').map((e) => [e.name, e.value!])),
+      // HOSTNAME is the pod's name, as in a Kubernetes container; the pod's own env wins.
+      env: {
+        HOSTNAME: pod.metadata.name!,
+        ...Object.fromEntries(
+          (c.env ?? []).flatMap((e) => {
+            if (typeof e.value === 'string') return [[e.name, e.value]];
+            const ref = e.valueFrom?.fieldRef?.fieldPath;
+            const value = ref ? fieldRefValue(pod, ref, nodeIp) : undefined;
+            return value === undefined ? [] : [[e.name, value]];
+          }),
+        ),
+      },
       ...(c.workingDir ? { workingDir: c.workingDir } : {}),
       ...(c.image ? { image: c.image } : {}),
     })),
@@ -274,7 +308,7 @@ export class PodManager {
 
   private async startPod(pod: KubeObject, dir: string): Promise<void> {
     const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
-    const spec = runSpecFor(pod, this.fencingFile);
+    const spec = runSpecFor(pod, this.fencingFile, this.options.nodeIp);
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
     writeRunSpec(dir, spec);
     const pid = await launchSupervisor(dir);
@@ -325,10 +359,12 @@ export class PodManager {
     const uid = pod.metadata.uid!;
     if (this.reported.get(uid) === text) return;
     try {
-      await this.client.patch(PODS, pod.metadata.namespace, pod.metadata.name!, 'merge', { status }, 'status');
+      // The uid makes it a precondition: a pod recreated under the same name (a singleton's
+      // replacement) must never receive this incarnation's status.
+      await this.client.patch(PODS, pod.metadata.namespace, pod.metadata.name!, 'merge', { metadata: { uid }, status }, 'status');
       this.reported.set(uid, text);
     } catch (error) {
-      if (error instanceof ApiError && error.code === 404) return;
+      if (error instanceof ApiError && (error.code === 404 || error.code === 409 || error.code === 422)) return;
       throw error;
     }
   }
