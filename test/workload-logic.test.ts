@@ -295,6 +295,9 @@ describe('StatefulSet next action', () => {
     assert.deepEqual(statefulSetStep({ ...base, pods: [sp(0, old), sp(1, old), sp(2)] }).delete, ['db-1']);
     assert.deepEqual(statefulSetStep({ ...base, pods: [sp(0, old), sp(1, { runningAndReady: false }), sp(2)] }).delete, []);
     assert.deepEqual(statefulSetStep({ ...base, rollingUpdate: false, pods: [sp(0, old), sp(1, old), sp(2, old)] }).delete, []);
+    // A partition keeps the ordinals below it at their revision.
+    assert.deepEqual(statefulSetStep({ ...base, partition: 2, pods: [sp(0, old), sp(1, old), sp(2)] }).delete, []);
+    assert.deepEqual(statefulSetStep({ ...base, partition: 1, pods: [sp(0, old), sp(1, old), sp(2)] }).delete, ['db-1']);
   });
 
   it('status: currentRevision moves to the update revision once every pod is updated', () => {

@@ -29,7 +29,7 @@ interface StatefulSetSpec {
   replicas?: number;
   serviceName?: string;
   podManagementPolicy?: string;
-  updateStrategy?: { type?: string };
+  updateStrategy?: { type?: string; rollingUpdate?: { partition?: number } };
   template?: { metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }; spec?: Record<string, unknown> };
 }
 
@@ -103,7 +103,8 @@ export class StatefulSetController {
     }
     const policy = spec.podManagementPolicy === 'Parallel' ? 'Parallel' : 'OrderedReady';
     const rollingUpdate = (spec.updateStrategy?.type ?? 'RollingUpdate') === 'RollingUpdate';
-    const actions = statefulSetStep({ name, replicas, policy, updateRevision, rollingUpdate, pods });
+    const partition = spec.updateStrategy?.rollingUpdate?.partition ?? 0;
+    const actions = statefulSetStep({ name, replicas, policy, updateRevision, rollingUpdate, partition, pods });
     if (actions.waiting) this.logger.debug({ statefulSet: key, waiting: actions.waiting }, 'statefulset waiting');
     const involved = { kind: 'StatefulSet', name, namespace, uid: sts.metadata.uid!, apiVersion: 'apps/v1' };
     let firstError: unknown;

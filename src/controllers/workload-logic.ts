@@ -399,6 +399,8 @@ export interface StatefulSetInput {
   policy: 'OrderedReady' | 'Parallel';
   updateRevision: string;
   rollingUpdate: boolean;
+  /** RollingUpdate updates only ordinals at or above this. */
+  partition?: number;
   /** Every pod of the set that still exists, terminating ones included. */
   pods: readonly StatefulPod[];
 }
@@ -458,7 +460,8 @@ export function statefulSetStep(input: StatefulSetInput): StatefulSetActions {
   const members = input.pods.filter((p) => p.ordinal < input.replicas);
   const notReady = members.find((p) => p.terminating || !p.runningAndReady);
   if (notReady) return finish(`waiting for ${notReady.name} before updating`);
-  const stale = members.filter((p) => p.revision !== input.updateRevision).sort((a, b) => b.ordinal - a.ordinal);
+  const partition = input.partition ?? 0;
+  const stale = members.filter((p) => p.ordinal >= partition && p.revision !== input.updateRevision).sort((a, b) => b.ordinal - a.ordinal);
   if (stale.length) actions.delete.push(stale[0]!.name);
   return finish();
 }
