@@ -112,8 +112,13 @@ export class PodSupervisor {
     // A supervisor restarted on the same pod dir carries the restart counts on, so instance
     // numbers (and log file names) never repeat.
     const previous = readRunState(this.dir);
+    const wasFenced = previous?.finishReason === 'Fenced';
     this.runners = this.spec.containers.map((spec) => {
       const before = previous?.containers.find((c) => c.name === spec.name);
+      if (wasFenced && before) {
+        // Nothing will run again: keep the record of the fencing as it was.
+        return { spec, status: before, nextBackoffMs: BACKOFF_INITIAL_MS, done: true };
+      }
       const ran = before !== undefined && !('waiting' in before.state && before.state.waiting.reason === 'ContainerCreating');
       return {
         spec,
@@ -126,7 +131,7 @@ export class PodSupervisor {
         done: false,
       };
     });
-    if (previous?.finishReason === 'Fenced') {
+    if (wasFenced) {
       this.fencedAt = previous.fenced ?? { at: previous.updatedAt, message: 'fenced by an earlier supervisor' };
     }
   }
