@@ -50,10 +50,11 @@ function view(pod: KubeObject): PodView {
 class FakeKubelet {
   /** Pod names whose graceful deletion is not finished until released. */
   readonly held = new Set<string>();
-  /** Order of things seen, for ordering assertions: `added:<name>`, `ready:<name>`, `gone:<name>`. */
+  /** Order of things seen, for ordering assertions: `added:`, `ready:`, `terminating:`, `gone:` + name. */
   readonly log: string[] = [];
   private readonly informer: Informer;
   private readonly busy = new Set<string>();
+  private readonly seenTerminating = new Set<string>();
 
   constructor(private readonly client: HttpClient) {
     this.informer = new Informer(client, PODS, NS, (type, pod) => this.onPod(type, pod), createLogger('silent'));
@@ -83,6 +84,10 @@ class FakeKubelet {
     const v = view(pod);
     if (!v.node || !NODE_NAMES.includes(v.node) || this.busy.has(v.uid)) return;
     if (v.terminating) {
+      if (!this.seenTerminating.has(v.uid)) {
+        this.seenTerminating.add(v.uid);
+        this.log.push(`terminating:${name}`);
+      }
       if (this.held.has(name)) return;
       this.run(v.uid, () => this.client.delete(PODS, NS, name, { gracePeriodSeconds: 0, preconditions: { uid: v.uid } }));
     } else if (!v.ready || v.phase !== 'Running') {
@@ -189,6 +194,10 @@ describe('workload controllers (server process, hand-made nodes, a fake kubelet)
   after(async () => {
     kubelet?.stop();
     client?.close();
+    if (process.env.DROVER_TEST_LOGS && server) {
+      fs.mkdirSync(process.env.DROVER_TEST_LOGS, { recursive: true });
+      fs.writeFileSync(`${process.env.DROVER_TEST_LOGS}/workload-controllers-server.log`, server.output());
+    }
     await server?.stop();
     await cleanup(server?.dataDir ?? '', cacheDir ?? '');
   });
@@ -324,6 +333,50 @@ describe('workload controllers (server process, hand-made nodes, a fake kubelet)
     assert.deepEqual(after.slice(0, 2), ['gone:db-1', 'added:db-1']);
   });
 
+  it('a StatefulSet scales down from the highest ordinal, one pod at a time', async () => {
+    await client.patch(STATEFULSETS, NS, 'db', 'merge', { spec: { replicas: 5 } });
+    await eventually(async () => (await activePodsOf('db-')).filter((p) => p.ready).length === 5, '5 ready db pods');
+    const from = kubelet.log.length;
+    await client.patch(STATEFULSETS, NS, 'db', 'merge', { spec: { replicas: 2 } });
+    await eventually(async () => (await pods((p) => p.name.startsWith('db-'))).length === 2, 'db down to 2 pods');
+    const steps = kubelet.log.slice(from).filter((e) => /^(terminating|gone):db-/.test(e));
+    assert.deepEqual(steps, ['terminating:db-4', 'gone:db-4', 'terminating:db-3', 'gone:db-3', 'terminating:db-2', 'gone:db-2']);
+    await eventually(async () => {
+      const sts = (await client.get(STATEFULSETS, NS, 'db'))!;
+      const status = sts.status as { replicas?: number; readyReplicas?: number };
+      return status.replicas === 2 && status.readyReplicas === 2;
+    }, 'db status at 2');
+  });
+
+  it('Recreate removes every old pod before the first new one is created', async () => {
+    await client.create(DEPLOYMENTS, NS, {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: 'batch' },
+      spec: {
+        replicas: 2,
+        strategy: { type: 'Recreate' },
+        selector: { matchLabels: { app: 'batch' } },
+        template: template('batch', ['sleep', '3600']),
+      },
+    });
+    await eventually(() => rolledOut('batch', 2), 'batch rolled out');
+    const old = await activePodsOf('batch-');
+    const from = kubelet.log.length;
+    await client.patch(DEPLOYMENTS, NS, 'batch', 'merge', {
+      spec: { template: { spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '60'] }] } } },
+    });
+    await eventually(async () => {
+      const active = await activePodsOf('batch-');
+      return (await rolledOut('batch', 2)) && active.length === 2 && active.every((p) => !old.some((o) => o.uid === p.uid));
+    }, 'batch recreated');
+    const log = kubelet.log.slice(from).filter((e) => /:batch-/.test(e));
+    const lastGone = Math.max(...old.map((p) => log.indexOf(`gone:${p.name}`)));
+    const firstAdded = log.findIndex((e) => e.startsWith('added:'));
+    assert.ok(lastGone >= 0 && firstAdded > lastGone, `old pods must be gone before new ones are added: ${log.join(' ')}`);
+    await client.delete(DEPLOYMENTS, NS, 'batch');
+  });
+
   it('cordoned and tainted nodes are avoided; FailedScheduling when nothing fits, then scheduled when a node changes', async () => {
     await client.patch(NODES, undefined, 'n1', 'merge', { spec: { unschedulable: true } });
     await client.patch(NODES, undefined, 'n2', 'merge', { spec: { taints: [{ key: 'dedicated', value: 'infra', effect: 'NoSchedule' }] } });
@@ -369,7 +422,7 @@ describe('workload controllers (server process, hand-made nodes, a fake kubelet)
     await eventually(async () => (await pods((p) => p.name.startsWith('web-'))).length === 0, 'web pods deleted');
     // Others' pods are untouched.
     assert.equal((await activePodsOf('pinned-')).length, 2);
-    assert.equal((await activePodsOf('db-')).length, 3);
+    assert.equal((await activePodsOf('db-')).length, 2);
   });
 });
 
