@@ -66,8 +66,8 @@ status:
 `;
 }
 
-// Unbound (no nodeName): a pod bound to a node is deleted gracefully, and no agent runs here to
-// finish the deletion (test/pod-deletion.test.ts covers that path).
+// Unbound, and left so by Drover's scheduler (another scheduler's pod): a pod bound to a node is
+// deleted gracefully, and no agent runs here to finish that (test/pod-deletion.test.ts does).
 function podManifest(name: string, extraMetadata = '', extraTopLevel = ''): string {
   return `apiVersion: v1
 kind: Pod
@@ -75,6 +75,7 @@ metadata:
   name: ${name}
   namespace: default
 ${extraMetadata}spec:
+  schedulerName: manual
   containers:
   - name: main
     image: nginx:1.27
