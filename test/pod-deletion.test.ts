@@ -50,6 +50,16 @@ function assertDeadline(timestamp: string | undefined, graceSeconds: number, fro
   assert.ok(Math.abs(at - expected) <= 2000, `deletionTimestamp ${timestamp} is about ${graceSeconds}s after ${new Date(from).toISOString()}`);
 }
 
+/** kubectl's protobuf DeleteOptions body (k8s\0 + runtime.Unknown), for small grace periods. */
+function protobufDeleteOptions(graceSeconds: number): Buffer {
+  const text = (field: number, value: string): Buffer =>
+    Buffer.concat([Buffer.from([(field << 3) | 2, Buffer.byteLength(value)]), Buffer.from(value)]);
+  const typeMeta = Buffer.concat([text(1, 'v1'), text(2, 'DeleteOptions')]);
+  const raw = Buffer.concat([Buffer.from([0x08, graceSeconds]), text(4, 'Background')]);
+  const unknown = Buffer.concat([Buffer.from([0x0a, typeMeta.length]), typeMeta, Buffer.from([0x12, raw.length]), raw]);
+  return Buffer.concat([Buffer.from('k8s\0', 'latin1'), unknown]);
+}
+
 /** A raw watch stream: every event, in order. */
 function watchPods(server: ServerProcess, ns: string, name: string, resourceVersion: string): { events: { type: string; object: Obj }[]; stop(): void } {
   const events: { type: string; object: Obj }[] = [];
@@ -173,6 +183,19 @@ describe('graceful pod deletion on a real server', () => {
     expectStatus(await del('from-options', { gracePeriodSeconds: 0 }), 200, 'grace 0');
     assert.equal(await getStatus('from-default'), 404);
     assert.equal(await getStatus('from-options'), 404);
+  });
+
+  it('reads the grace period from a protobuf DeleteOptions body', async () => {
+    await create(pod('proto', { nodeName: 'node-a' }));
+    const send = (grace: number): Promise<ApiResponse> =>
+      request(server, 'DELETE', `${pods}/proto`, {
+        headers: { 'Content-Type': 'application/vnd.kubernetes.protobuf' },
+        rawBody: protobufDeleteOptions(grace),
+      });
+    const marked = expectStatus(await send(3), 200, 'protobuf grace 3');
+    assert.equal(marked.metadata.deletionGracePeriodSeconds, 3);
+    expectStatus(await send(0), 200, 'protobuf grace 0');
+    assert.equal(await getStatus('proto'), 404);
   });
 
   it('removes unbound and finished pods at once', async () => {

@@ -22,6 +22,7 @@ import {
   sendText,
 } from './http.js';
 import { isJsonObject, type JsonObject } from './json.js';
+import { decodeKubernetesProtobuf } from './protobuf.js';
 import { type KubeObject, OBJECT_META_FIELDS } from './objects.js';
 import type { OpenApiDocuments } from './openapi.js';
 import { applyPatch, PatchError, patchTypeFromContentType } from './patch/index.js';
@@ -720,9 +721,19 @@ export class ApiHandler {
 
   private async readDeleteOptions(req: IncomingMessage): Promise<JsonObject> {
     const body = await readBody(req);
-    // kubectl falls back to a protobuf DeleteOptions body in some paths: options it carries are
-    // ignored rather than misread as JSON.
-    if (body.length === 0 || !mediaType(req.headers['content-type']).endsWith('json')) return {};
+    if (body.length === 0) return {};
+    const type = mediaType(req.headers['content-type']);
+    if (type.startsWith('application/vnd.kubernetes.protobuf')) {
+      // kubectl's typed DELETEs (drain without eviction) send protobuf DeleteOptions; their grace
+      // period decides whether a pod goes at once. Anything else in protobuf is ignored, as before.
+      try {
+        const decoded = decodeKubernetesProtobuf(body);
+        return decoded.kind === 'DeleteOptions' ? (decoded.object as JsonObject) : {};
+      } catch {
+        return {};
+      }
+    }
+    if (!type.endsWith('json')) return {};
     const parsed = decodeBody(body, req.headers['content-type']);
     return isJsonObject(parsed) ? parsed : {};
   }

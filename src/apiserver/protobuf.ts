@@ -463,9 +463,37 @@ function decodePodDisruptionBudget(raw: Uint8Array): Record<string, unknown> {
   return { apiVersion: 'policy/v1', kind, metadata, spec };
 }
 
+/**
+ * DeleteOptions {1 gracePeriodSeconds, 2 preconditions {1 uid, 2 resourceVersion},
+ * 3 orphanDependents, 4 propagationPolicy, 5 dryRun}: the body of kubectl's typed DELETEs (drain
+ * without the eviction API), whose grace period matters for pods.
+ */
+function decodeDeleteOptions(raw: Uint8Array): Record<string, unknown> {
+  const kind = 'DeleteOptions';
+  const out: Record<string, unknown> = { apiVersion: 'v1', kind };
+  const dryRun: string[] = [];
+  for (const f of parseMessage(raw, kind)) {
+    if (f.field === 1) out.gracePeriodSeconds = int64(f, kind);
+    else if (f.field === 2) {
+      const preconditions: Record<string, string> = {};
+      for (const p of parseMessage(bytes(f, kind), 'Preconditions')) {
+        if (p.field === 1) preconditions.uid = str(p, 'Preconditions');
+        else if (p.field === 2) preconditions.resourceVersion = str(p, 'Preconditions');
+      }
+      out.preconditions = preconditions;
+    } else if (f.field === 3) out.orphanDependents = bool(f, kind);
+    else if (f.field === 4) out.propagationPolicy = str(f, kind);
+    else if (f.field === 5) dryRun.push(str(f, kind));
+  }
+  if (dryRun.length) out.dryRun = dryRun;
+  return out;
+}
+
 const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Namespace', decodeNamespace],
   ['policy/v1/PodDisruptionBudget', decodePodDisruptionBudget],
+  ['v1/DeleteOptions', decodeDeleteOptions],
+  ['meta.k8s.io/v1/DeleteOptions', decodeDeleteOptions],
 ]);
 
 // ---------------------------------------------------------------------------------------------
