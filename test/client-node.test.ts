@@ -285,7 +285,7 @@ describe('@kubernetes/client-node 1.4 against drover', () => {
       (error: unknown) => error instanceof k8s.ApiException && error.code === 404,
     );
     await assert.rejects(
-      core.createNamespacedPod({ namespace: 'no-such-namespace', body: { metadata: { name: 'p' }, spec: { containers: [{ name: 'c', image: 'i' }] } } }),
+      core.createNamespacedPod({ namespace: 'no-such-namespace', body: { metadata: { name: 'p' }, spec: { containers: [{ name: 'c', image: 'i', command: ['sleep', '1'] }] } } }),
       (error: unknown) => error instanceof k8s.ApiException && error.code === 404,
     );
   });
