@@ -163,7 +163,7 @@ export class PodSupervisor {
     }
     this.writeState();
     this.logger.info(
-      { pod: `${this.spec.namespace}/${this.spec.name}`, uid: this.spec.uid, containers: this.runners.length, atMostOne: this.spec.atMostOne },
+      { pod: `${this.spec.namespace}/${this.spec.name}`, containers: this.runners.length, atMostOne: this.spec.atMostOne },
       'supervisor started',
     );
     if (this.spec.atMostOne && this.spec.fencingFile) {
