@@ -1,11 +1,16 @@
 /**
- * Shared helpers for the benchmarks: machine description, percentiles, result files, and the
- * realistic Node status payloads the datastore and API benchmarks write.
+ * Shared helpers for the benchmarks: machine description, percentiles, result files, the
+ * realistic Node status payloads the datastore and API benchmarks write, and, for the benchmarks
+ * that run a cluster of real processes (detection.ts, failover.ts), process and temp-dir
+ * tracking with cleanup on every exit path, a server and agents on 127.0.0.1, and an admin
+ * HTTPS client.
  *
  * The benchmark machine is shared and noisy, so every script measures its own baseline in the
  * same run and reports ratios against it. Nothing here asserts a timing.
  */
+import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -104,4 +109,249 @@ export function nodeStatusValue(n: number): Buffer {
       },
     }),
   );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes and temp dirs: tracked so that every exit path cleans up what a benchmark started.
+
+const children = new Set<ChildProcess>();
+const tempDirs = new Set<string>();
+const cleanupHooks: (() => void)[] = [];
+let cleanupInstalled = false;
+
+export function track(child: ChildProcess): ChildProcess {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
+export function alive(child: ChildProcess): boolean {
+  return child.exitCode === null && child.signalCode === null;
+}
+
+/** Signal a child (SIGCONT first: a stopped process cannot act on SIGTERM), SIGKILL after the ceiling. */
+export async function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM', ceilingMs = 5000): Promise<void> {
+  if (!alive(child) || child.pid === undefined) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  try {
+    process.kill(child.pid, 'SIGCONT');
+    process.kill(child.pid, signal);
+  } catch {
+    return;
+  }
+  const timer = setTimeout(() => {
+    if (alive(child) && child.pid !== undefined) process.kill(child.pid, 'SIGKILL');
+  }, ceilingMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** A temporary directory removed at exit (also on errors and Ctrl-C) unless removed earlier. */
+export function benchTempDir(prefix: string): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.add(dir);
+  return dir;
+}
+
+export function removeBenchTempDir(dir: string): void {
+  fs.rmSync(dir, { recursive: true, force: true });
+  tempDirs.delete(dir);
+}
+
+/**
+ * Synchronous work to do on every exit path after the tracked children are killed and before
+ * the temp dirs go, e.g. reaping pod processes that outlive their agent on purpose.
+ */
+export function onCleanup(hook: () => void): void {
+  cleanupHooks.push(hook);
+}
+
+export function killAllSync(): void {
+  for (const child of children) {
+    if (child.pid === undefined || !alive(child)) continue;
+    try {
+      process.kill(child.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  for (const hook of cleanupHooks) {
+    try {
+      hook();
+    } catch (error) {
+      console.error('cleanup hook failed:', error);
+    }
+  }
+  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
+}
+
+/** Kill everything tracked on exit, SIGINT and SIGTERM. Call once at the top of a benchmark. */
+export function installCleanup(): void {
+  if (cleanupInstalled) return;
+  cleanupInstalled = true;
+  process.on('exit', killAllSync);
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      console.error(`\n${signal}: stopping everything this benchmark started`);
+      killAllSync();
+      process.exit(130);
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A drover server and agents on 127.0.0.1, and an admin client for the server's API.
+
+export interface BenchServer {
+  child: ChildProcess;
+  url: string;
+  dataDir: string;
+  joinToken: string;
+  adminToken: string;
+  caPem: string;
+  /** The first MB of the server's stdout and stderr (all of it is in logFile). */
+  output(): string;
+}
+
+/**
+ * Spawn `drover server --disable-agent` on 127.0.0.1 with an ephemeral port, wait for its ready
+ * line, and read the credentials it wrote. Its output goes to `logFile`.
+ */
+export async function startBenchServer(dataDir: string, logFile: string, flags: readonly string[] = [], timeoutMs = 30_000): Promise<BenchServer> {
+  const child = track(
+    spawn(
+      process.execPath,
+      [DROVER_BIN, 'server', '--disable-agent', '--https-listen-port', '0', '--bind-address', '127.0.0.1', '--data-dir', dataDir, ...flags],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    ),
+  );
+  let output = '';
+  const log = fs.createWriteStream(logFile);
+  const onData = (chunk: Buffer): void => {
+    log.write(chunk);
+    if (output.length < 1_000_000) output += chunk.toString();
+  };
+  child.stdout!.on('data', onData);
+  child.stderr!.on('data', onData);
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server not ready after ${timeoutMs} ms:\n${output.slice(-3000)}`)), timeoutMs);
+    child.once('exit', (code) => reject(new Error(`server exited (${code}):\n${output.slice(-3000)}`)));
+    const check = (): void => {
+      const line = output.split('\n').find((l) => l.includes('Drover server is ready'));
+      if (!line) return;
+      clearTimeout(timer);
+      child.stdout!.off('data', check);
+      resolve((JSON.parse(line) as { port: number }).port);
+    };
+    child.stdout!.on('data', check);
+  });
+  return {
+    child,
+    url: `https://127.0.0.1:${port}`,
+    dataDir,
+    joinToken: fs.readFileSync(path.join(dataDir, 'token'), 'utf8').trim(),
+    adminToken: fs.readFileSync(path.join(dataDir, 'server', 'cred', 'admin.token'), 'utf8').trim(),
+    caPem: fs.readFileSync(path.join(dataDir, 'server', 'tls', 'server-ca.crt'), 'utf8'),
+    output: () => output,
+  };
+}
+
+export interface BenchAgentOptions {
+  server: Pick<BenchServer, 'url' | 'joinToken'>;
+  name: string;
+  dataDir: string;
+  /** Appended to (an agent restarted on the same data dir keeps one log). */
+  logFile: string;
+  nodeIp?: string;
+}
+
+/** Spawn `drover agent --agent-port 0` and return at once; the caller waits for its node to be Ready. */
+export function spawnBenchAgent(options: BenchAgentOptions): ChildProcess {
+  fs.mkdirSync(options.dataDir, { recursive: true });
+  const log = fs.openSync(options.logFile, 'a');
+  try {
+    return track(
+      spawn(
+        process.execPath,
+        [
+          DROVER_BIN, 'agent', '--server', options.server.url, '--token', options.server.joinToken, '--data-dir', options.dataDir,
+          '--node-name', options.name, '--agent-port', '0', '--node-ip', options.nodeIp ?? '127.0.0.1',
+        ],
+        { stdio: ['ignore', log, log] },
+      ),
+    );
+  } finally {
+    fs.closeSync(log);
+  }
+}
+
+export function fileTail(file: string, chars = 3000): string {
+  try {
+    return fs.readFileSync(file, 'utf8').slice(-chars);
+  } catch {
+    return '(no log)';
+  }
+}
+
+export class HttpStatusError extends Error {
+  constructor(
+    readonly method: string,
+    readonly apiPath: string,
+    readonly status: number,
+    readonly body: string,
+  ) {
+    super(`${method} ${apiPath}: HTTP ${status}: ${body.slice(0, 300)}`);
+    this.name = 'HttpStatusError';
+  }
+}
+
+/** The server's API as the admin, over keep-alive HTTPS that trusts the cluster CA. */
+export class BenchApi {
+  private readonly http: https.Agent;
+
+  constructor(
+    private readonly server: Pick<BenchServer, 'url' | 'adminToken' | 'caPem'>,
+    maxSockets = 4,
+  ) {
+    this.http = new https.Agent({ keepAlive: true, maxSockets, ca: server.caPem });
+  }
+
+  request(method: string, apiPath: string, body?: unknown, timeoutMs = 5000): Promise<{ status: number; body: string }> {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    return new Promise((resolve, reject) => {
+      const req = https.request(
+        `${this.server.url}${apiPath}`,
+        {
+          method,
+          agent: this.http,
+          headers: {
+            Authorization: `Bearer ${this.server.adminToken}`,
+            Accept: 'application/json',
+            ...(payload === undefined ? {} : { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) }),
+          },
+          timeout: timeoutMs,
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+          res.on('error', reject);
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error(`${method} ${apiPath} timed out`)));
+      req.on('error', reject);
+      req.end(payload);
+    });
+  }
+
+  /** The parsed body of a 2xx answer; HttpStatusError otherwise. */
+  async json<T>(method: string, apiPath: string, body?: unknown): Promise<T> {
+    const res = await this.request(method, apiPath, body);
+    if (res.status < 200 || res.status > 299) throw new HttpStatusError(method, apiPath, res.status, res.body);
+    return JSON.parse(res.body) as T;
+  }
+
+  destroy(): void {
+    this.http.destroy();
+  }
 }

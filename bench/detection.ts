@@ -23,14 +23,30 @@
  * NodeUnavailable event's eventTime (written by the controller, same host clock) gives a second,
  * poll-free figure.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import https from 'node:https';
-import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { DROVER_BIN, machineInfo, percentile, printMachine, round, sleep, writeResult } from './common.js';
+import {
+  alive,
+  BenchApi,
+  type BenchServer,
+  benchTempDir,
+  DROVER_BIN,
+  fileTail,
+  installCleanup,
+  machineInfo,
+  percentile,
+  printMachine,
+  removeBenchTempDir,
+  round,
+  sleep,
+  spawnBenchAgent,
+  startBenchServer,
+  stopChild,
+  writeResult,
+} from './common.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -76,58 +92,7 @@ const MODES: Mode[] = [
   },
 ];
 
-// ---------------------------------------------------------------------------------------------
-// Processes and temp dirs: tracked so that every exit path cleans up what this script started.
-
-const children = new Set<ChildProcess>();
-const tempDirs = new Set<string>();
-
-function track(child: ChildProcess): ChildProcess {
-  children.add(child);
-  child.once('exit', () => children.delete(child));
-  return child;
-}
-
-function alive(child: ChildProcess): boolean {
-  return child.exitCode === null && child.signalCode === null;
-}
-
-async function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM', ceilingMs = 5000): Promise<void> {
-  if (!alive(child) || child.pid === undefined) return;
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  try {
-    process.kill(child.pid, 'SIGCONT'); // a stopped process cannot act on SIGTERM
-    process.kill(child.pid, signal);
-  } catch {
-    return;
-  }
-  const timer = setTimeout(() => {
-    if (alive(child) && child.pid !== undefined) process.kill(child.pid, 'SIGKILL');
-  }, ceilingMs);
-  await exited;
-  clearTimeout(timer);
-}
-
-function killAllSync(): void {
-  for (const child of children) {
-    if (child.pid === undefined || !alive(child)) continue;
-    try {
-      process.kill(child.pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
-}
-
-process.on('exit', killAllSync);
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    console.error(`\n${signal}: stopping everything this benchmark started`);
-    killAllSync();
-    process.exit(130);
-  });
-}
+installCleanup();
 
 // ---------------------------------------------------------------------------------------------
 // The cluster under test.
@@ -144,105 +109,41 @@ interface Sample {
 }
 
 class Cluster {
-  readonly root = fs.mkdtempSync(path.join(os.tmpdir(), 'drover-bench-detection-'));
-  private server: ChildProcess | undefined;
-  private serverOutput = '';
+  readonly root = benchTempDir('drover-bench-detection-');
+  private server: BenchServer | undefined;
   readonly agents = new Map<string, ChildProcess>();
-  private url = '';
-  private joinToken = '';
-  private adminToken = '';
-  private http: https.Agent | undefined;
+  private api: BenchApi | undefined;
 
-  constructor(private readonly mode: Mode) {
-    tempDirs.add(this.root);
-  }
+  constructor(private readonly mode: Mode) {}
 
   nodeNames(): string[] {
     return Array.from({ length: AGENTS }, (_, i) => `bench-${i}`);
   }
 
   async start(): Promise<void> {
-    const dataDir = path.join(this.root, 'server');
-    const server = track(
-      spawn(
-        process.execPath,
-        [DROVER_BIN, 'server', '--disable-agent', '--https-listen-port', '0', '--bind-address', '127.0.0.1', '--data-dir', dataDir, ...this.mode.flags],
-        { stdio: ['ignore', 'pipe', 'pipe'] },
-      ),
-    );
-    this.server = server;
-    const logFile = fs.createWriteStream(path.join(this.root, 'server.log'));
-    const onData = (chunk: Buffer): void => {
-      logFile.write(chunk);
-      if (this.serverOutput.length < 1_000_000) this.serverOutput += chunk.toString();
-    };
-    server.stdout!.on('data', onData);
-    server.stderr!.on('data', onData);
-    const port = await new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`server not ready after 30 s:\n${this.serverOutput.slice(-3000)}`)), 30_000);
-      server.once('exit', (code) => reject(new Error(`server exited (${code}):\n${this.serverOutput.slice(-3000)}`)));
-      const check = (): void => {
-        const line = this.serverOutput.split('\n').find((l) => l.includes('Drover server is ready'));
-        if (!line) return;
-        clearTimeout(timer);
-        server.stdout!.off('data', check);
-        resolve((JSON.parse(line) as { port: number }).port);
-      };
-      server.stdout!.on('data', check);
-    });
-    this.url = `https://127.0.0.1:${port}`;
-    this.joinToken = fs.readFileSync(path.join(dataDir, 'token'), 'utf8').trim();
-    this.adminToken = fs.readFileSync(path.join(dataDir, 'server', 'cred', 'admin.token'), 'utf8').trim();
-    const ca = fs.readFileSync(path.join(dataDir, 'server', 'tls', 'server-ca.crt'), 'utf8');
-    this.http = new https.Agent({ keepAlive: true, maxSockets: 4, ca });
+    this.server = await startBenchServer(path.join(this.root, 'server'), path.join(this.root, 'server.log'), this.mode.flags);
+    this.api = new BenchApi(this.server);
     for (const name of this.nodeNames()) this.startAgent(name);
     await this.waitFor((s) => this.nodeNames().every((n) => s.nodes.get(n)?.state === 'Ready'), 60_000, 'all agents Ready');
   }
 
   startAgent(name: string): ChildProcess {
-    const dataDir = path.join(this.root, name);
-    fs.mkdirSync(dataDir, { recursive: true });
-    const log = fs.openSync(path.join(this.root, `${name}.log`), 'a');
-    const child = track(
-      spawn(
-        process.execPath,
-        [
-          DROVER_BIN, 'agent', '--server', this.url, '--token', this.joinToken, '--data-dir', dataDir,
-          '--node-name', name, '--agent-port', '0', '--node-ip', '127.0.0.1',
-        ],
-        { stdio: ['ignore', log, log] },
-      ),
-    );
-    fs.closeSync(log);
+    const child = spawnBenchAgent({
+      server: this.server!,
+      name,
+      dataDir: path.join(this.root, name),
+      logFile: path.join(this.root, `${name}.log`),
+    });
     this.agents.set(name, child);
     return child;
   }
 
   logTail(name: string, chars = 3000): string {
-    const file = name === 'server' ? path.join(this.root, 'server.log') : path.join(this.root, `${name}.log`);
-    try {
-      return fs.readFileSync(file, 'utf8').slice(-chars);
-    } catch {
-      return '(no log)';
-    }
+    return fileTail(path.join(this.root, `${name}.log`), chars);
   }
 
   private request(method: string, apiPath: string): Promise<{ status: number; body: string }> {
-    return new Promise((resolve, reject) => {
-      const req = https.request(
-        `${this.url}${apiPath}`,
-        { method, agent: this.http, headers: { Authorization: `Bearer ${this.adminToken}`, Accept: 'application/json' }, timeout: 5000 },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-          res.on('error', reject);
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error(`${method} ${apiPath} timed out`)));
-      req.on('error', reject);
-      req.end();
-    });
+    return this.api!.request(method, apiPath);
   }
 
   async sample(): Promise<Sample> {
@@ -334,10 +235,9 @@ class Cluster {
   async stop(): Promise<void> {
     // Agents first (SIGKILL: they are throwaway and a shutdown notice would only add noise), then the server.
     await Promise.all([...this.agents.values()].map((a) => stopChild(a, 'SIGKILL')));
-    if (this.server) await stopChild(this.server, 'SIGTERM', 10_000);
-    this.http?.destroy();
-    fs.rmSync(this.root, { recursive: true, force: true });
-    tempDirs.delete(this.root);
+    if (this.server) await stopChild(this.server.child, 'SIGTERM', 10_000);
+    this.api?.destroy();
+    removeBenchTempDir(this.root);
   }
 }
 
