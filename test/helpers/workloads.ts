@@ -151,6 +151,7 @@ export function journalOverlap(copies: JournalCopy[]): { maxOverlapMs: number; g
 }
 
 export interface EventView {
+  name: string;
   reason: string;
   type: string;
   object: string;
@@ -159,8 +160,14 @@ export interface EventView {
 
 export async function listEvents(server: ApiTarget): Promise<EventView[]> {
   const res = await request(server, 'GET', '/api/v1/events');
-  const items = (res.json as { items: { reason: string; type: string; message: string; involvedObject: { kind: string; name: string } }[] }).items;
-  return items.map((e) => ({ reason: e.reason, type: e.type, object: `${e.involvedObject.kind}/${e.involvedObject.name}`, message: e.message }));
+  const items = (res.json as { items: { metadata: { name: string }; reason: string; type: string; message: string; involvedObject: { kind: string; name: string } }[] }).items;
+  return items.map((e) => ({ name: e.metadata.name, reason: e.reason, type: e.type, object: `${e.involvedObject.kind}/${e.involvedObject.name}`, message: e.message }));
+}
+
+/** Events recorded after `before` (a list taken earlier). */
+export async function eventsSince(server: ApiTarget, before: EventView[]): Promise<EventView[]> {
+  const seen = new Set(before.map((e) => e.name));
+  return (await listEvents(server)).filter((e) => !seen.has(e.name));
 }
 
 /** Events that only a failover produces: none may appear after a planned shutdown. */
