@@ -410,6 +410,8 @@ function overlapReport(file: string): OverlapReport {
 interface Trial {
   kind: Kind;
   node: string;
+  /** Date.now() just before process.kill(). */
+  signalWallMs: number;
   /** The random wait before the signal, ms. */
   delayMs: number;
   /** Deployment pods on the victim at the signal. */
@@ -429,8 +431,46 @@ interface Trial {
   /** From the shared file: the old singleton's last write and the new one's first, seconds from the signal. */
   singletonLastOldWrite: number | null;
   singletonFirstNewWrite: number | null;
+  /** The old and new solo-0. */
+  oldSingletonUid: string;
+  newSingletonUid: string | undefined;
+  /** The old copy's supervisor, on the victim: when it fenced the pod and how old the last confirmed renewal was then. */
+  fence: { seconds: number | null; renewalAgeMs: number | null; message: string } | null;
+  /** From the shared file after all trials: how long the old and new copy both wrote (0 unless they overlapped), and the gap between them. */
+  overlapMs: number | null;
+  gapMs: number | null;
   /** Restore action (SIGCONT / restart) until the cluster is settled again. */
   restoreSeconds: number;
+}
+
+/** The fencing line the old singleton's supervisor logged on the victim (pino JSON: time, ageMs, msg). */
+async function fenceRecord(slot: AgentSlot, uid: string, signalWall: number): Promise<Trial['fence']> {
+  const file = path.join(slot.dataDir, 'agent', 'pods', uid, 'supervisor.log');
+  const deadline = Date.now() + 3000;
+  for (;;) {
+    let text = '';
+    try {
+      text = fs.readFileSync(file, 'utf8');
+    } catch {
+      // not there (yet)
+    }
+    const line = text.split('\n').find((l) => l.includes('fencing pod'));
+    if (line) {
+      try {
+        const entry = JSON.parse(line) as { time?: number | string; ageMs?: number; message?: string };
+        const at = typeof entry.time === 'number' ? entry.time : Date.parse(entry.time ?? '');
+        return {
+          seconds: Number.isFinite(at) ? round((at - signalWall) / 1000, 3) : null,
+          renewalAgeMs: typeof entry.ageMs === 'number' ? Math.round(entry.ageMs) : null,
+          message: entry.message ?? line.slice(0, 300),
+        };
+      } catch {
+        return { seconds: null, renewalAgeMs: null, message: line.slice(0, 300) };
+      }
+    }
+    if (Date.now() > deadline) return null;
+    await sleep(100);
+  }
 }
 
 function eventTime(e: RawEvent): number | undefined {
@@ -498,6 +538,7 @@ async function runTrial(cluster: Cluster, kind: Kind): Promise<Trial> {
   const copies = readCopies(cluster.singletonFile).copies;
   const oldCopy = copies.find((c) => c.uid === oldSolo.uid);
   const newCopy = copies.find((c) => c.uid === newSoloUid);
+  const fence = await fenceRecord(slot, oldSolo.uid, signalWall);
 
   if (kind === 'SIGSTOP') {
     process.kill(slot.child.pid!, 'SIGCONT');
@@ -510,6 +551,7 @@ async function runTrial(cluster: Cluster, kind: Kind): Promise<Trial> {
   return {
     kind,
     node,
+    signalWallMs: signalWall,
     delayMs,
     deploymentPodsOnVictim: victimWeb.length,
     deploymentSeconds,
@@ -521,6 +563,11 @@ async function runTrial(cluster: Cluster, kind: Kind): Promise<Trial> {
       scheduledDeployment: each(newWebUids, 'Scheduled'),
       scheduledSingleton: newSoloUid ? secondsFrom(signalWall, first((e) => e.reason === 'Scheduled' && e.involvedObject?.uid === newSoloUid)) : null,
     },
+    oldSingletonUid: oldSolo.uid,
+    newSingletonUid: newSoloUid,
+    fence,
+    overlapMs: null,
+    gapMs: null,
     singletonLastOldWrite: secondsFrom(signalWall, oldCopy?.lastMs),
     singletonFirstNewWrite: secondsFrom(signalWall, newCopy?.firstMs),
     restoreSeconds: round(restoreSeconds, 3),
@@ -580,11 +627,20 @@ async function main(): Promise<void> {
       console.log(
         `  ${String(i + 1).padStart(2)} ${kind.padEnd(7)} ${trial.node} (+${trial.delayMs} ms): web ${trial.deploymentSeconds.map((s) => s.toFixed(2)).join(', ') || '(none on victim)'} s,` +
           ` solo-0 ${trial.singletonSeconds.toFixed(2)} s | Unavailable ${e.nodeUnavailable?.toFixed(2) ?? '-'}, evicted ${e.taintManagerEviction.map((s) => s.toFixed(2)).join('/') || '-'},` +
-          ` fenced (last write) ${trial.singletonLastOldWrite?.toFixed(2) ?? '-'}, SingletonFailover ${e.singletonFailover?.toFixed(2) ?? '-'},` +
+          ` fenced ${trial.fence?.seconds?.toFixed(2) ?? '-'} (renewal age ${trial.fence?.renewalAgeMs ?? '-'} ms, last write ${trial.singletonLastOldWrite?.toFixed(2) ?? '-'}), SingletonFailover ${e.singletonFailover?.toFixed(2) ?? '-'},` +
           ` scheduled ${e.scheduledSingleton?.toFixed(2) ?? '-'}, first write ${trial.singletonFirstNewWrite?.toFixed(2) ?? '-'} | settled ${trial.restoreSeconds.toFixed(1)} s after restore`,
       );
     }
     overlap = overlapReport(cluster.singletonFile);
+    const copiesAtEnd = readCopies(cluster.singletonFile).copies;
+    for (const trial of trials) {
+      const pair = overlap.pairs.find((p) => p.oldUid === trial.oldSingletonUid && p.newUid === trial.newSingletonUid);
+      trial.overlapMs = pair?.overlapMs ?? null;
+      trial.gapMs = pair?.gapMs ?? null;
+      // The file is complete only now: the old copy may have written after the trial's first look.
+      const old = copiesAtEnd.find((c) => c.uid === trial.oldSingletonUid);
+      trial.singletonLastOldWrite = secondsFrom(trial.signalWallMs, old?.lastMs);
+    }
   } finally {
     await cluster.stop();
   }
@@ -623,7 +679,8 @@ async function main(): Promise<void> {
   );
   console.log(
     `  singleton copies: ${overlap.copies}; max overlap ${overlap.maxOverlapMs} ms; smallest gap ${overlap.minGapMs ?? '-'} ms` +
-      `${overlap.malformedLines ? `; ${overlap.malformedLines} malformed line(s)` : ''}`,
+      `${overlap.malformedLines ? `; ${overlap.malformedLines} malformed line(s)` : ''}` +
+      `\n  gaps between successive copies (ms): ${overlap.pairs.map((p) => p.gapMs).join(', ') || '-'}`,
   );
 
   const depP99 = deployment.all?.p99 ?? NaN;
