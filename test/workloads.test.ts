@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type AgentProcess, cleanupAgents, startAgent, waitForState } from './helpers/agent.js';
+import { type AgentProcess, cleanupAgents, joinSecret, startAgent, waitForState } from './helpers/agent.js';
 import { type KubectlClient, kubectlClients, runKubectl } from './helpers/kubectl.js';
 import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 import {
@@ -171,14 +172,16 @@ describe('workloads on real agents', { concurrency: false }, () => {
   });
 
   it('an agent crash and restart leaves its pods running: same processes, no restarts', async () => {
-    const victim = agents[0]!;
-    const before = (await readyPods(server, 'app=ticker')).filter((p) => p.node === victim.name);
+    const running = await readyPods(server, 'app=ticker');
+    const index = agents.findIndex((a) => running.some((p) => p.node === a.name));
+    const victim = agents[index]!;
+    const before = running.filter((p) => p.node === victim.name);
     assert.ok(before.length >= 1, 'the victim runs a ticker pod');
     const pidsBefore = before.flatMap(containerPids);
     await victim.stop('SIGKILL');
     for (const pid of pidsBefore) assert.ok(alive(pid), `pod process ${pid} outlives its agent`);
-    const restarted = await startAgent({ server, name: victim.name, dataDir: victim.dataDir, args: ['--node-ip', '127.0.0.2'] });
-    agents[0] = restarted;
+    const restarted = await startAgent({ server, name: victim.name, dataDir: victim.dataDir, args: ['--node-ip', `127.0.0.${index + 2}`] });
+    agents[index] = restarted;
     assert.match(restarted.output(), /re-attached to pods still running/);
     // Give the restarted agent time to reconcile and report; nothing may have been restarted.
     await eventually(async () => {
@@ -190,6 +193,39 @@ describe('workloads on real agents', { concurrency: false }, () => {
     assert.deepEqual(after.flatMap(containerPids).sort(), [...pidsBefore].sort(), 'same processes');
     assert.ok(after.every((p) => p.restarts === 0), 'nothing restarted');
     for (const pid of pidsBefore) assert.ok(alive(pid));
+  });
+
+  it('a node credential may write status, delete and evict only pods bound to its own node (403 otherwise)', async () => {
+    const registration = await request(server, 'POST', '/drover/v1/register', {
+      token: joinSecret(server),
+      body: { nodeName: 'pod-authz', nodeId: randomUUID(), password: 'pod-authz-password-0123456789' },
+    });
+    assert.equal(registration.status, 200, registration.text);
+    const asNode = { token: (registration.json as { token: string }).token };
+    const foreign = (await readyPods(server, 'app=ticker'))[0]!;
+    const base = `/api/v1/namespaces/default/pods/${foreign.name}`;
+    const status = await request(server, 'PATCH', `${base}/status`, {
+      ...asNode,
+      headers: { 'Content-Type': 'application/merge-patch+json' },
+      body: { status: { phase: 'Failed' } },
+    });
+    assert.equal(status.status, 403, status.text);
+    assert.match((status.json as { message: string }).message, /bound to its own node "pod-authz" \(this pod is bound to "w\d"\)/);
+    const evict = await request(server, 'POST', `${base}/eviction`, {
+      ...asNode,
+      body: { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: foreign.name, namespace: 'default' } },
+    });
+    assert.equal(evict.status, 403, evict.text);
+    const del = await request(server, 'DELETE', base, { ...asNode, body: { gracePeriodSeconds: 0 } });
+    assert.equal(del.status, 403, del.text);
+    const still = await listPods(server, 'app=ticker');
+    assert.ok(still.some((p) => p.uid === foreign.uid && !p.terminating && p.phase === 'Running'), 'the pod is untouched');
+    const create = await request(server, 'POST', '/api/v1/namespaces/default/pods', {
+      ...asNode,
+      body: { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'sneaky' }, spec: { nodeName: 'pod-authz', containers: [{ name: 'c', command: ['true'] }] } },
+    });
+    assert.equal(create.status, 403, create.text);
+    await request(server, 'DELETE', '/api/v1/nodes/pod-authz');
   });
 
   it('kubectl cordon and kubectl drain move pods off a node through the eviction API', async () => {

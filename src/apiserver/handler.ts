@@ -429,13 +429,17 @@ export class ApiHandler {
       case 'watch':
         return this.serveWatch(req, res, url, request);
       case 'create':
-        if (request.subresource === 'eviction') return this.serveEviction(req, res, request, dryRun);
+        if (request.subresource === 'eviction') {
+          await this.admitExisting(user, 'create', request);
+          return this.serveEviction(req, res, request, dryRun);
+        }
         return this.serveCreate(req, res, url, request, user, dryRun);
       case 'update':
         return this.serveUpdate(req, res, url, request, user, dryRun);
       case 'patch':
         return this.servePatch(req, res, url, request, user, dryRun);
       case 'delete':
+        await this.admitExisting(user, 'delete', request);
         return this.serveDelete(req, res, url, request, dryRun);
       case 'deletecollection':
         return this.serveDeleteCollection(req, res, url, request, dryRun);
@@ -591,6 +595,23 @@ export class ApiHandler {
     checkTypeMeta(def, obj);
     const unknown = pruneUnknownFields(def, obj, mode);
     return { obj, unknown };
+  }
+
+  /**
+   * Deletes and evictions carry no object: admission judges the one they would remove (node
+   * restriction lets an agent remove only pods bound to its node). A missing object is left to
+   * the verb itself, which answers 404.
+   */
+  private async admitExisting(user: UserInfo, verb: string, request: ResourceRequest): Promise<void> {
+    if (!this.options.admission || request.name === undefined) return;
+    let current: KubeObject;
+    try {
+      current = await this.options.store.get(request.def, request.namespace, request.name);
+    } catch (error) {
+      if (error instanceof ApiError && error.code === 404) return;
+      throw error;
+    }
+    await this.admit(user, verb, request, current);
   }
 
   private async admit(user: UserInfo, verb: string, request: ResourceRequest, obj: KubeObject): Promise<void> {

@@ -92,6 +92,12 @@ export class NodeRestrictionAdmission implements Admission {
       }
       return;
     }
+    if (a.group === '' && a.resource === 'pods') {
+      // Status writes, final deletes and evictions: only for pods bound to this node.
+      const boundTo = getString(a.object, ['spec', 'nodeName']);
+      if (boundTo !== node) forbid(`may only ${a.verb} pods bound to its own node "${node}" (this pod is bound to "${boundTo || 'no node'}")`);
+      return;
+    }
     if (a.group === '' && a.resource === 'events') {
       const kind = getString(a.object, ['involvedObject', 'kind']);
       const name = getString(a.object, ['involvedObject', 'name']);
