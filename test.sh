@@ -3,6 +3,7 @@
 #   - kubectl (the image's dispatcher, or Debian's when none is on PATH)
 #   - Debian's kubectl 1.20 (kubernetes-client), unpacked into .cache/ as the oldest client we support
 #   - etcd-server, for the etcd datastore tests
+#   - iproute2 (ip), for the network-partition test, which builds its own network namespaces
 #   - npm dependencies (npm ci), then a build of dist/
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -34,6 +35,12 @@ if ! command -v etcd >/dev/null 2>&1; then
   echo "test.sh: installing etcd-server"
   apt_update_once
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+fi
+
+if ! command -v ip >/dev/null 2>&1; then
+  echo "test.sh: installing iproute2"
+  apt_update_once
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
 fi
 
 echo "test.sh: npm ci"
