@@ -175,15 +175,8 @@ class Cluster {
     this.api = new BenchApi(this.server);
     for (let i = 0; i < AGENTS; i++) {
       const name = `fo-${i}`;
-      const slot: AgentSlot = {
-        name,
-        ip: `127.0.0.${i + 2}`,
-        dataDir: path.join(this.root, name),
-        logFile: path.join(this.root, `${name}.log`),
-        child: undefined as unknown as ChildProcess,
-      };
-      this.agents.set(name, slot);
-      this.spawnAgent(slot);
+      const where = { name, ip: `127.0.0.${i + 2}`, dataDir: path.join(this.root, name), logFile: path.join(this.root, `${name}.log`) };
+      this.agents.set(name, { ...where, child: this.spawnAgent(where) });
     }
     await this.poll(
       async () => {
@@ -195,8 +188,8 @@ class Cluster {
     );
   }
 
-  spawnAgent(slot: AgentSlot): void {
-    slot.child = spawnBenchAgent({ server: this.server!, name: slot.name, dataDir: slot.dataDir, logFile: slot.logFile, nodeIp: slot.ip });
+  spawnAgent(slot: Omit<AgentSlot, 'child'>): ChildProcess {
+    return spawnBenchAgent({ server: this.server!, name: slot.name, dataDir: slot.dataDir, logFile: slot.logFile, nodeIp: slot.ip });
   }
 
   podDirsOf(slot: AgentSlot): string[] {
@@ -544,7 +537,7 @@ async function runTrial(cluster: Cluster, kind: Kind): Promise<Trial> {
     process.kill(slot.child.pid!, 'SIGCONT');
   } else {
     if (alive(slot.child)) await new Promise((resolve) => slot.child.once('exit', resolve));
-    cluster.spawnAgent(slot);
+    slot.child = cluster.spawnAgent(slot);
   }
   const restoreSeconds = await cluster.waitSettled(`${node} back and the cluster settled after ${kind === 'SIGSTOP' ? 'SIGCONT' : 'restart'}`);
 
