@@ -709,10 +709,19 @@ describe('object semantics', () => {
   it(
     'a semantically identical spec in another key order changes neither generation nor resourceVersion',
     async () => {
-      const created = await create(server, pods, { ...pod('order-pod'), spec: { containers: pod('x').spec.containers, restartPolicy: 'Always' } });
+      // schedulerName manual: no scheduler binds this pod (a bind would change it under the test).
+      const created = await create(server, pods, {
+        ...pod('order-pod'),
+        spec: { containers: pod('x').spec.containers, restartPolicy: 'Always', schedulerName: 'manual' },
+      });
       const reordered = expectCode(
         await request(server, 'PUT', `${pods}/order-pod`, {
-          body: { apiVersion: 'v1', kind: 'Pod', metadata: created.metadata, spec: { restartPolicy: 'Always', containers: pod('x').spec.containers } },
+          body: {
+            apiVersion: 'v1',
+            kind: 'Pod',
+            metadata: created.metadata,
+            spec: { schedulerName: 'manual', restartPolicy: 'Always', containers: pod('x').spec.containers },
+          },
         }),
         200,
       );

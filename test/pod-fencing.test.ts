@@ -6,7 +6,8 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import {
-  cutOffNodes,
+  countPeers,
+  judgeOutage,
   isControlPlaneOutage,
   monoNowMs,
   queryPeers,
@@ -137,10 +138,30 @@ describe('isControlPlaneOutage', () => {
       assert.equal(isControlPlaneOutage(c.self, c.answers, c.nodes, timeout), c.outage);
     });
   }
-  it('counts the cut-off nodes, this one included', () => {
-    assert.equal(cutOffNodes(3000, [cut('b'), fine('c'), undefined, cut('d')], timeout), 3);
-    assert.equal(cutOffNodes(100, [cut('b')], timeout), 1);
+  it('counts the cut-off nodes, this one included, and the peers on their way there', () => {
+    assert.deepEqual(countPeers([cut('b'), fine('c'), undefined, cut('d')], 1000), { cutOff: 3, maybe: 0 });
+    assert.deepEqual(countPeers([{ node: 'b', confirmedAgeMs: 700 }, fine('c')], 1000), { cutOff: 1, maybe: 1 });
   });
+});
+
+describe('judgeOutage (with an undecided phase)', () => {
+  const age = (node: string, confirmedAgeMs: number): PeerControlPlaneAnswer => ({ node, confirmedAgeMs });
+  const cutOffMs = 2000;
+  const until = 3300;
+  const cases: { name: string; self: number; answers: (PeerControlPlaneAnswer | undefined)[]; nodes: number; verdict: string }[] = [
+    { name: 'peers past the cut-off: outage', self: 3050, answers: [age('b', 2500), age('c', 2100), age('d', 400)], nodes: 4, verdict: 'outage' },
+    { name: 'peers renewing: partition', self: 3050, answers: [age('b', 300), age('c', 900), age('d', 400)], nodes: 4, verdict: 'partition' },
+    { name: 'peers silent: partition (no evidence)', self: 3050, answers: [undefined, undefined, undefined], nodes: 4, verdict: 'partition' },
+    { name: 'one past, two on their way (they renewed a little after us): undecided', self: 3050, answers: [age('b', 2500), age('c', 1900), age('d', 1500)], nodes: 4, verdict: 'undecided' },
+    { name: 'none past, two on their way: undecided early', self: 3050, answers: [age('b', 1800), age('c', 1900), age('d', 300)], nodes: 4, verdict: 'undecided' },
+    { name: 'undecided no longer, past the limit: partition', self: 3400, answers: [age('b', 1800), age('c', 1900), age('d', 300)], nodes: 4, verdict: 'partition' },
+    { name: 'single node: outage', self: 3050, answers: [], nodes: 1, verdict: 'outage' },
+  ];
+  for (const c of cases) {
+    it(c.name, () => {
+      assert.equal(judgeOutage(c.self, c.answers, c.nodes, cutOffMs, until), c.verdict);
+    });
+  }
 });
 
 describe('fencing atMostOne pods', () => {

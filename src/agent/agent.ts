@@ -137,6 +137,7 @@ export class Agent {
       agentDir: this.agentDir,
       caPem: this.caPem,
       fencingTimeoutMs: this.timings!.fencingTimeoutMs ?? Math.floor((this.timings!.nodeMonitorGracePeriodMs * 3) / 4),
+      renewIntervalMs: this.timings!.nodeLeaseRenewIntervalMs,
       client: () => this.client!,
       logger: this.logger,
     });

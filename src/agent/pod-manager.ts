@@ -4,6 +4,7 @@ import { getPath, type KubeObject } from '../apiserver/objects.js';
 import { ApiError } from '../apiserver/errors.js';
 import { type ApiClient, NODES, PODS } from '../client/types.js';
 import { Informer } from '../controllers/informer.js';
+import { fencingThresholds } from '../controllers/failover-logic.js';
 import { isAtMostOne } from '../controllers/workloads.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
@@ -36,6 +37,7 @@ export interface PodManagerOptions {
   agentDir: string;
   caPem: string;
   fencingTimeoutMs: number;
+  renewIntervalMs: number;
   /** The agent's current API client (it moves between servers). */
   client: () => ApiClient;
   logger: Logger;
@@ -186,6 +188,7 @@ export class PodManager {
         peerToken: '',
         caFile: this.caFile,
         nodeCount: Math.max(1, this.nodes.items().length),
+        peerCutOffMs: fencingThresholds(this.options.renewIntervalMs, this.options.fencingTimeoutMs).peerCutOffMs,
       });
     } catch (error) {
       this.logger.warn({ err: error }, 'could not write the fencing file; singletons here will fence if this persists');

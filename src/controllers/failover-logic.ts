@@ -22,6 +22,8 @@ export interface FailoverSettings {
   fencingTimeoutMs: number;
   /** Added to the fencing timeout: the supervisor's check interval, the kill, clock rate drift. */
   fencingMarginMs: number;
+  /** `controllerSilenceMs` of `fencingThresholds`: silence that counts toward an outage. */
+  silenceThresholdMs: number;
 }
 
 export interface LostNodeFacts {
@@ -29,10 +31,66 @@ export interface LostNodeFacts {
   lostSince: number;
   /** This controller's clock at the last renewal it saw from the node (or when it began watching). */
   lastRenewalObservedAt: number;
-  /** More than half of the nodes are silent now. */
-  majoritySilent: boolean;
-  /** When majority silence last ended (0 if never). */
-  majoritySilenceEndedAt: number;
+  /**
+   * More than half of the nodes were silent at some instant of the last fencing-timeout + margin
+   * (`majoritySilentDuring`): a node may have kept its singletons through that as an outage.
+   */
+  majoritySilentRecently: boolean;
+}
+
+/**
+ * The two silences that must line up for the outage rule (docs/failover.md): a node's supervisor
+ * counts a peer as cut off when the peer's last confirmed renewal is older than `peerCutOffMs`;
+ * the controller counts a node as silent when it has seen no renewal from it for longer than
+ * `controllerSilenceMs`, shorter by what a renewal may take from its sending to the controller's
+ * watch. Whenever a supervisor finds a majority cut off, the controller finds a majority silent.
+ */
+export function fencingThresholds(renewMs: number, fencingMs: number): { peerCutOffMs: number; controllerSilenceMs: number } {
+  const peerCutOffMs = Math.max(renewMs, fencingMs - renewMs);
+  return { peerCutOffMs, controllerSilenceMs: peerCutOffMs - Math.min(500, peerCutOffMs / 4) };
+}
+
+export interface SilenceHistory {
+  /** This controller's clock at each renewal it saw (and when it began watching the node), ascending. */
+  observations: readonly number[];
+  /** A node that announced a planned shutdown: its silence is no sign of an outage. */
+  exempt?: boolean;
+}
+
+/**
+ * Whether, at any instant in [from, to], more than half of the nodes had gone more than
+ * `thresholdMs` without a renewal. Computed from the observations themselves, not sampled, so a
+ * short outage between two passes of the controller is not missed. Before its first observation
+ * a node counts as silent (nothing is known of it).
+ */
+export function majoritySilentDuring(histories: readonly SilenceHistory[], from: number, to: number, thresholdMs: number): boolean {
+  const total = histories.length;
+  if (total === 0) return false;
+  // Silence intervals are half-open, [renewal + threshold, next renewal); the window is closed,
+  // so it ends just after `to` (times are whole milliseconds).
+  const windowEnd = to + 0.5;
+  const edges: [at: number, delta: number][] = [];
+  for (const history of histories) {
+    if (history.exempt) continue;
+    const obs = history.observations;
+    const intervals: [number, number][] = [[-Infinity, obs.length ? obs[0]! : Infinity]];
+    for (let i = 0; i < obs.length; i++) {
+      intervals.push([obs[i]! + thresholdMs, i + 1 < obs.length ? obs[i + 1]! : Infinity]);
+    }
+    for (const [start, end] of intervals) {
+      const a = Math.max(start, from);
+      const b = Math.min(end, windowEnd);
+      if (a < b) edges.push([a, 1], [b, -1]);
+    }
+  }
+  // Ends before starts at the same instant: the intervals are half-open.
+  edges.sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  let silent = 0;
+  for (const [, delta] of edges) {
+    silent += delta;
+    if (silent * 2 > total) return true;
+  }
+  return false;
 }
 
 export type FailoverDecision =
@@ -83,13 +141,14 @@ export function decideFailover(pod: KubeObject, facts: LostNodeFacts, now: numbe
       message: `node lost ${seconds(now - facts.lostSince)} ago (silent for ${seconds(silentFor)}); toleration ${seconds(tolerance)} ran out`,
     };
   }
-  if (facts.majoritySilent) {
-    return { action: 'wait', untilMs: now + settings.fencingTimeoutMs, why: 'most nodes are silent: an outage, so nodes keep their singletons' };
+  if (facts.majoritySilentRecently) {
+    return {
+      action: 'wait',
+      untilMs: now + settings.fencingMarginMs,
+      why: 'most nodes were silent at once within fencing-timeout + margin: an outage, during which nodes keep their singletons',
+    };
   }
-  // Time since the node could last have believed itself connected: its last renewal, or the end
-  // of an outage during which it may have kept its singletons on purpose.
-  const since = Math.max(facts.lastRenewalObservedAt, facts.majoritySilenceEndedAt);
-  const safeAt = since + settings.fencingTimeoutMs + settings.fencingMarginMs;
+  const safeAt = facts.lastRenewalObservedAt + settings.fencingTimeoutMs + settings.fencingMarginMs;
   if (now < safeAt) return { action: 'wait', untilMs: safeAt, why: 'waiting until the node has certainly fenced the pod' };
   return {
     action: 'replace-singleton',

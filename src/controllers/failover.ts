@@ -2,7 +2,7 @@ import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
-import { decideFailover, type FailoverSettings, NodeRateLimiter } from './failover-logic.js';
+import { decideFailover, type FailoverSettings, majoritySilentDuring, NodeRateLimiter } from './failover-logic.js';
 import { Informer } from './informer.js';
 import { type NodeHealthView, STATE_LABEL, UNREACHABLE_TAINT } from './node-lifecycle.js';
 
@@ -119,11 +119,11 @@ export class FailoverController {
   }
 
   private async failOver(name: string, node: KubeObject, lost: LostNode, pods: KubeObject[], now: number): Promise<void> {
+    const { fencingTimeoutMs, fencingMarginMs, silenceThresholdMs } = this.settings;
     const facts = {
       lostSince: lost.since,
       lastRenewalObservedAt: this.view.lastRenewalObservedAt(name) ?? lost.since,
-      majoritySilent: this.view.majoritySilent(),
-      majoritySilenceEndedAt: this.view.majoritySilenceEndedAt(),
+      majoritySilentRecently: majoritySilentDuring(this.view.silenceHistories(), now - fencingTimeoutMs - fencingMarginMs, now, silenceThresholdMs),
     };
     for (const pod of pods) {
       const uid = pod.metadata.uid!;

@@ -2,6 +2,7 @@ import { kubeTime, type KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, LEASES, NODES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
+import type { SilenceHistory } from './failover-logic.js';
 import { Informer } from './informer.js';
 import {
   type AgentHealth,
@@ -33,6 +34,14 @@ const UNKNOWN_EVENT_INTERVAL_MS = 60_000;
 /** How long the disruption rule may hold verdicts back before the nodes are judged anyway. */
 const DISRUPTION_LIMIT_GRACES = 10;
 
+/** Renewal history older than this is of no use to the outage rule (its window is a few seconds). */
+const HISTORY_KEEP_MS = 60_000;
+
+function recordObservation(tracked: Tracked, at: number): void {
+  tracked.history.push(at);
+  while (tracked.history.length > 2 && tracked.history[1]! < at - HISTORY_KEEP_MS) tracked.history.shift();
+}
+
 export function leaseHolderIdentity(nodeName: string, nodeUid: string): string {
   return `${nodeName}/${nodeUid}`;
 }
@@ -44,6 +53,8 @@ interface Tracked {
   renewTime?: string;
   /** The lease's resourceVersion when its last renewal was observed: a fresh read compares it. */
   leaseVersion?: string;
+  /** This controller's clock at recent renewals (and when it began tracking), for the outage rule. */
+  history: number[];
   released: boolean;
   health?: AgentHealth;
   bootId?: string;
@@ -102,12 +113,10 @@ export interface NodeHealthView {
   /** This controller's clock when it last saw the node's current incarnation renew (or started watching). */
   lastRenewalObservedAt(name: string): number | undefined;
   /**
-   * More than half of the nodes silent right now (no minimum count): the rule a node applies
-   * before it fences, so both sides agree it is an outage.
+   * Every tracked node's recent renewals as this controller saw them, for the outage rule
+   * (`majoritySilentDuring` in failover-logic.ts).
    */
-  majoritySilent(): boolean;
-  /** When majority silence last ended (0 if never): a fresh fencing window starts then. */
-  majoritySilenceEndedAt(): number;
+  silenceHistories(): SilenceHistory[];
   /**
    * Read the node's lease from the datastore now: true when no renewal happened since the one
    * observed (a renewal still on its way through a watch would otherwise be missed).
@@ -123,8 +132,7 @@ export class NodeLifecycleController implements NodeHealthView {
   private lastTick = 0;
   private running = false;
   private disruptionSince: number | undefined;
-  private majorityIsSilent = false;
-  private majorityEndedAt = 0;
+
   private reconciling = false;
   private readonly tickMs: number;
 
@@ -169,12 +177,11 @@ export class NodeLifecycleController implements NodeHealthView {
     return this.tracked.get(name)?.observedAt;
   }
 
-  majoritySilent(): boolean {
-    return this.majorityIsSilent;
-  }
-
-  majoritySilenceEndedAt(): number {
-    return this.majorityEndedAt;
+  silenceHistories(): SilenceHistory[] {
+    return [...this.tracked].map(([name, t]) => {
+      const shutdown = this.nodes.get(undefined, name)?.metadata.annotations?.[SHUTDOWN_ANNOTATION];
+      return { observations: t.history, ...(shutdown ? { exempt: true } : {}) };
+    });
   }
 
   async confirmSilence(name: string): Promise<boolean> {
@@ -217,9 +224,11 @@ export class NodeLifecycleController implements NodeHealthView {
     const existing = this.tracked.get(name);
     if (!existing || existing.uid !== node.metadata.uid) {
       // A new node, or a new incarnation under an old name: judge it from scratch, with full grace.
+      const startedAt = Date.now();
       this.tracked.set(name, {
         uid: node.metadata.uid!,
-        observedAt: Date.now(),
+        observedAt: startedAt,
+        history: [startedAt],
         heardFrom: false,
         released: false,
         ...(bootId ? { bootId } : {}),
@@ -240,6 +249,7 @@ export class NodeLifecycleController implements NodeHealthView {
       // The agent is back and withdrew its shutdown notice; its first renewal follows right after.
       // Judge it from now, not from the heartbeat it stopped sending when it shut down.
       existing.observedAt = Date.now();
+      recordObservation(existing, existing.observedAt);
       existing.released = false;
     }
   }
@@ -263,6 +273,7 @@ export class NodeLifecycleController implements NodeHealthView {
     if (spec.renewTime !== tracked.renewTime && !released) {
       tracked.renewTime = spec.renewTime;
       tracked.observedAt = Date.now();
+      recordObservation(tracked, tracked.observedAt);
     }
     tracked.leaseVersion = lease.metadata.resourceVersion;
     tracked.released = released;
@@ -294,14 +305,14 @@ export class NodeLifecycleController implements NodeHealthView {
         // This process was not running (stopped, swapped, starved) for a while: it did not see
         // renewals it may have missed. Give everyone a fresh grace rather than blame the nodes.
         this.logger.warn({ pausedMs: now - this.lastTick }, 'controller loop was paused; restarting grace periods for all nodes');
-        for (const t of this.tracked.values()) t.observedAt = now;
+        for (const t of this.tracked.values()) {
+          t.observedAt = now;
+          recordObservation(t, now);
+        }
       }
       this.lastTick = now;
       const observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
       const stale = observations.filter(([, , o]) => isStale(o, now, grace)).length;
-      const majority = stale * 2 > observations.length;
-      if (this.majorityIsSilent && !majority) this.majorityEndedAt = now;
-      this.majorityIsSilent = majority;
       let disruption = isDisruption(stale, observations.length);
       if (disruption) {
         if (this.disruptionSince === undefined) {

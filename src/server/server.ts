@@ -26,6 +26,7 @@ import { LeaderElector } from '../controllers/leader-election.js';
 import { startWorkloadControllers } from '../controllers/workload-controllers.js';
 import { podLogProxy } from './pod-logs.js';
 import { FailoverController } from '../controllers/failover.js';
+import { fencingThresholds } from '../controllers/failover-logic.js';
 import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
@@ -102,10 +103,10 @@ export interface ServerOptions {
 
 /**
  * What the controller adds to fencing-timeout before it replaces a singleton: the supervisor's
- * 100 ms check, the kill itself, a peer re-check after an outage (1.4 s at most) and clock rate
- * drift between hosts over a few seconds.
+ * undecided phase and last round of questions (0.8 s), its 100 ms check, the kill itself, clock
+ * rate drift between hosts, and a supervisor starved of CPU for a moment on a busy host.
  */
-export const FENCING_MARGIN_MS = 1500;
+export const FENCING_MARGIN_MS = 2000;
 
 /** Cluster timing rules that must hold before anything starts. */
 export function validateTimings(renewMs: number, graceMs: number, fencingMs: number): void {
@@ -336,6 +337,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
               defaultTolerationMs: options.defaultUnavailableTolerationMs,
               fencingTimeoutMs: options.fencingTimeoutMs,
               fencingMarginMs: FENCING_MARGIN_MS,
+              silenceThresholdMs: fencingThresholds(options.nodeLeaseRenewIntervalMs, options.fencingTimeoutMs).controllerSilenceMs,
             });
             await failover.start();
             workloads = await startWorkloadControllers(client, { logger, events: workloadEvents });

@@ -27,6 +27,12 @@ export interface FencingState {
   caFile: string;
   /** nodes in the cluster, this one included, as last seen by the agent */
   nodeCount: number;
+  /**
+   * A peer counts as cut off when its own last confirmed renewal is older than this (the agent
+   * writes fencing-timeout minus one renew interval; the controller's matching rule is in
+   * docs/failover.md). Absent: half the fencing timeout.
+   */
+  peerCutOffMs?: number;
 }
 
 /** What `GET /drover/v1/peer/control-plane` answers. */
@@ -63,7 +69,8 @@ function isFencingState(value: unknown): value is FencingState {
     typeof s.caFile === 'string' &&
     typeof s.nodeCount === 'number' &&
     Number.isInteger(s.nodeCount) &&
-    s.nodeCount >= 1
+    s.nodeCount >= 1 &&
+    (s.peerCutOffMs === undefined || (typeof s.peerCutOffMs === 'number' && s.peerCutOffMs > 0))
   );
 }
 
@@ -82,37 +89,67 @@ export function readFencingState(file: string): FencingState | undefined {
   }
 }
 
-/**
- * Nodes that say they are cut off from the control plane: this one (when its own renewal is
- * older than half the timeout) plus each peer that answered so. A peer that did not answer is
- * no evidence of an outage; each node counts once however often it appears.
- */
-export function cutOffNodes(
-  selfAgeMs: number,
-  answers: readonly (PeerControlPlaneAnswer | undefined)[],
-  fencingTimeoutMs: number,
-): number {
-  const threshold = fencingTimeoutMs / 2;
-  const peers = new Set<string>();
-  for (const answer of answers) {
-    if (answer && Number.isFinite(answer.confirmedAgeMs) && answer.confirmedAgeMs > threshold) peers.add(answer.node);
-  }
-  return (selfAgeMs > threshold ? 1 : 0) + peers.size;
+/** The age past which a peer counts as cut off (see FencingState.peerCutOffMs). */
+export function peerCutOffMs(state: Pick<FencingState, 'fencingTimeoutMs' | 'peerCutOffMs'> | undefined, fencingTimeoutMs: number): number {
+  return state?.peerCutOffMs ?? fencingTimeoutMs / 2;
+}
+
+export interface PeerCount {
+  /** This node (its own renewal is overdue) plus the peers whose renewals are older than the cut-off. */
+  cutOff: number;
+  /** Peers on their way there: older than half the cut-off, not yet past it. */
+  maybe: number;
 }
 
 /**
- * Is the missing renewal a control-plane outage (a majority of the cluster cut off, so no other
- * node can have been given this pod) rather than this node being isolated?
- * Outage only when (1 + cut-off peers) * 2 > nodeCount.
+ * Nodes that say they are cut off from the control plane: this one (its own renewal is overdue
+ * when this is asked) plus each peer that answered so. A peer that did not answer is no evidence
+ * of an outage; each node counts once however often it appears.
  */
+export function countPeers(answers: readonly (PeerControlPlaneAnswer | undefined)[], cutOffMs: number): PeerCount {
+  const cut = new Set<string>();
+  const maybe = new Set<string>();
+  for (const answer of answers) {
+    if (!answer || !Number.isFinite(answer.confirmedAgeMs)) continue;
+    if (answer.confirmedAgeMs > cutOffMs) cut.add(answer.node);
+    else if (answer.confirmedAgeMs > cutOffMs / 2) maybe.add(answer.node);
+  }
+  return { cutOff: 1 + cut.size, maybe: maybe.size };
+}
+
+export type OutageVerdict = 'outage' | 'undecided' | 'partition';
+
+/**
+ * Is the missing renewal a control-plane outage (a majority of the cluster cut off, so no other
+ * node can have been given this pod) rather than this node being isolated? Outage when more than
+ * half of the nodes are cut off. Undecided when they would be, counting the peers on their way
+ * there (in a real outage the peers' last renewals are spread over one renew interval, so some
+ * cross the cut-off a moment later than this node): the caller asks again shortly, but only within
+ * `undecidedUntilMs` of its own silence. Otherwise it is this node that is cut off.
+ */
+export function judgeOutage(
+  selfAgeMs: number,
+  answers: readonly (PeerControlPlaneAnswer | undefined)[],
+  nodeCount: number,
+  cutOffMs: number,
+  undecidedUntilMs: number,
+): OutageVerdict {
+  const { cutOff, maybe } = countPeers(answers, cutOffMs);
+  if (cutOff * 2 > nodeCount) return 'outage';
+  if ((cutOff + maybe) * 2 > nodeCount && selfAgeMs < undecidedUntilMs) return 'undecided';
+  return 'partition';
+}
+
+/** The plain majority rule, for callers without an undecided phase. */
 export function isControlPlaneOutage(
   selfAgeMs: number,
   answers: readonly (PeerControlPlaneAnswer | undefined)[],
   nodeCount: number,
   fencingTimeoutMs: number,
+  cutOffMs = fencingTimeoutMs / 2,
 ): boolean {
   if (!(selfAgeMs > fencingTimeoutMs / 2)) return false;
-  return cutOffNodes(selfAgeMs, answers, fencingTimeoutMs) * 2 > nodeCount;
+  return countPeers(answers, cutOffMs).cutOff * 2 > nodeCount;
 }
 
 function parseAnswer(body: string, expectedNode: string): PeerControlPlaneAnswer | undefined {

@@ -1,7 +1,8 @@
+import os from 'node:os';
 import path from 'node:path';
 import { createLogger } from '../../logging/logger.js';
 import { readRunSpec } from './run-spec.js';
-import { PodSupervisor } from './supervisor.js';
+import { INHERITED_PRIORITY_ENV, PodSupervisor, SUPERVISOR_PRIORITY_BOOST } from './supervisor.js';
 
 /**
  * Entry point of a pod's supervisor process: `node supervisor-main.js <podDir>`. Started
@@ -16,6 +17,17 @@ if (!dirArg) {
   process.exit(64);
 }
 const dir = path.resolve(dirArg);
+
+// A singleton's fence must land on time even on a busy host: the supervisor is idle nearly always,
+// so it may ask for a better CPU priority (root only; elsewhere it keeps the agent's). Containers
+// are put back to the priority the supervisor was started with (supervisor.ts).
+const inheritedPriority = os.getPriority();
+try {
+  os.setPriority(Math.max(-20, inheritedPriority - SUPERVISOR_PRIORITY_BOOST));
+} catch {
+  // not permitted: run at the inherited priority
+}
+process.env[INHERITED_PRIORITY_ENV] = String(inheritedPriority);
 
 let supervisor: PodSupervisor | undefined;
 try {

@@ -5,8 +5,9 @@ import path from 'node:path';
 import type { Logger } from '../../logging/logger.js';
 import {
   DEFAULT_FENCING_TIMEOUT_MS,
-  cutOffNodes,
-  isControlPlaneOutage,
+  countPeers,
+  judgeOutage,
+  peerCutOffMs,
   monoNowMs,
   queryPeers,
   readFencingState,
@@ -43,7 +44,29 @@ export const BACKOFF_MAX_MS = 60_000;
 /** A container that ran this long before failing restarts after the initial back-off again. */
 export const BACKOFF_RESET_AFTER_MS = 60_000;
 const FENCING_CHECK_MS = 100;
-const OUTAGE_RECHECK_MS = 1000;
+/** How much better than its agent's a supervisor's CPU priority is (nice steps). */
+export const SUPERVISOR_PRIORITY_BOOST = 10;
+/** The priority the supervisor was started with, for its containers (set by supervisor-main). */
+export const INHERITED_PRIORITY_ENV = 'DROVER_SUPERVISOR_INHERITED_PRIORITY';
+
+/** Containers run at the priority the supervisor was started with, not at its own boosted one. */
+function restorePriority(pid: number): void {
+  const inherited = Number(process.env[INHERITED_PRIORITY_ENV]);
+  if (!Number.isInteger(inherited) || inherited === os.getPriority()) return;
+  try {
+    os.setPriority(pid, inherited);
+  } catch {
+    // the process is gone already, or not permitted: nothing to undo
+  }
+}
+/** While an outage holds, peers are asked again this often: a partition that follows is caught fast. */
+const OUTAGE_RECHECK_MS = 500;
+/**
+ * How far past the fencing timeout an undecided answer may hold the fence back. The controller
+ * replaces a singleton only fencing-timeout + 1.5 s after the last renewal it saw, so the fence
+ * must land well before that: 300 ms of waiting, one 400 ms round of questions, one 100 ms check.
+ */
+const UNDECIDED_MS = 300;
 /** After its main process exits, how long to wait for the rest of the output before closing the log. */
 const OUTPUT_DRAIN_MS = 1000;
 const FENCE_FINISH_CEILING_MS = 2000;
@@ -248,6 +271,7 @@ export class PodSupervisor {
     }
     const instance = runner.status.restartCount;
     const pid = child.pid;
+    restorePriority(pid);
     runner.child = child;
     runner.killedBy = undefined;
     runner.startedAt = nowIso();
@@ -423,10 +447,18 @@ export class PodSupervisor {
     if (ageMs <= timeoutMs) return;
     // Without the fencing file there is no cluster size to compare with: no evidence of an outage.
     const nodeCount = fencing?.nodeCount ?? Number.POSITIVE_INFINITY;
-    const cutOff = cutOffNodes(ageMs, answers, timeoutMs);
+    const cutOffMs = peerCutOffMs(fencing, timeoutMs);
+    const { cutOff, maybe } = countPeers(answers, cutOffMs);
     const answered = answers.filter((a) => a !== undefined).length;
-    const figures = { ageMs, timeoutMs, nodeCount: fencing?.nodeCount ?? null, peers: answers.length, answered, cutOff };
-    if (isControlPlaneOutage(ageMs, answers, nodeCount, timeoutMs)) {
+    const figures = { ageMs, timeoutMs, nodeCount: fencing?.nodeCount ?? null, peers: answers.length, answered, cutOff, maybe, cutOffMs };
+    const verdict = judgeOutage(ageMs, answers, nodeCount, cutOffMs, timeoutMs + UNDECIDED_MS);
+    if (verdict === 'undecided') {
+      // Ask again at the next check rather than in a second.
+      this.logger.info(figures, 'no confirmed lease renewal; peers are on the edge of an outage: asking again');
+      this.lastPeerQueryMono = 0;
+      return;
+    }
+    if (verdict === 'outage') {
       if (!this.outage) {
         this.logger.warn(figures, 'no confirmed lease renewal, but a majority of nodes is cut off too: control-plane outage, workload keeps running');
       }
