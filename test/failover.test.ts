@@ -4,7 +4,7 @@ import path from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { type AgentProcess, cleanupAgents, getNode, nodeState, startAgent, waitForState } from './helpers/agent.js';
 import { startEtcd, type EtcdServer } from './helpers/etcd.js';
-import { cleanup, eventually, type ServerProcess, startServer, tempDir } from './helpers/server.js';
+import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 import {
   alive,
   containerPids,
@@ -234,6 +234,42 @@ describe('failover after an abrupt loss (SQLite)', { concurrency: false }, () =>
     assert.ok(newEvents.some((e) => e.reason === 'NodeDown' && e.object === `Node/${name}`));
     assert.equal(journalOverlap(readJournal(cluster.journal)).maxOverlapMs, 0, 'the singleton stopped before its replacement started');
     await restartAgent(cluster, name);
+  });
+});
+
+describe('pods of a deleted node', { concurrency: false }, () => {
+  let cluster: Cluster;
+
+  before(async () => {
+    cluster = await startCluster(tempDir('orphans'));
+  });
+
+  after(async () => {
+    await cleanupAgents();
+    await cleanup(cluster?.work ?? '');
+  });
+
+  it('kubectl delete node of a dead machine: its Terminating pods are collected; the machine returning stops their processes', async (t) => {
+    const web = await waitForReadyPods(cluster.server, WEB, 3);
+    const solo = (await readyPods(cluster.server, SOLO))[0]!;
+    const name = AGENTS.find((n) => n !== solo.node && web.some((p) => p.node === n))!;
+    const stranded = web.filter((p) => p.node === name);
+    const agent = cluster.agents.get(name)!;
+    await agent.stop('SIGKILL');
+    await waitForReplacements(cluster, WEB, stranded, Date.now(), 30_000);
+    const terminating = (await listPods(cluster.server, WEB)).filter((p) => p.node === name);
+    assert.ok(terminating.length && terminating.every((p) => p.terminating), 'the lost pods wait, Terminating');
+    const deletedAt = Date.now();
+    const res = await request(cluster.server, 'DELETE', `/api/v1/nodes/${name}`);
+    assert.equal(res.status, 200, res.text);
+    await eventually(async () => (await listPods(cluster.server, WEB)).every((p) => p.node !== name), 'the pods of the deleted node collected', 30_000);
+    t.diagnostic(`pods of the deleted node collected ${((Date.now() - deletedAt) / 1000).toFixed(1)} s after the Node was deleted`);
+    const events = await listEvents(cluster.server);
+    assert.ok(events.some((e) => e.reason === 'PodGarbageCollected' && e.message.includes(`node ${name} no longer exists`)));
+    // The pod processes outlived the killed agent; when it comes back, it stops them.
+    for (const pod of stranded) assert.ok(containerPids(pod).every(alive), 'still running while the machine is away');
+    await restartAgent(cluster, name);
+    await waitForCleanup(cluster, stranded);
   });
 });
 

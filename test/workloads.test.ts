@@ -11,6 +11,7 @@ import {
   alive,
   containerPids,
   createObject,
+  deployment,
   listPods,
   readyPods,
   waitForReadyPods,
@@ -247,5 +248,30 @@ describe('workloads on real agents', { concurrency: false }, () => {
     // Pod processes of the drained node are gone, and its pod dirs with them.
     const agent = agents.find((a) => a.name === target)!;
     await eventually(() => fs.readdirSync(path.join(agent.dataDir, 'agent', 'pods')).length === 0, 'pod dirs removed on the drained node');
+  });
+});
+
+describe('a one-node cluster', () => {
+  let server: ServerProcess | undefined;
+
+  after(async () => {
+    await cleanup();
+  });
+
+  it('stops promptly on SIGTERM with pods running: no other node to wait for, nothing left running', async () => {
+    server = await startServer({ embeddedAgent: true });
+    await waitForState(server, (await eventually(async () => {
+      const res = await request(server!, 'GET', '/api/v1/nodes');
+      return (res.json as { items: { metadata: { name: string } }[] }).items[0]?.metadata.name;
+    }, 'the server’s own node')), 'Ready');
+    await createObject(server, '/apis/apps/v1/namespaces/default/deployments', deployment('solo-web', 1, ['sh', '-c', 'while :; do sleep 1; done']));
+    const [pod] = await waitForReadyPods(server, 'app=solo-web', 1);
+    const pids = containerPids(pod!);
+    const started = Date.now();
+    const code = await server.stop('SIGTERM');
+    const ms = Date.now() - started;
+    assert.equal(code, 0);
+    assert.ok(ms < 5000, `shutdown took ${ms} ms`);
+    for (const pid of pids) assert.ok(!alive(pid), 'the pod process stopped with the node');
   });
 });

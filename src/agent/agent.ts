@@ -671,7 +671,17 @@ export class Agent {
     }
     this.logger.info({ pods: bound.length }, 'draining: evicted every pod on this node');
     const emptied = await pods.waitUntilEmpty(deadline);
-    let replaced = owners.size === 0;
+    // Replacements need somewhere to run: with no other Ready, schedulable node (a one-node
+    // cluster, or the last node standing) waiting for them would only delay the shutdown.
+    const { items: nodes } = await client.list(NODES, undefined).catch(() => ({ items: [] as KubeObject[] }));
+    const elsewhere = nodes.some(
+      (n) =>
+        n.metadata.name !== this.options.nodeName &&
+        n.metadata.labels?.['drover.io/state'] === 'Ready' &&
+        (n.spec as { unschedulable?: boolean } | undefined)?.unschedulable !== true,
+    );
+    if (!elsewhere && owners.size) this.logger.info('no other Ready node to run replacements; not waiting for them');
+    let replaced = owners.size === 0 || !elsewhere;
     while (!replaced && Date.now() < deadline) {
       const counts = await readyElsewhere().catch(() => new Map<string, number>());
       replaced = [...owners].every(([owner, { before, leaving }]) => (counts.get(owner) ?? 0) >= before + leaving);

@@ -15,6 +15,8 @@ import { type NodeHealthView, STATE_LABEL, UNREACHABLE_TAINT } from './node-life
 const FAILOVER_NODE_BURST = 3;
 const FAILOVER_NODES_PER_SECOND = 0.5;
 const TICK_MS = 200;
+/** A pod's node must be gone at least this long before the pod is collected. */
+const ORPHAN_MIN_WAIT_MS = 10_000;
 
 interface LostNode {
   since: number;
@@ -31,6 +33,8 @@ function isLost(node: KubeObject): boolean {
 export class FailoverController {
   private readonly pods: Informer;
   private readonly lost = new Map<string, LostNode>();
+  /** Node names that pods are bound to but that have no Node object: since when (this clock). */
+  private readonly orphanedSince = new Map<string, number>();
   /** Pods already acted on (uid → action), so each gets one delete and one event. */
   private readonly handled = new Map<string, string>();
   private readonly limiter: NodeRateLimiter;
@@ -101,7 +105,12 @@ export class FailoverController {
       }
       for (const [name, pods] of byNode) {
         const node = this.view.node(name);
-        if (!node || !isLost(node)) continue;
+        if (!node) {
+          await this.collectOrphans(name, pods, now);
+          continue;
+        }
+        this.orphanedSince.delete(name);
+        if (!isLost(node)) continue;
         let lost = this.lost.get(name);
         if (!lost) {
           lost = { since: now, admitted: false, announced: false };
@@ -115,6 +124,36 @@ export class FailoverController {
       }
     } finally {
       this.busy = false;
+    }
+  }
+
+  /**
+   * Pods bound to a node that no longer exists (`kubectl delete node` of a dead machine) are
+   * removed, as Kubernetes' pod garbage collector does, once the node has been gone long enough
+   * that a singleton there has certainly fenced itself (its agent cannot renew without a Node).
+   */
+  private async collectOrphans(nodeName: string, pods: KubeObject[], now: number): Promise<void> {
+    const since = this.orphanedSince.get(nodeName) ?? now;
+    this.orphanedSince.set(nodeName, since);
+    const waitMs = Math.max(ORPHAN_MIN_WAIT_MS, this.settings.fencingTimeoutMs + this.settings.fencingMarginMs);
+    if (now - since < waitMs) return;
+    for (const pod of pods) {
+      const uid = pod.metadata.uid!;
+      if (this.handled.get(uid) === 'orphan') continue;
+      try {
+        await this.client.delete(PODS, pod.metadata.namespace, pod.metadata.name!, { gracePeriodSeconds: 0, preconditions: { uid } });
+        this.handled.set(uid, 'orphan');
+        await this.events.record(
+          { kind: 'Pod', name: pod.metadata.name!, namespace: pod.metadata.namespace!, uid },
+          'Normal',
+          'PodGarbageCollected',
+          `Deleted pod ${pod.metadata.namespace}/${pod.metadata.name}: its node ${nodeName} no longer exists (gone for ${((now - since) / 1000).toFixed(1)}s)`,
+        );
+      } catch (error) {
+        const code = (error as { code?: number }).code;
+        if (code === 404 || code === 409) this.handled.set(uid, 'orphan');
+        else this.logger.warn({ err: error, pod: pod.metadata.name, node: nodeName }, 'could not delete an orphaned pod; will retry');
+      }
     }
   }
 
