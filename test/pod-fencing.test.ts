@@ -16,7 +16,7 @@ import {
   type FencingState,
   type PeerControlPlaneAnswer,
 } from '../src/agent/pods/fencing.js';
-import { killPodProcesses, launchSupervisor, liveSupervisor, podDir, readRunState, writeRunSpec } from '../src/agent/pods/launch.js';
+import { killPodProcesses, launchSupervisor, liveSupervisor, podDir, processAlive, readRunState, writeRunSpec } from '../src/agent/pods/launch.js';
 import type { PodRunSpec, PodRunState } from '../src/agent/pods/run-spec.js';
 import { createCertificateAuthority, issueCertificate } from '../src/security/pki.js';
 import { eventually, tempDir } from './helpers/server.js';
@@ -36,18 +36,7 @@ after(() => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
-  }
-}
+const alive = processAlive;
 
 function runningPid(state: PodRunState | undefined): number | undefined {
   const c = state?.containers[0];

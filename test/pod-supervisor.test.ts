@@ -13,6 +13,7 @@ import {
   listPodDirs,
   liveSupervisor,
   podDir,
+  processAlive,
   readRunState,
   stopSupervisor,
   writeRunSpec,
@@ -66,18 +67,7 @@ function waitState(dir: string, check: (state: PodRunState) => boolean, what: st
   }, what, timeoutMs, 20);
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    return !/^\d+ \(.*\) Z/.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
-  }
-}
+const alive = processAlive;
 
 /** Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, session, ...]. */
 function procStat(pid: number): string[] {

@@ -3,7 +3,7 @@ import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS, REPLICASETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
-import { type ReconcileResult, Expectations, objectKey, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
+import { type ReconcileResult, Expectations, objectKey, presenceIn, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
 import { isPodReady, isPodAvailable, isPodActive, planReplicaSet, randomSuffix, sameStatus, selectorMatches, type LabelSelectorSpec } from './workload-logic.js';
 import { controllerOf, type OwnerReference } from './workloads.js';
 
@@ -82,11 +82,7 @@ export class ReplicaSetController {
     // Its dependents are the garbage collector's now.
     if (rs.metadata.deletionTimestamp) return;
     const pods = this.informers.get(PODS);
-    const lookup = (podName: string): 'absent' | 'terminating' | 'present' => {
-      const pod = pods.get(namespace, podName);
-      return !pod ? 'absent' : pod.metadata.deletionTimestamp ? 'terminating' : 'present';
-    };
-    if (!this.expectations.satisfied(key, lookup)) return { requeueAfterMs: 1000 };
+    if (!this.expectations.satisfied(key, presenceIn(pods, namespace))) return { requeueAfterMs: 1000 };
 
     const spec = (rs.spec ?? {}) as ReplicaSetSpec;
     const owned = this.ownedPods(rs);

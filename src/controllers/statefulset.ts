@@ -4,7 +4,7 @@ import { type ApiClient, PODS, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
-import { Expectations, objectKey, type ReconcileResult, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
+import { Expectations, objectKey, presenceIn, type ReconcileResult, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
 import {
   isPodRunningAndReady,
   isPodTerminated,
@@ -76,11 +76,7 @@ export class StatefulSetController {
     }
     if (sts.metadata.deletionTimestamp) return;
     const podCache = this.informers.get(PODS);
-    const lookup = (podName: string): 'absent' | 'terminating' | 'present' => {
-      const pod = podCache.get(namespace, podName);
-      return !pod ? 'absent' : pod.metadata.deletionTimestamp ? 'terminating' : 'present';
-    };
-    if (!this.expectations.satisfied(key, lookup)) return { requeueAfterMs: 1000 };
+    if (!this.expectations.satisfied(key, presenceIn(podCache, namespace))) return { requeueAfterMs: 1000 };
 
     const spec = (sts.spec ?? {}) as StatefulSetSpec;
     const replicas = spec.replicas ?? 1;

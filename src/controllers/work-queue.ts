@@ -117,6 +117,16 @@ export class WorkQueue {
   }
 }
 
+export type PodPresence = 'absent' | 'terminating' | 'present';
+
+/** How a cache sees a name in one namespace, for `Expectations.satisfied`. */
+export function presenceIn(cache: Informer, namespace: string | undefined): (name: string) => PodPresence {
+  return (name) => {
+    const obj = cache.get(namespace, name);
+    return !obj ? 'absent' : obj.metadata.deletionTimestamp ? 'terminating' : 'present';
+  };
+}
+
 /**
  * What a controller wrote but its informer may not show yet. Until the cache has caught up, a
  * reconcile would count from a stale picture and create or delete twice; client-go calls these
@@ -146,7 +156,7 @@ export class Expectations {
    * Whether the cache reflects every write: created names are present, deleted names are gone or
    * terminating. `lookup` returns the cached object state for a name.
    */
-  satisfied(key: string, lookup: (name: string) => 'absent' | 'terminating' | 'present'): boolean {
+  satisfied(key: string, lookup: (name: string) => PodPresence): boolean {
     const entry = this.byKey.get(key);
     if (!entry) return true;
     for (const name of [...entry.creates]) if (lookup(name) !== 'absent') entry.creates.delete(name);

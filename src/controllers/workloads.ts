@@ -1,4 +1,4 @@
-import type { KubeObject } from '../apiserver/objects.js';
+import type { KubeObject, OwnerReference } from '../apiserver/objects.js';
 
 /**
  * Names shared by the agent, the workload controllers and the failover logic: what makes a pod a
@@ -13,14 +13,7 @@ export const POD_TEMPLATE_HASH_LABEL = 'pod-template-hash';
 export const STATEFULSET_POD_NAME_LABEL = 'statefulset.kubernetes.io/pod-name';
 export const CONTROLLER_REVISION_HASH_LABEL = 'controller-revision-hash';
 
-export interface OwnerReference {
-  apiVersion: string;
-  kind: string;
-  name: string;
-  uid: string;
-  controller?: boolean;
-  blockOwnerDeletion?: boolean;
-}
+export type { OwnerReference };
 
 export function controllerOf(obj: KubeObject): OwnerReference | undefined {
   const refs = obj.metadata.ownerReferences as OwnerReference[] | undefined;

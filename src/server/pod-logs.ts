@@ -1,6 +1,7 @@
 import https from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, errors } from '../apiserver/errors.js';
+import type { PodLogParams } from '../apiserver/handler.js';
 import { getPath, type KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, NODES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
@@ -11,14 +12,6 @@ import type { Logger } from '../logging/logger.js';
  * to the agent with a client certificate from the cluster CA, and checks the agent's serving
  * certificate against the same CA.
  */
-
-export interface PodLogParams {
-  container?: string;
-  follow: boolean;
-  tailLines?: number;
-  previous: boolean;
-  limitBytes?: number;
-}
 
 export interface PodLogProxyOptions {
   client: ApiClient;

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { processAlive } from '../../src/agent/pods/launch.js';
 import type { ApiTarget } from './agent.js';
 import { eventually, request } from './server.js';
 
@@ -173,21 +174,8 @@ export async function eventsSince(server: ApiTarget, before: EventView[]): Promi
 /** Events that only a failover produces: none may appear after a planned shutdown. */
 export const FAILOVER_REASONS = new Set(['NodeUnavailable', 'Failover', 'TaintManagerEviction', 'SingletonFailover']);
 
-/** Whether a process is alive: it exists and is not a zombie waiting for its parent to reap it. */
-export function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    // /proc/<pid>/stat: "pid (comm) S ..."; the state follows the last ')'.
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
-}
+/** Whether a process runs (not a zombie): the runtime's own check. */
+export const alive = processAlive;
 
 /** The container PIDs a pod's status names (`drover://<pid>`). */
 export function containerPids(pod: PodView): number[] {

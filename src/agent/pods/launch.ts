@@ -41,7 +41,8 @@ function supervisorLogTail(dir: string): string {
   }
 }
 
-function isAlive(pid: number): boolean {
+/** Whether a process runs: it exists and is not a zombie waiting for its parent to reap it. */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
   } catch {
@@ -181,7 +182,7 @@ export async function stopSupervisor(dir: string, graceMs: number): Promise<void
     // exited meanwhile
   }
   const deadline = Date.now() + graceMs + STOP_MARGIN_MS;
-  while (isAlive(pid) && supervisorAlive(dir) === pid) {
+  while (processAlive(pid) && supervisorAlive(dir) === pid) {
     if (Date.now() > deadline) {
       killPodProcesses(dir);
       break;
