@@ -42,7 +42,7 @@ export interface DecodedProtobuf {
 
 const MAGIC = Buffer.from([0x6b, 0x38, 0x73, 0x00]); // "k8s\0"
 
-const SUPPORTED = 'v1 Namespace and policy/v1 PodDisruptionBudget';
+const SUPPORTED = 'v1 Namespace, v1 Pod, apps/v1 Deployment and policy/v1 PodDisruptionBudget';
 
 /** kubectl's generator subcommand for a kind, where it has one. */
 const GENERATORS = new Map<string, string>(Object.entries({
@@ -489,9 +489,446 @@ function decodeDeleteOptions(raw: Uint8Array): Record<string, unknown> {
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Workloads: core/v1 Pod and PodTemplateSpec, apps/v1 Deployment (k8s.io/api/{core,apps}/v1/generated.proto)
+//
+// Go marshals non-pointer fields even when zero and pointer fields only when set, so each field
+// below is emitted the way Go's JSON encoding of the decoded struct would: `omitempty` scalars
+// when non-zero, pointers whenever present (an explicit `replicas: 0` survives), and struct-typed
+// fields (`resources`, `strategy`, `template`) always. Field numbers the proto does not define
+// (newer than this decoder) are skipped, as protobuf specifies. Fields the proto defines that
+// Drover does not decode (volumes, probes, affinity, …) are refused with 415 when present rather
+// than silently dropped, since the stored object would then differ from what the client sent.
+
+type Json = Record<string, unknown>;
+
+/** Where in the object a message sits, for messages a user can act on. */
+interface Ctx {
+  kind: string;
+  path: string;
+}
+
+function at(ctx: Ctx, field: string): Ctx {
+  return { kind: ctx.kind, path: ctx.path ? `${ctx.path}.${field}` : field };
+}
+
+function undecodedField(ctx: Ctx, jsonName: string): ProtobufUnsupportedError {
+  const path = ctx.path ? `${ctx.path}.${jsonName}` : jsonName;
+  return new ProtobufUnsupportedError(
+    `Drover does not decode ${path} in a protobuf ${ctx.kind}; ${jsonHint(ctx.kind)}`,
+  );
+}
+
+/** Throw for a field the proto defines but this decoder does not; ignore numbers it does not know. */
+function refuseUndecoded(f: Field, undecoded: Readonly<Record<number, string>>, ctx: Ctx): void {
+  const jsonName = undecoded[f.field];
+  if (jsonName !== undefined) throw undecodedField(ctx, jsonName);
+}
+
+/** Copy the defined entries of `values` in `order`, which is the Go struct's (and so JSON's) order. */
+function inOrder(values: Json, order: readonly string[]): Json {
+  const out: Json = {};
+  for (const key of order) if (values[key] !== undefined) out[key] = values[key];
+  return out;
+}
+
+const nonEmpty = (s: string): string | undefined => (s ? s : undefined);
+const nonZero = (n: number): number | undefined => (n ? n : undefined);
+const orUndefined = (b: boolean): true | undefined => (b ? true : undefined);
+const listOrUndefined = <T>(list: T[]): T[] | undefined => (list.length ? list : undefined);
+
+/** resource.Quantity {1 string}: its canonical string, kept as sent. */
+function decodeQuantity(buf: Uint8Array): string {
+  let value = '';
+  for (const f of parseMessage(buf, 'Quantity')) if (f.field === 1) value = str(f, 'Quantity');
+  return value;
+}
+
+/** map<string, Quantity>: entries {1 key, 2 value}. */
+function decodeQuantityMap(entries: Field[], message: string): Record<string, string> {
+  const map = new Map<string, string>();
+  for (const entry of entries) {
+    let key = '';
+    let value = '';
+    for (const f of parseMessage(bytes(entry, message), `${message} entry`)) {
+      if (f.field === 1) key = str(f, `${message} entry`);
+      else if (f.field === 2) value = decodeQuantity(bytes(f, `${message} entry`));
+    }
+    map.set(key, value);
+  }
+  return Object.fromEntries(map);
+}
+
+/** core/v1 ResourceRequirements {1 limits, 2 requests, 3 claims (refused)}; JSON `{}` when empty. */
+function decodeResources(buf: Uint8Array, ctx: Ctx): Json {
+  const m = 'ResourceRequirements';
+  const limits: Field[] = [];
+  const requests: Field[] = [];
+  for (const f of parseMessage(buf, m)) {
+    if (f.field === 1) limits.push(f);
+    else if (f.field === 2) requests.push(f);
+    else refuseUndecoded(f, { 3: 'claims' }, ctx);
+  }
+  const out: Json = {};
+  if (limits.length) out.limits = decodeQuantityMap(limits, 'ResourceRequirements.limits');
+  if (requests.length) out.requests = decodeQuantityMap(requests, 'ResourceRequirements.requests');
+  return out;
+}
+
+/** core/v1 ContainerPort {1 name, 2 hostPort, 3 containerPort, 4 protocol, 5 hostIP}. */
+function decodeContainerPort(buf: Uint8Array): Json {
+  const m = 'ContainerPort';
+  let name = '';
+  let hostPort = 0;
+  let containerPort = 0;
+  let protocol = '';
+  let hostIP = '';
+  for (const f of parseMessage(buf, m)) {
+    switch (f.field) {
+      case 1: name = str(f, m); break;
+      case 2: hostPort = int32(f, m); break;
+      case 3: containerPort = int32(f, m); break;
+      case 4: protocol = str(f, m); break;
+      case 5: hostIP = str(f, m); break;
+      default: break;
+    }
+  }
+  // containerPort has no omitempty in Go: it is always in the JSON.
+  return inOrder(
+    { name: nonEmpty(name), hostPort: nonZero(hostPort), containerPort, protocol: nonEmpty(protocol), hostIP: nonEmpty(hostIP) },
+    ['name', 'hostPort', 'containerPort', 'protocol', 'hostIP'],
+  );
+}
+
+/** ConfigMapKeySelector and SecretKeySelector {1 LocalObjectReference {1 name}, 2 key, 3 optional *bool}. */
+function decodeKeySelector(buf: Uint8Array, message: string): Json {
+  let name = '';
+  let key = '';
+  let optional: boolean | undefined;
+  for (const f of parseMessage(buf, message)) {
+    if (f.field === 1) name = decodeLocalObjectReference(bytes(f, message));
+    else if (f.field === 2) key = str(f, message);
+    else if (f.field === 3) optional = bool(f, message);
+  }
+  return inOrder({ name: nonEmpty(name), key, optional }, ['name', 'key', 'optional']);
+}
+
+/** core/v1 LocalObjectReference {1 name}. */
+function decodeLocalObjectReference(buf: Uint8Array): string {
+  let name = '';
+  for (const f of parseMessage(buf, 'LocalObjectReference')) if (f.field === 1) name = str(f, 'LocalObjectReference');
+  return name;
+}
+
+/**
+ * core/v1 EnvVarSource {1 fieldRef ObjectFieldSelector {1 apiVersion, 2 fieldPath},
+ * 2 resourceFieldRef (refused), 3 configMapKeyRef, 4 secretKeyRef, 5 fileKeyRef (refused)}.
+ */
+function decodeEnvVarSource(buf: Uint8Array, ctx: Ctx): Json {
+  const m = 'EnvVarSource';
+  const fields = parseMessage(buf, m);
+  const out: Json = {};
+  for (const f of fields) refuseUndecoded(f, { 2: 'resourceFieldRef', 5: 'fileKeyRef' }, ctx);
+  const fieldRef = embedded(fields, 1, m);
+  if (fieldRef) {
+    let apiVersion = '';
+    let fieldPath = '';
+    for (const f of parseMessage(fieldRef, 'ObjectFieldSelector')) {
+      if (f.field === 1) apiVersion = str(f, 'ObjectFieldSelector');
+      else if (f.field === 2) fieldPath = str(f, 'ObjectFieldSelector');
+    }
+    out.fieldRef = inOrder({ apiVersion: nonEmpty(apiVersion), fieldPath }, ['apiVersion', 'fieldPath']);
+  }
+  const configMapKeyRef = embedded(fields, 3, m);
+  if (configMapKeyRef) out.configMapKeyRef = decodeKeySelector(configMapKeyRef, 'ConfigMapKeySelector');
+  const secretKeyRef = embedded(fields, 4, m);
+  if (secretKeyRef) out.secretKeyRef = decodeKeySelector(secretKeyRef, 'SecretKeySelector');
+  return out;
+}
+
+/** core/v1 EnvVar {1 name, 2 value, 3 valueFrom}. */
+function decodeEnvVar(buf: Uint8Array, ctx: Ctx): Json {
+  const m = 'EnvVar';
+  const fields = parseMessage(buf, m);
+  let name = '';
+  let value = '';
+  for (const f of fields) {
+    if (f.field === 1) name = str(f, m);
+    else if (f.field === 2) value = str(f, m);
+  }
+  const source = embedded(fields, 3, m);
+  const valueFrom = source ? decodeEnvVarSource(source, at(ctx, 'valueFrom')) : undefined;
+  return inOrder({ name, value: nonEmpty(value), valueFrom }, ['name', 'value', 'valueFrom']);
+}
+
+/** Container fields the proto defines that Drover does not decode, by number. */
+const CONTAINER_UNDECODED: Readonly<Record<number, string>> = {
+  9: 'volumeMounts',
+  10: 'livenessProbe',
+  11: 'readinessProbe',
+  12: 'lifecycle',
+  15: 'securityContext',
+  19: 'envFrom',
+  21: 'volumeDevices',
+  22: 'startupProbe',
+  23: 'resizePolicy',
+  25: 'restartPolicyRules',
+};
+
+const CONTAINER_ORDER = [
+  'name', 'image', 'command', 'args', 'workingDir', 'ports', 'env', 'resources', 'restartPolicy',
+  'terminationMessagePath', 'terminationMessagePolicy', 'imagePullPolicy', 'stdin', 'stdinOnce', 'tty',
+] as const;
+
+/**
+ * core/v1 Container {1 name, 2 image, 3 command, 4 args, 5 workingDir, 6 ports, 7 env,
+ * 8 resources, 13 terminationMessagePath, 14 imagePullPolicy, 16 stdin, 17 stdinOnce, 18 tty,
+ * 20 terminationMessagePolicy, 24 restartPolicy}.
+ */
+function decodeContainer(buf: Uint8Array, ctx: Ctx): Json {
+  const m = 'Container';
+  const fields = parseMessage(buf, m);
+  const v: Json = {};
+  let name = '';
+  const command: string[] = [];
+  const args: string[] = [];
+  const ports: Json[] = [];
+  const env: Json[] = [];
+  for (const f of fields) {
+    switch (f.field) {
+      case 1: name = str(f, m); break;
+      case 2: v.image = nonEmpty(str(f, m)); break;
+      case 3: command.push(str(f, m)); break;
+      case 4: args.push(str(f, m)); break;
+      case 5: v.workingDir = nonEmpty(str(f, m)); break;
+      case 6: ports.push(decodeContainerPort(bytes(f, m))); break;
+      case 7: env.push(decodeEnvVar(bytes(f, m), at(ctx, `env[${env.length}]`))); break;
+      case 8: break; // resources: merged below
+      case 13: v.terminationMessagePath = nonEmpty(str(f, m)); break;
+      case 14: v.imagePullPolicy = nonEmpty(str(f, m)); break;
+      case 16: v.stdin = orUndefined(bool(f, m)); break;
+      case 17: v.stdinOnce = orUndefined(bool(f, m)); break;
+      case 18: v.tty = orUndefined(bool(f, m)); break;
+      case 20: v.terminationMessagePolicy = nonEmpty(str(f, m)); break;
+      case 24: v.restartPolicy = str(f, m); break; // *string: kept when present
+      default: refuseUndecoded(f, CONTAINER_UNDECODED, ctx);
+    }
+  }
+  const resources = embedded(fields, 8, m);
+  // name has no omitempty and resources is a struct: Go's JSON always carries both.
+  return inOrder(
+    {
+      ...v,
+      name,
+      command: listOrUndefined(command),
+      args: listOrUndefined(args),
+      ports: listOrUndefined(ports),
+      env: listOrUndefined(env),
+      resources: resources ? decodeResources(resources, at(ctx, 'resources')) : {},
+    },
+    CONTAINER_ORDER,
+  );
+}
+
+/** core/v1 Toleration {1 key, 2 operator, 3 value, 4 effect, 5 tolerationSeconds *int64}. */
+function decodeToleration(buf: Uint8Array): Json {
+  const m = 'Toleration';
+  const v: Json = {};
+  for (const f of parseMessage(buf, m)) {
+    switch (f.field) {
+      case 1: v.key = nonEmpty(str(f, m)); break;
+      case 2: v.operator = nonEmpty(str(f, m)); break;
+      case 3: v.value = nonEmpty(str(f, m)); break;
+      case 4: v.effect = nonEmpty(str(f, m)); break;
+      case 5: v.tolerationSeconds = int64(f, m); break;
+      default: break;
+    }
+  }
+  return inOrder(v, ['key', 'operator', 'value', 'effect', 'tolerationSeconds']);
+}
+
+/** PodSpec fields the proto defines that Drover does not decode, by number. */
+const POD_SPEC_UNDECODED: Readonly<Record<number, string>> = {
+  1: 'volumes',
+  14: 'securityContext',
+  18: 'affinity',
+  23: 'hostAliases',
+  26: 'dnsConfig',
+  28: 'readinessGates',
+  32: 'overhead',
+  33: 'topologySpreadConstraints',
+  34: 'ephemeralContainers',
+  36: 'os',
+  38: 'schedulingGates',
+  39: 'resourceClaims',
+  40: 'resources',
+  42: 'workloadRef',
+};
+
+const POD_SPEC_ORDER = [
+  'initContainers', 'containers', 'restartPolicy', 'terminationGracePeriodSeconds', 'activeDeadlineSeconds',
+  'dnsPolicy', 'nodeSelector', 'serviceAccountName', 'serviceAccount', 'automountServiceAccountToken',
+  'nodeName', 'hostNetwork', 'hostPID', 'hostIPC', 'shareProcessNamespace', 'imagePullSecrets', 'hostname',
+  'subdomain', 'schedulerName', 'tolerations', 'priorityClassName', 'priority', 'runtimeClassName',
+  'enableServiceLinks', 'preemptionPolicy', 'setHostnameAsFQDN', 'hostUsers', 'hostnameOverride',
+] as const;
+
+/**
+ * core/v1 PodSpec. Decoded: 2 containers, 3 restartPolicy, 4 terminationGracePeriodSeconds,
+ * 5 activeDeadlineSeconds, 6 dnsPolicy, 7 nodeSelector, 8 serviceAccountName, 9 serviceAccount,
+ * 10 nodeName, 11 hostNetwork, 12 hostPID, 13 hostIPC, 15 imagePullSecrets, 16 hostname,
+ * 17 subdomain, 19 schedulerName, 20 initContainers, 21 automountServiceAccountToken,
+ * 22 tolerations, 24 priorityClassName, 25 priority, 27 shareProcessNamespace, 29 runtimeClassName,
+ * 30 enableServiceLinks, 31 preemptionPolicy, 35 setHostnameAsFQDN, 37 hostUsers, 41 hostnameOverride.
+ */
+function decodePodSpec(buf: Uint8Array | undefined, ctx: Ctx): Json {
+  const m = 'PodSpec';
+  const v: Json = {};
+  const containers: Json[] = [];
+  const initContainers: Json[] = [];
+  const nodeSelector: Field[] = [];
+  const imagePullSecrets: Json[] = [];
+  const tolerations: Json[] = [];
+  for (const f of buf ? parseMessage(buf, m) : []) {
+    switch (f.field) {
+      case 2: containers.push(decodeContainer(bytes(f, m), at(ctx, `containers[${containers.length}]`))); break;
+      case 20: initContainers.push(decodeContainer(bytes(f, m), at(ctx, `initContainers[${initContainers.length}]`))); break;
+      case 3: v.restartPolicy = nonEmpty(str(f, m)); break;
+      case 4: v.terminationGracePeriodSeconds = int64(f, m); break;
+      case 5: v.activeDeadlineSeconds = int64(f, m); break;
+      case 6: v.dnsPolicy = nonEmpty(str(f, m)); break;
+      case 7: nodeSelector.push(f); break;
+      case 8: v.serviceAccountName = nonEmpty(str(f, m)); break;
+      case 9: v.serviceAccount = nonEmpty(str(f, m)); break;
+      case 10: v.nodeName = nonEmpty(str(f, m)); break;
+      case 11: v.hostNetwork = orUndefined(bool(f, m)); break;
+      case 12: v.hostPID = orUndefined(bool(f, m)); break;
+      case 13: v.hostIPC = orUndefined(bool(f, m)); break;
+      case 15: {
+        const name = decodeLocalObjectReference(bytes(f, m));
+        imagePullSecrets.push(name ? { name } : {});
+        break;
+      }
+      case 16: v.hostname = nonEmpty(str(f, m)); break;
+      case 17: v.subdomain = nonEmpty(str(f, m)); break;
+      case 19: v.schedulerName = nonEmpty(str(f, m)); break;
+      case 21: v.automountServiceAccountToken = bool(f, m); break;
+      case 22: tolerations.push(decodeToleration(bytes(f, m))); break;
+      case 24: v.priorityClassName = nonEmpty(str(f, m)); break;
+      case 25: v.priority = int32(f, m); break;
+      case 27: v.shareProcessNamespace = bool(f, m); break;
+      case 29: v.runtimeClassName = str(f, m); break;
+      case 30: v.enableServiceLinks = bool(f, m); break;
+      case 31: v.preemptionPolicy = str(f, m); break;
+      case 35: v.setHostnameAsFQDN = bool(f, m); break;
+      case 37: v.hostUsers = bool(f, m); break;
+      case 41: v.hostnameOverride = str(f, m); break;
+      default: refuseUndecoded(f, POD_SPEC_UNDECODED, ctx);
+    }
+  }
+  if (nodeSelector.length) {
+    const map = decodeStringMap(nodeSelector, 'PodSpec.nodeSelector');
+    if (Object.keys(map).length) v.nodeSelector = map;
+  }
+  // containers has no omitempty (Go writes null for none); [] keeps the type, and validation
+  // refuses it either way.
+  return inOrder(
+    {
+      ...v,
+      initContainers: listOrUndefined(initContainers),
+      containers,
+      imagePullSecrets: listOrUndefined(imagePullSecrets),
+      tolerations: listOrUndefined(tolerations),
+    },
+    POD_SPEC_ORDER,
+  );
+}
+
+/** core/v1 PodTemplateSpec {1 metadata, 2 spec}: both always in Go's JSON. */
+function decodePodTemplateSpec(buf: Uint8Array | undefined, ctx: Ctx): Json {
+  const m = 'PodTemplateSpec';
+  const fields = buf ? parseMessage(buf, m) : [];
+  return {
+    metadata: decodeObjectMeta(embedded(fields, 1, m)),
+    spec: decodePodSpec(embedded(fields, 2, m), at(ctx, 'spec')),
+  };
+}
+
+/** core/v1 Pod {1 metadata, 2 spec, 3 status (ignored: the agent's)}. */
+function decodePod(raw: Uint8Array): Json {
+  const kind = 'Pod';
+  const fields = parseMessage(raw, kind);
+  return {
+    apiVersion: 'v1',
+    kind,
+    metadata: decodeObjectMeta(embedded(fields, 1, kind)),
+    spec: decodePodSpec(embedded(fields, 2, kind), { kind, path: 'spec' }),
+  };
+}
+
+/** apps/v1 DeploymentStrategy {1 type, 2 rollingUpdate {1 maxUnavailable, 2 maxSurge}}. */
+function decodeDeploymentStrategy(buf: Uint8Array, kind: string): Json {
+  const m = 'DeploymentStrategy';
+  const fields = parseMessage(buf, m);
+  let type = '';
+  for (const f of fields) if (f.field === 1) type = str(f, m);
+  const out: Json = {};
+  if (type) out.type = type;
+  const rolling = embedded(fields, 2, m);
+  if (rolling) {
+    const r = 'RollingUpdateDeployment';
+    const rollingFields = parseMessage(rolling, r);
+    const rollingUpdate: Json = {};
+    const maxUnavailable = embedded(rollingFields, 1, r);
+    if (maxUnavailable) rollingUpdate.maxUnavailable = decodeIntOrString(maxUnavailable, kind);
+    const maxSurge = embedded(rollingFields, 2, r);
+    if (maxSurge) rollingUpdate.maxSurge = decodeIntOrString(maxSurge, kind);
+    out.rollingUpdate = rollingUpdate;
+  }
+  return out;
+}
+
+/**
+ * apps/v1 Deployment {1 metadata, 2 spec, 3 status (ignored: the controller's)}. Spec {1 replicas,
+ * 2 selector, 3 template, 4 strategy, 5 minReadySeconds, 6 revisionHistoryLimit, 7 paused,
+ * 9 progressDeadlineSeconds, 10 podReplacementPolicy}; replicas, revisionHistoryLimit,
+ * progressDeadlineSeconds and podReplacementPolicy are pointers, so an explicit zero is kept.
+ */
+function decodeDeployment(raw: Uint8Array): Json {
+  const kind = 'Deployment';
+  const fields = parseMessage(raw, kind);
+  const metadata = decodeObjectMeta(embedded(fields, 1, kind));
+  const m = 'DeploymentSpec';
+  const specFields = parseMessage(embedded(fields, 2, kind) ?? new Uint8Array(0), m);
+  const v: Json = {};
+  for (const f of specFields) {
+    switch (f.field) {
+      case 1: v.replicas = int32(f, m); break;
+      case 5: v.minReadySeconds = nonZero(int32(f, m)); break;
+      case 6: v.revisionHistoryLimit = int32(f, m); break;
+      case 7: v.paused = orUndefined(bool(f, m)); break;
+      case 9: v.progressDeadlineSeconds = int32(f, m); break;
+      case 10: v.podReplacementPolicy = str(f, m); break;
+      default: break; // 2-4 are messages, merged below; others are newer than this decoder
+    }
+  }
+  const selector = embedded(specFields, 2, m);
+  if (selector) v.selector = decodeLabelSelector(selector, kind);
+  v.template = decodePodTemplateSpec(embedded(specFields, 3, m), { kind, path: 'spec.template' });
+  const strategy = embedded(specFields, 4, m);
+  v.strategy = strategy ? decodeDeploymentStrategy(strategy, kind) : {};
+  const spec = inOrder(v, [
+    'replicas', 'selector', 'template', 'strategy', 'minReadySeconds', 'revisionHistoryLimit', 'paused',
+    'progressDeadlineSeconds', 'podReplacementPolicy',
+  ]);
+  return { apiVersion: 'apps/v1', kind, metadata, spec };
+}
+
 const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Namespace', decodeNamespace],
   ['policy/v1/PodDisruptionBudget', decodePodDisruptionBudget],
+  ['v1/Pod', decodePod],
+  ['apps/v1/Deployment', decodeDeployment],
   ['v1/DeleteOptions', decodeDeleteOptions],
   ['meta.k8s.io/v1/DeleteOptions', decodeDeleteOptions],
 ]);
