@@ -12,7 +12,7 @@ import {
 // Fixtures: request bodies captured from kubectl v1.32.4 (Content-Type:
 // application/vnd.kubernetes.protobuf) through a logging TLS proxy in front of `drover server`.
 // kubectl 1.20 (Debian) sends these same commands as JSON, and creates PDBs as policy/v1beta1, so
-// it contributes no protobuf fixtures.
+// it contributes no protobuf fixtures. `kubectl run` sends JSON from both versions.
 
 const CAPTURED = {
   /** kubectl create namespace demo */
@@ -33,6 +33,12 @@ const CAPTURED = {
   /** kubectl create configmap cm --from-literal=a=b */
   configMap:
     '6b3873000a0f0a0276311209436f6e6669674d6170121c0a120a02636d12001a0022002a0032003800420012060a01611201621a002200',
+  /** kubectl create deployment web --image=busybox --replicas=2 --port=8080 -- sh -c 'while :; do sleep 1; done' */
+  deploymentWithCommand:
+    '6b3873000a150a07617070732f7631120a4465706c6f796d656e7412e1010a1f0a0377656212001a0022002a003200380042005a0a0a03617070120377656212af010802120c0a0a0a0361707012037765621a94010a1c0a0012001a0022002a003200380042005a0a0a036170701203776562127412560a0762757379626f78120762757379626f781a0273681a022d631a197768696c65203a3b20646f20736c65657020313b20646f6e652a00320b0a00100018903f22002a0042006a007200800100880100900100a201001a00320042004a0052005800600068008201008a01009a0100c2010022020a00280038001a0c0800100018002000280038001a002200',
+  /** kubectl create deployment multi --image=busybox --image=registry.example/nginx:1.27 --replicas=0 */
+  deploymentTwoImages:
+    '6b3873000a150a07617070732f7631120a4465706c6f796d656e7412f3010a230a056d756c746912001a0022002a003200380042005a0c0a0361707012056d756c746912bd010800120e0a0c0a0361707012056d756c74691aa0010a1e0a0012001a0022002a003200380042005a0c0a0361707012056d756c7469127e12260a0762757379626f78120762757379626f782a0042006a007200800100880100900100a2010012380a056e67696e78121b72656769737472792e6578616d706c652f6e67696e783a312e32372a0042006a007200800100880100900100a201001a00320042004a0052005800600068008201008a01009a0100c2010022020a00280038001a0c0800100018002000280038001a002200',
   /** kubectl create deployment d --image=nginx */
   deployment:
     '6b3873000a150a07617070732f7631120a4465706c6f796d656e7412a3010a1b0a016412001a0022002a003200380042005a080a0361707012016412760801120a0a080a036170701201641a5e0a1a0a0012001a0022002a003200380042005a080a03617070120164124012220a056e67696e7812056e67696e782a0042006a007200800100880100900100a201001a00320042004a0052005800600068008201008a01009a0100c2010022020a00280038001a0c0800100018002000280038001a002200',
@@ -184,10 +190,82 @@ describe('decodeKubernetesProtobuf: bodies captured from kubectl', () => {
     });
   });
 
+  it('kubectl create deployment with a command, a port and replicas', () => {
+    const decoded = decodeKubernetesProtobuf(hex(CAPTURED.deploymentWithCommand));
+    assert.equal(decoded.apiVersion, 'apps/v1');
+    assert.equal(decoded.kind, 'Deployment');
+    // The JSON kubectl 1.20 sends for the same command, less `creationTimestamp: null` and `status: {}`.
+    assert.deepEqual(decoded.object, {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: 'web', labels: { app: 'web' } },
+      spec: {
+        replicas: 2,
+        selector: { matchLabels: { app: 'web' } },
+        template: {
+          metadata: { labels: { app: 'web' } },
+          spec: {
+            containers: [
+              {
+                name: 'busybox',
+                image: 'busybox',
+                command: ['sh', '-c', 'while :; do sleep 1; done'],
+                ports: [{ containerPort: 8080 }],
+                resources: {},
+              },
+            ],
+          },
+        },
+        strategy: {},
+      },
+    });
+  });
+
+  it('kubectl create deployment without a command (validation, not decoding, refuses it)', () => {
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.deployment)).object, {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: 'd', labels: { app: 'd' } },
+      spec: {
+        replicas: 1,
+        selector: { matchLabels: { app: 'd' } },
+        template: {
+          metadata: { labels: { app: 'd' } },
+          spec: { containers: [{ name: 'nginx', image: 'nginx', resources: {} }] },
+        },
+        strategy: {},
+      },
+    });
+  });
+
+  it('kubectl create deployment with two images and --replicas=0 (an explicit zero is kept)', () => {
+    const spec = decodeKubernetesProtobuf(hex(CAPTURED.deploymentTwoImages)).object.spec as Record<string, unknown>;
+    assert.equal(spec.replicas, 0);
+    assert.deepEqual((spec.template as { spec: unknown }).spec, {
+      containers: [
+        { name: 'busybox', image: 'busybox', resources: {} },
+        { name: 'nginx', image: 'registry.example/nginx:1.27', resources: {} },
+      ],
+    });
+  });
+
+  it('keeps the JSON key order of Go\'s encoding', () => {
+    const object = decodeKubernetesProtobuf(hex(CAPTURED.deploymentWithCommand)).object;
+    assert.equal(
+      JSON.stringify(object),
+      '{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","labels":{"app":"web"}},"spec":{"replicas":2,' +
+        '"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":' +
+        '[{"name":"busybox","image":"busybox","command":["sh","-c","while :; do sleep 1; done"],"ports":[{"containerPort":8080}],' +
+        '"resources":{}}]}},"strategy":{}}}',
+    );
+  });
+
   it('refuses kinds Drover does not decode, naming the kind and a way out', () => {
-    assertUnsupported(hex(CAPTURED.configMap), /only for v1 Namespace and policy\/v1 PodDisruptionBudget \(got v1 ConfigMap\)/);
+    assertUnsupported(
+      hex(CAPTURED.configMap),
+      /only for v1 Namespace, v1 Pod, apps\/v1 Deployment and policy\/v1 PodDisruptionBudget \(got v1 ConfigMap\)/,
+    );
     assertUnsupported(hex(CAPTURED.configMap), /kubectl create configmap \.\.\. --dry-run=client -o yaml \| kubectl apply -f -/);
-    assertUnsupported(hex(CAPTURED.deployment), /got apps\/v1 Deployment/);
     assertUnsupported(hex(CAPTURED.selfSubjectAccessReview), /got authorization\.k8s\.io\/v1 SelfSubjectAccessReview/);
   });
 
@@ -347,6 +425,330 @@ describe('decodeKubernetesProtobuf: hand-built messages', () => {
   });
 });
 
+/** A fixed64 and a fixed32 field, for unknown-field skipping. */
+function fixed64(field: number): Part {
+  return Buffer.concat([tag(field, 1), Buffer.alloc(8, 0xab)]);
+}
+
+function fixed32(field: number): Part {
+  return Buffer.concat([tag(field, 5), Buffer.alloc(4, 0xcd)]);
+}
+
+/** Every non-pointer Container field, zero, the way Go writes them. */
+function emptyContainerFields(): Part[] {
+  return [s(5, ''), m(8), s(13, ''), s(14, ''), v(16, false), v(17, false), v(18, false), s(20, '')];
+}
+
+/** Every non-pointer PodSpec field, zero, the way Go writes them. */
+function emptyPodSpecFields(): Part[] {
+  return [s(3, ''), s(6, ''), s(8, ''), s(9, ''), s(10, ''), v(11, false), v(12, false), v(13, false), s(16, ''), s(17, ''), s(19, ''), s(24, '')];
+}
+
+function container(name: string, ...parts: Part[]): Part {
+  return m(2, s(1, name), ...parts);
+}
+
+function deploymentBody(podSpec: Part[], specExtra: Part[] = []): Buffer {
+  return envelope(
+    'apps/v1',
+    'Deployment',
+    Buffer.concat([m(1, s(1, 'd')), m(2, v(1, 1), m(3, m(1, entry(11, 'app', 'd')), m(2, ...podSpec)), ...specExtra)]),
+  );
+}
+
+function templateSpec(body: Buffer): unknown {
+  const spec = decodeKubernetesProtobuf(body).object.spec as { template: { spec: unknown } };
+  return spec.template.spec;
+}
+
+describe('decodeKubernetesProtobuf: workloads', () => {
+  it('decodes every DeploymentSpec field, the strategy and a full pod template', () => {
+    const raw = Buffer.concat([
+      m(1, s(1, 'api'), s(3, 'prod'), ...emptyMetaFields().slice(2), entry(11, 'app', 'api')),
+      m(
+        2,
+        v(1, 3),
+        m(2, entry(1, 'app', 'api'), m(2, s(1, 'track'), s(2, 'NotIn'), s(3, 'canary'))),
+        m(
+          3,
+          m(1, entry(11, 'app', 'api'), entry(12, 'example.com/rev', '7')),
+          m(
+            2,
+            ...emptyPodSpecFields(),
+            container(
+              'main',
+              s(2, 'busybox:1.36'),
+              s(3, 'sh'),
+              s(3, '-c'),
+              s(4, 'exec server --port 8080'),
+              s(4, '--verbose'),
+              s(5, '/srv'),
+              m(6, s(1, 'http'), v(2, 18080), v(3, 8080), s(4, 'TCP'), s(5, '127.0.0.1')),
+              m(6, s(1, ''), v(2, 0), v(3, 9090), s(4, 'UDP'), s(5, '')),
+              m(7, s(1, 'MODE'), s(2, 'production')),
+              m(7, s(1, 'EMPTY'), s(2, '')),
+              m(7, s(1, 'POD_NAME'), s(2, ''), m(3, m(1, s(1, 'v1'), s(2, 'metadata.name')))),
+              m(7, s(1, 'NODE'), m(3, m(1, s(2, 'spec.nodeName')))),
+              m(7, s(1, 'TOKEN'), m(3, m(4, m(1, s(1, 'creds')), s(2, 'token'), v(3, true)))),
+              m(7, s(1, 'LEVEL'), m(3, m(3, m(1, s(1, 'settings')), s(2, 'level')))),
+              m(8, m(1, s(1, 'cpu'), m(2, s(1, '500m'))), m(2, s(1, 'memory'), m(2, s(1, '64Mi')))),
+              s(13, '/dev/termination-log'),
+              s(14, 'IfNotPresent'),
+              v(16, true),
+              v(17, true),
+              v(18, true),
+              s(20, 'FallbackToLogsOnError'),
+            ),
+            s(3, 'Always'),
+            v(4, 5),
+            s(6, 'ClusterFirst'),
+            entry(7, 'disk', 'ssd'),
+            entry(7, 'zone', 'a'),
+            s(8, 'builder'),
+            s(19, 'default-scheduler'),
+            m(22, s(1, 'node.kubernetes.io/unreachable'), s(2, 'Exists'), s(3, ''), s(4, 'NoExecute'), v(5, 30)),
+            m(22, s(2, 'Exists')),
+            s(24, 'high'),
+            v(25, 1000),
+          ),
+        ),
+        m(4, s(1, 'RollingUpdate'), m(2, m(1, v(1, 1), s(3, '25%')), m(2, v(1, 0), v(2, 2)))),
+        v(5, 10),
+        v(6, 0),
+        v(7, true),
+        v(9, 120),
+      ),
+      m(3, v(1, 4), v(2, 3), m(6, s(1, 'Available'))), // status: the controller's, dropped
+    ]);
+    assert.deepEqual(decodeKubernetesProtobuf(envelope('apps/v1', 'Deployment', raw)).object, {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: 'api', namespace: 'prod', labels: { app: 'api' } },
+      spec: {
+        replicas: 3,
+        selector: { matchLabels: { app: 'api' }, matchExpressions: [{ key: 'track', operator: 'NotIn', values: ['canary'] }] },
+        template: {
+          metadata: { labels: { app: 'api' }, annotations: { 'example.com/rev': '7' } },
+          spec: {
+            containers: [
+              {
+                name: 'main',
+                image: 'busybox:1.36',
+                command: ['sh', '-c'],
+                args: ['exec server --port 8080', '--verbose'],
+                workingDir: '/srv',
+                ports: [
+                  { name: 'http', hostPort: 18080, containerPort: 8080, protocol: 'TCP', hostIP: '127.0.0.1' },
+                  { containerPort: 9090, protocol: 'UDP' },
+                ],
+                env: [
+                  { name: 'MODE', value: 'production' },
+                  { name: 'EMPTY' },
+                  { name: 'POD_NAME', valueFrom: { fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.name' } } },
+                  { name: 'NODE', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
+                  { name: 'TOKEN', valueFrom: { secretKeyRef: { name: 'creds', key: 'token', optional: true } } },
+                  { name: 'LEVEL', valueFrom: { configMapKeyRef: { name: 'settings', key: 'level' } } },
+                ],
+                resources: { limits: { cpu: '500m' }, requests: { memory: '64Mi' } },
+                terminationMessagePath: '/dev/termination-log',
+                terminationMessagePolicy: 'FallbackToLogsOnError',
+                imagePullPolicy: 'IfNotPresent',
+                stdin: true,
+                stdinOnce: true,
+                tty: true,
+              },
+            ],
+            restartPolicy: 'Always',
+            terminationGracePeriodSeconds: 5,
+            dnsPolicy: 'ClusterFirst',
+            nodeSelector: { disk: 'ssd', zone: 'a' },
+            serviceAccountName: 'builder',
+            schedulerName: 'default-scheduler',
+            tolerations: [
+              { key: 'node.kubernetes.io/unreachable', operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 30 },
+              { operator: 'Exists' },
+            ],
+            priorityClassName: 'high',
+            priority: 1000,
+          },
+        },
+        strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: '25%', maxSurge: 2 } },
+        minReadySeconds: 10,
+        revisionHistoryLimit: 0,
+        paused: true,
+        progressDeadlineSeconds: 120,
+      },
+    });
+  });
+
+  it('decodes a Pod, keeps an explicit zero grace period and drops the status', () => {
+    const raw = Buffer.concat([
+      m(1, s(1, 'once'), ...emptyMetaFields(), entry(11, 'run', 'once')),
+      m(
+        2,
+        ...emptyPodSpecFields(),
+        m(20, s(1, 'init'), s(3, 'true'), ...emptyContainerFields()),
+        container('once', s(2, 'busybox'), s(3, 'sh'), s(3, '-c'), s(3, 'echo done'), ...emptyContainerFields(), s(24, 'Always')),
+        s(3, 'Never'),
+        v(4, 0),
+        v(5, 600),
+        s(10, 'node-a'),
+        s(19, 'manual'),
+        v(11, true),
+        v(21, false),
+        m(15, s(1, 'registry-creds')),
+        s(16, 'box'),
+        s(17, 'sub'),
+        v(27, true),
+        s(29, 'runc'),
+        v(30, false),
+        s(31, 'Never'),
+        v(35, false),
+        v(37, true),
+      ),
+      m(3, s(1, 'Running'), s(5, '10.0.0.1')),
+    ]);
+    assert.deepEqual(decodeKubernetesProtobuf(envelope('v1', 'Pod', raw)).object, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'once', labels: { run: 'once' } },
+      spec: {
+        initContainers: [{ name: 'init', command: ['true'], resources: {} }],
+        containers: [{ name: 'once', image: 'busybox', command: ['sh', '-c', 'echo done'], resources: {}, restartPolicy: 'Always' }],
+        restartPolicy: 'Never',
+        terminationGracePeriodSeconds: 0,
+        activeDeadlineSeconds: 600,
+        automountServiceAccountToken: false,
+        nodeName: 'node-a',
+        hostNetwork: true,
+        shareProcessNamespace: true,
+        imagePullSecrets: [{ name: 'registry-creds' }],
+        hostname: 'box',
+        subdomain: 'sub',
+        schedulerName: 'manual',
+        runtimeClassName: 'runc',
+        enableServiceLinks: false,
+        preemptionPolicy: 'Never',
+        setHostnameAsFQDN: false,
+        hostUsers: true,
+      },
+    });
+  });
+
+  it('decodes a Pod shaped like the template kubectl create deployment sends', () => {
+    const podSpec = m(
+      2,
+      container('busybox', s(2, 'busybox'), s(3, 'sh'), s(3, '-c'), s(3, 'echo done'), ...emptyContainerFields()),
+      ...emptyPodSpecFields(),
+    );
+    assert.deepEqual(decodeKubernetesProtobuf(envelope('v1', 'Pod', Buffer.concat([m(1, s(1, 'p')), podSpec]))).object, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'p' },
+      spec: { containers: [{ name: 'busybox', image: 'busybox', command: ['sh', '-c', 'echo done'], resources: {} }] },
+    });
+  });
+
+  it('an empty Deployment or Pod decodes to the shape Go would write (validation then refuses it)', () => {
+    assert.deepEqual(decodeKubernetesProtobuf(envelope('apps/v1', 'Deployment', Buffer.alloc(0))).object, {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: {},
+      spec: { template: { metadata: {}, spec: { containers: [] } }, strategy: {} },
+    });
+    assert.deepEqual(decodeKubernetesProtobuf(envelope('v1', 'Pod', Buffer.alloc(0))).object, {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {},
+      spec: { containers: [] },
+    });
+  });
+
+  it('omits the zero values Go writes for non-pointer fields', () => {
+    const body = deploymentBody(
+      [container('c', s(2, ''), ...emptyContainerFields(), m(6, s(1, ''), v(2, 0), v(3, 0), s(4, ''), s(5, ''))), ...emptyPodSpecFields()],
+      [m(4, s(1, '')), v(5, 0), v(7, false)],
+    );
+    const spec = decodeKubernetesProtobuf(body).object.spec as Record<string, unknown>;
+    assert.deepEqual(spec.strategy, {});
+    assert.equal('minReadySeconds' in spec, false);
+    assert.equal('paused' in spec, false);
+    assert.deepEqual(templateSpec(body), { containers: [{ name: 'c', ports: [{ containerPort: 0 }], resources: {} }] });
+  });
+
+  it('a later scalar wins and a repeated message merges, as protobuf specifies', () => {
+    const body = deploymentBody([container('c', s(3, 'true'), s(14, 'Always'), s(14, 'Never')), s(3, 'Always'), s(3, 'OnFailure')], [m(4, s(1, 'Recreate')), m(4, m(2, m(2, v(2, 1))))]);
+    const spec = decodeKubernetesProtobuf(body).object.spec as Record<string, unknown>;
+    assert.deepEqual(spec.strategy, { type: 'Recreate', rollingUpdate: { maxSurge: 1 } });
+    assert.deepEqual(templateSpec(body), {
+      containers: [{ name: 'c', command: ['true'], resources: {}, imagePullPolicy: 'Never' }],
+      restartPolicy: 'OnFailure',
+    });
+  });
+
+  it('skips field numbers the proto does not define, whatever their wire type', () => {
+    const future = [s(99, 'future'), v(98, 7), fixed64(97), fixed32(96), m(95, s(1, 'nested'))];
+    const body = envelope(
+      'apps/v1',
+      'Deployment',
+      Buffer.concat([
+        m(1, s(1, 'd'), ...future),
+        m(
+          2,
+          v(1, 1),
+          m(3, m(2, container('c', s(3, 'true'), ...future, m(6, v(3, 80), ...future), m(7, s(1, 'A'), ...future)), ...future), ...future),
+          m(4, ...future),
+          v(8, 3), // rollbackTo's number in extensions/v1beta1, undefined in apps/v1
+          ...future,
+        ),
+        ...future,
+      ]),
+    );
+    assert.deepEqual(decodeKubernetesProtobuf(body).object, {
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: { name: 'd' },
+      spec: {
+        replicas: 1,
+        template: {
+          metadata: {},
+          spec: { containers: [{ name: 'c', command: ['true'], ports: [{ containerPort: 80 }], env: [{ name: 'A' }], resources: {} }] },
+        },
+        strategy: {},
+      },
+    });
+  });
+
+  it('refuses fields the proto defines but Drover does not decode, naming where they are', () => {
+    assertUnsupported(deploymentBody([m(1, s(1, 'data'))]), /spec\.template\.spec\.volumes in a protobuf Deployment/);
+    assertUnsupported(deploymentBody([m(18)]), /spec\.template\.spec\.affinity/);
+    assertUnsupported(
+      deploymentBody([container('a', s(3, 'true')), container('b', s(3, 'true'), m(10, v(2, 1)))]),
+      /spec\.template\.spec\.containers\[1\]\.livenessProbe.*kubectl create deployment/,
+    );
+    assertUnsupported(deploymentBody([container('a', m(9, s(1, 'data'), s(3, '/data')))]), /containers\[0\]\.volumeMounts/);
+    assertUnsupported(deploymentBody([container('a', m(8, m(3, s(1, 'gpu'))))]), /containers\[0\]\.resources\.claims/);
+    assertUnsupported(
+      deploymentBody([container('a', m(7, s(1, 'MODE'), s(2, 'x')), m(7, s(1, 'CPU'), m(3, m(2, s(2, 'limits.cpu')))))]),
+      /containers\[0\]\.env\[1\]\.valueFrom\.resourceFieldRef/,
+    );
+    assertUnsupported(envelope('v1', 'Pod', m(2, m(14))), /spec\.securityContext in a protobuf Pod; send JSON or YAML/);
+    assertUnsupported(envelope('v1', 'Pod', m(2, m(34, m(1, s(1, 'debug'))))), /spec\.ephemeralContainers/);
+  });
+
+  it('malformed workload bodies are 400s naming the message', () => {
+    assertDecodeError(deploymentBody([container('c', v(3, 1))]), /field 3 of Container has wire type 0, expected 2/);
+    assertDecodeError(deploymentBody([s(4, 'thirty')]), /field 4 of PodSpec has wire type 2, expected 0/);
+    assertDecodeError(deploymentBody([], [s(1, 'two')]), /field 1 of DeploymentSpec has wire type 2/);
+    assertDecodeError(deploymentBody([container('c', m(6, s(3, '80')))]), /field 3 of ContainerPort/);
+    assertDecodeError(deploymentBody([m(22, s(5, '30'))]), /field 5 of Toleration/);
+    assertDecodeError(envelope('apps/v1', 'Deployment', m(2, m(4, m(2, m(1, v(1, 9)))))), /IntOrString has unknown type 9/);
+    // A container whose declared length overruns the PodSpec.
+    const overrun = Buffer.concat([tag(2, 2), varint(40), s(1, 'c')]);
+    assertDecodeError(envelope('v1', 'Pod', m(2, overrun)), /truncated field 2 in PodSpec/);
+  });
+});
+
 describe('decodeKubernetesProtobuf: malformed input', () => {
   it('bad or missing magic', () => {
     assertDecodeError(Buffer.alloc(0), /magic/);
@@ -421,7 +823,9 @@ describe('decodeKubernetesProtobuf: malformed input', () => {
 
 describe('decodeKubernetesProtobuf: unsupported input', () => {
   it('other kinds, other versions, and an envelope without a kind', () => {
-    assertUnsupported(envelope('v1', 'Pod', m(1, s(1, 'p'))), /got v1 Pod/);
+    assertUnsupported(envelope('v1', 'Service', m(1, s(1, 'p'))), /got v1 Service/);
+    assertUnsupported(envelope('apps/v1', 'StatefulSet', m(1, s(1, 'p'))), /got apps\/v1 StatefulSet/);
+    assertUnsupported(envelope('extensions/v1beta1', 'Deployment', m(1, s(1, 'p'))), /got extensions\/v1beta1 Deployment.*kubectl create deployment/);
     assertUnsupported(envelope('policy/v1beta1', 'PodDisruptionBudget', m(1, s(1, 'p'))), /got policy\/v1beta1 PodDisruptionBudget/);
     assertUnsupported(envelope('v1', 'ConfigMap', Buffer.alloc(0)), /kubectl create configmap/);
     assertUnsupported(envelope('example.com/v1', 'constructor', Buffer.alloc(0)), /write the object to a YAML file/);
