@@ -1,9 +1,10 @@
 /**
  * A small decoder for Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`).
  *
- * kubectl's generator commands (`kubectl create namespace`, `kubectl create pdb`) send their POST
- * body as protobuf rather than JSON. Drover stores JSON, so this decodes the envelope and the few
- * kinds those commands create into the JSON shape the JSON API accepts. Everything else is refused
+ * kubectl's generator commands (`kubectl create namespace`, `create pdb`, and `create deployment`
+ * in kubectl 1.32; 1.20 sends the deployment as JSON) send their POST body as protobuf. Drover
+ * stores JSON, so this decodes the envelope and the few kinds those commands create (plus Pod,
+ * which shares the PodSpec) into the JSON shape the JSON API accepts. Everything else is refused
  * with a message telling the user to send JSON or YAML.
  *
  * Wire format: the 4 magic bytes `k8s\0`, then a `runtime.Unknown` message
