@@ -1027,10 +1027,10 @@ describe('object semantics', () => {
     expectStatus(apply, 415, 'UnsupportedMediaType');
     assert.equal((await get(server, '/api/v1/nodes/crud-node')).metadata.labels?.applied, undefined);
 
-    // A well-formed runtime.Unknown envelope (typeMeta v1/Pod, raw ObjectMeta{name: "pb-pod"}):
+    // A well-formed runtime.Unknown envelope (typeMeta v1/Node, raw ObjectMeta{name: "pb-node"}):
     // Drover stores JSON and decodes protobuf only for the few kinds kubectl's generators send.
-    const typeMeta = Buffer.concat([Buffer.from([0x0a, 2]), Buffer.from('v1'), Buffer.from([0x12, 3]), Buffer.from('Pod')]);
-    const raw = Buffer.concat([Buffer.from([0x0a, 8, 0x0a, 6]), Buffer.from('pb-pod')]);
+    const typeMeta = Buffer.concat([Buffer.from([0x0a, 2]), Buffer.from('v1'), Buffer.from([0x12, 4]), Buffer.from('Node')]);
+    const raw = Buffer.concat([Buffer.from([0x0a, 9, 0x0a, 7]), Buffer.from('pb-node')]);
     const envelope = Buffer.concat([
       Buffer.from('k8s\0', 'binary'),
       Buffer.from([0x0a, typeMeta.length]),
@@ -1039,13 +1039,13 @@ describe('object semantics', () => {
       raw,
       Buffer.from([0x1a, 0, 0x22, 0]),
     ]);
-    const create415 = await request(server, 'POST', '/api/v1/namespaces/crud/pods', {
+    const create415 = await request(server, 'POST', '/api/v1/nodes', {
       headers: { 'Content-Type': 'application/vnd.kubernetes.protobuf' },
       rawBody: envelope,
     });
     const pb = expectStatus(create415, 415, 'UnsupportedMediaType');
-    assert.match(pb.message, /Pod/);
-    expectStatus(await request(server, 'GET', '/api/v1/namespaces/crud/pods/pb-pod'), 404, 'NotFound');
+    assert.match(pb.message, /Node/);
+    expectStatus(await request(server, 'GET', '/api/v1/nodes/pb-node'), 404, 'NotFound');
     const text415 = await request(server, 'POST', '/api/v1/nodes', {
       headers: { 'Content-Type': 'text/plain' },
       rawBody: '{"metadata":{"name":"text-node"}}',
