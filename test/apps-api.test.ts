@@ -17,7 +17,7 @@ import { type ApiResponse, type ServerProcess, cleanup, request, startServer, te
 type Obj = KubeObject & { spec?: Record<string, unknown>; status?: Record<string, unknown> };
 
 const COMMAND_MESSAGE =
-  'Required value: Drover runs each container as a local process and does not pull images; set command';
+  'Required value: Drover runs each container as a local process and does not pull images; set command (or args, which then run as the command)';
 
 function deploymentYaml(ns: string, name: string, options: { image?: string; selector?: string; extraContainers?: string; replicas?: number } = {}): string {
   return `apiVersion: apps/v1

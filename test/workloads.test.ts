@@ -12,6 +12,7 @@ import {
   containerPids,
   createObject,
   deployment,
+  listEvents,
   listPods,
   readyPods,
   waitForReadyPods,
@@ -158,6 +159,14 @@ describe('workloads on real agents', { concurrency: false }, () => {
     };
     assert.equal(json.status.containerStatuses[0]!.lastState.terminated?.exitCode, 3);
     assert.equal(json.status.containerStatuses[0]!.lastState.terminated?.reason, 'Error');
+    // The agent tells the story in events, as kubelet does: kubectl describe pod shows them.
+    const told = await eventually(async () => {
+      const events = (await listEvents(server)).filter((e) => e.object === 'Pod/crasher');
+      return events.some((e) => e.reason === 'Started') && events.some((e) => e.reason === 'BackOff') ? events : undefined;
+    }, 'Started and BackOff events for crasher');
+    assert.ok(told.some((e) => e.reason === 'Scheduled'), 'the scheduler’s event is there too');
+    const describe = await kubectl(['describe', 'pod', 'crasher']);
+    assert.match(describe.stdout, /Back-off restarting failed container main/);
 
     // restartPolicy Never: one run, then Succeeded, and the process is not started again.
     await createObject(server, '/api/v1/namespaces/default/pods', {

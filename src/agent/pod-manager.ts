@@ -3,6 +3,7 @@ import path from 'node:path';
 import { getPath, type KubeObject } from '../apiserver/objects.js';
 import { ApiError } from '../apiserver/errors.js';
 import { type ApiClient, NODES, PODS } from '../client/types.js';
+import { EventRecorder } from '../controllers/events.js';
 import { Informer } from '../controllers/informer.js';
 import { fencingThresholds } from '../controllers/failover-logic.js';
 import { isAtMostOne } from '../controllers/workloads.js';
@@ -104,8 +105,9 @@ export function runSpecFor(pod: KubeObject, fencingFile: string, nodeIp = ''): P
     name: pod.metadata.name!,
     containers: (spec.containers ?? []).map((c) => ({
       name: c.name,
-      command: c.command ?? [],
-      args: c.args ?? [],
+      // No command: the args are the command line (no image entrypoint exists to receive them).
+      command: c.command?.length ? c.command : (c.args ?? []),
+      args: c.command?.length ? (c.args ?? []) : [],
       // HOSTNAME is the pod's name, as in a Kubernetes container; the pod's own env wins.
       env: {
         HOSTNAME: pod.metadata.name!,
@@ -140,6 +142,9 @@ export class PodManager {
   private reconciling = false;
   /** Pods being stopped or started right now (uid → what), so a pass does not do it twice. */
   private readonly inFlight = new Map<string, Promise<void>>();
+  /** Events already recorded per pod uid (see recordTransitions). */
+  private readonly announced = new Map<string, Set<string>>();
+  private readonly events: EventRecorder;
   /** Last status written per pod uid, so unchanged status is not written again. */
   private readonly reported = new Map<string, string>();
   /** Monotonic ms when the last renewal the server confirmed was sent; 0 before the first. */
@@ -156,6 +161,7 @@ export class PodManager {
     fs.mkdirSync(this.podsDir, { recursive: true, mode: 0o700 });
     writeFileAtomic(this.caFile, options.caPem, 0o644);
     this.client = followingClient(options.client);
+    this.events = new EventRecorder(this.client, 'drover-agent', options.nodeName, this.logger);
     const kick = (): void => this.kick();
     this.pods = new Informer(this.client, PODS, undefined, kick, this.logger, { fieldSelector: `spec.nodeName=${options.nodeName}` });
     this.nodes = new Informer(this.client, NODES, undefined, () => undefined, this.logger);
@@ -323,6 +329,12 @@ export class PodManager {
     const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
     const grace = Number(pod.metadata.deletionGracePeriodSeconds ?? getPath(pod, ['spec', 'terminationGracePeriodSeconds']) ?? DEFAULT_GRACE_SECONDS);
     if (fs.existsSync(dir)) {
+      void this.events.record(
+        { kind: 'Pod', name: pod.metadata.name!, namespace: pod.metadata.namespace ?? 'default', uid: pod.metadata.uid! },
+        'Normal',
+        'Killing',
+        `Stopping pod ${name} (grace period ${grace}s)`,
+      );
       await stopSupervisor(dir, grace * 1000);
       const state = readRunState(dir);
       if (state) await this.report(pod, state).catch(() => undefined);
@@ -337,6 +349,7 @@ export class PodManager {
     }
     fs.rmSync(dir, { recursive: true, force: true });
     this.reported.delete(pod.metadata.uid!);
+    this.announced.delete(pod.metadata.uid!);
     this.logger.info({ pod: name, graceSeconds: grace }, 'pod stopped and deleted');
   }
 
@@ -353,6 +366,7 @@ export class PodManager {
     await stopSupervisor(dir, grace * 1000);
     fs.rmSync(dir, { recursive: true, force: true });
     this.reported.delete(path.basename(dir));
+    this.announced.delete(path.basename(dir));
     this.logger.info({ pod: name }, 'stopped a pod that is no longer bound to this node');
   }
 
@@ -361,6 +375,7 @@ export class PodManager {
     const text = JSON.stringify(status);
     const uid = pod.metadata.uid!;
     if (this.reported.get(uid) === text) return;
+    this.recordTransitions(pod, state);
     try {
       // The uid makes it a precondition: a pod recreated under the same name (a singleton's
       // replacement) must never receive this incarnation's status.
@@ -369,6 +384,44 @@ export class PodManager {
     } catch (error) {
       if (error instanceof ApiError && (error.code === 404 || error.code === 409 || error.code === 422)) return;
       throw error;
+    }
+  }
+
+  /**
+   * Events about what happened to a pod's containers, as kubelet words them, so `kubectl describe
+   * pod` tells the story: started (with the process id), back-off, fenced. Each is recorded once.
+   */
+  private recordTransitions(pod: KubeObject, state: ReturnType<typeof readRunState>): void {
+    if (!state) return;
+    const uid = pod.metadata.uid!;
+    const seen = this.announced.get(uid) ?? new Set<string>();
+    this.announced.set(uid, seen);
+    const involved = { kind: 'Pod', name: pod.metadata.name!, namespace: pod.metadata.namespace ?? 'default', uid };
+    const once = (key: string, type: 'Normal' | 'Warning', reason: string, message: string): void => {
+      if (seen.has(key)) return;
+      seen.add(key);
+      void this.events.record(involved, type, reason, message);
+    };
+    for (const c of state.containers) {
+      // A short-lived container may be running for less than one status pass: its start is also
+      // seen in its terminated state, or in the last state during the back-off that follows.
+      for (const seen of [c.state, c.lastState]) {
+        if (!seen) continue;
+        if ('running' in seen) {
+          once(`started/${c.name}/${seen.running.startedAt}`, 'Normal', 'Started', `Started container ${c.name} (process ${seen.running.pid})`);
+        } else if ('terminated' in seen) {
+          once(`started/${c.name}/${seen.terminated.startedAt}`, 'Normal', 'Started', `Started container ${c.name}`);
+        }
+      }
+      if ('waiting' in c.state && c.state.waiting.reason === 'CrashLoopBackOff') {
+        once(`backoff/${c.name}/${c.restartCount}`, 'Warning', 'BackOff', `Back-off restarting failed container ${c.name} in pod ${involved.name}`);
+      }
+      if ('waiting' in c.state && c.state.waiting.reason === 'CreateContainerError') {
+        once(`failed/${c.name}/${c.restartCount}`, 'Warning', 'Failed', `Error: ${c.state.waiting.message ?? 'cannot start the container'}`);
+      }
+    }
+    if (state.finishReason === 'Fenced') {
+      once('fenced', 'Warning', 'Fenced', `Stopped on node ${this.options.nodeName}: ${state.fenced?.message ?? 'no confirmed lease renewal within fencing-timeout'}`);
     }
   }
 

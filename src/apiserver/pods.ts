@@ -10,7 +10,7 @@ import { AGE_COLUMN, ageOf, column, humanDuration, NAME_COLUMN, type Printer } f
  */
 
 export const COMMAND_REQUIRED_MESSAGE =
-  'Required value: Drover runs each container as a local process and does not pull images; set command';
+  'Required value: Drover runs each container as a local process and does not pull images; set command (or args, which then run as the command)';
 
 /** kube-controller-manager's reason for pods on a lost node (kubectl shows them as Unknown). */
 const NODE_LOST_REASON = 'NodeLost';
@@ -66,7 +66,12 @@ function validateContainers(list: unknown, field: string, required: boolean, cau
       causes.push({ reason: 'FieldValueInvalid', message: 'must be a string', field: `${at}.image` });
     }
     const command = c.command;
-    if (!Array.isArray(command) || command.length === 0) {
+    // With no command, args run as the command: there is no image entrypoint to give them to, and
+    // this is what `kubectl run NAME --image=busybox -- sh -c ...` means on a busybox image.
+    const argsOnly = (command === undefined || (Array.isArray(command) && command.length === 0)) && Array.isArray(c.args) && c.args.length > 0;
+    if (argsOnly) {
+      // fine: checked as args below
+    } else if (!Array.isArray(command) || command.length === 0) {
       causes.push({ reason: 'FieldValueRequired', message: COMMAND_REQUIRED_MESSAGE, field: `${at}.command` });
     } else if (!command.every((part) => typeof part === 'string')) {
       causes.push({ reason: 'FieldValueInvalid', message: 'must be a list of strings', field: `${at}.command` });

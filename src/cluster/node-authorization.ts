@@ -8,7 +8,7 @@ import type {
 } from '../apiserver/auth.js';
 import { errors } from '../apiserver/errors.js';
 import { getString } from '../apiserver/objects.js';
-import { type ApiClient, NODES } from '../client/types.js';
+import { type ApiClient, NODES, PODS } from '../client/types.js';
 import { leaseHolderIdentity, NODE_LEASE_NAMESPACE } from '../controllers/node-lifecycle.js';
 import { NODE_USER_PREFIX, NODES_GROUP } from './node-registry.js';
 
@@ -101,7 +101,12 @@ export class NodeRestrictionAdmission implements Admission {
     if (a.group === '' && a.resource === 'events') {
       const kind = getString(a.object, ['involvedObject', 'kind']);
       const name = getString(a.object, ['involvedObject', 'name']);
-      if (kind !== 'Node' || name !== node) forbid(`may only report events about its own Node "${node}"`);
+      if (kind === 'Pod') {
+        const pod = await this.client.get(PODS, getString(a.object, ['involvedObject', 'namespace']) || undefined, name);
+        if (!pod || getString(pod, ['spec', 'nodeName']) !== node) forbid(`may only report events about pods bound to its own node "${node}"`);
+        return;
+      }
+      if (kind !== 'Node' || name !== node) forbid(`may only report events about its own Node "${node}" or pods bound to it`);
     }
   }
 }
