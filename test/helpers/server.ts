@@ -14,8 +14,13 @@ import { reapPods } from './pods.js';
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const DROVER_BIN = path.join(REPO_ROOT, 'dist/cli/main.js');
 
+/** Every temp dir this process made: cleanup() removes them all, so no test leaks one. */
+const createdDirs = new Set<string>();
+
 export function tempDir(prefix: string): string {
-  return fs.mkdtempSync(path.join(os.tmpdir(), `drover-${prefix}-`));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `drover-${prefix}-`));
+  createdDirs.add(dir);
+  return dir;
 }
 
 export interface ServerProcess {
@@ -126,6 +131,8 @@ export async function cleanup(...dirs: string[]): Promise<void> {
   const dataDirs = [...running].map((s) => s.dataDir);
   await Promise.all([...running].map((s) => s.stop('SIGKILL')));
   for (const dir of [...dataDirs, ...dirs]) reapPods(dir);
+  for (const dir of createdDirs) fs.rmSync(dir, { recursive: true, force: true });
+  createdDirs.clear();
   for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
 }
 
