@@ -423,8 +423,6 @@ describe('pods/log', () => {
     await new Promise((resolve) => server.close(resolve));
     await datastore.close();
     fs.rmSync(dir, { recursive: true, force: true });
-    // The kubectl cache dirs this suite made with tempDir().
-    await cleanup();
   });
 
   const get = (urlPath: string): Promise<{ status: number; text: string }> =>

@@ -14,8 +14,23 @@ import { reapPods } from './pods.js';
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const DROVER_BIN = path.join(REPO_ROOT, 'dist/cli/main.js');
 
-/** Every temp dir this process made: cleanup() removes them all, so no test leaks one. */
+/**
+ * Every temp dir this process made is removed when the test file's process exits (after reaping
+ * any pod processes started under it), so no test leaks one; suites may still remove theirs
+ * earlier with cleanup(). Not at cleanup() itself: a suite's dir may be made before an earlier
+ * suite's cleanup runs.
+ */
 const createdDirs = new Set<string>();
+process.once('exit', () => {
+  for (const dir of createdDirs) {
+    try {
+      reapPods(dir);
+      fs.rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // best effort at exit
+    }
+  }
+});
 
 export function tempDir(prefix: string): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `drover-${prefix}-`));
@@ -131,8 +146,6 @@ export async function cleanup(...dirs: string[]): Promise<void> {
   const dataDirs = [...running].map((s) => s.dataDir);
   await Promise.all([...running].map((s) => s.stop('SIGKILL')));
   for (const dir of [...dataDirs, ...dirs]) reapPods(dir);
-  for (const dir of createdDirs) fs.rmSync(dir, { recursive: true, force: true });
-  createdDirs.clear();
   for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
 }
 
