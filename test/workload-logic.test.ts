@@ -124,6 +124,14 @@ describe('template hash', () => {
     assert.match(templateHash(template), /^[bcdfghjklmnpqrstvwxz2456789]{1,10}$/);
   });
 
+  it('is the same for the template kubectl rollout undo sends back (creationTimestamp: null, resources: {})', () => {
+    const undone = {
+      metadata: { creationTimestamp: null, labels: { app: 'web' } },
+      spec: { containers: [{ name: 'c', command: ['sleep', '3600'], resources: {} }] },
+    };
+    assert.equal(templateHash(template), templateHash(undone));
+  });
+
   it('changes with the template', () => {
     const changed = { ...template, spec: { containers: [{ name: 'c', command: ['sleep', '7200'] }] } };
     assert.notEqual(templateHash(template), templateHash(changed));

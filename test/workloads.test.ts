@@ -125,6 +125,22 @@ describe('workloads on real agents', { concurrency: false }, () => {
     const numbers = followed.map((l) => Number(/^tick (\d+)$/.exec(l)?.[1]));
     assert.ok(numbers.every((n, i) => i === 0 || n === numbers[i - 1]! + 1), `consecutive ticks: ${followed.join(', ')}`);
 
+    // A new image rolls out a new ReplicaSet; rollout undo goes back to the first one, not a third.
+    const rsBefore = await kubectl(['get', 'rs', '-l', 'app=ticker', '-o', 'name']);
+    assert.equal(rsBefore.stdout.trim().split('\n').length, 1);
+    const setImage = await kubectl(['set', 'image', 'deployment/ticker', 'main=busybox:1.37']);
+    assert.equal(setImage.code, 0, setImage.stderr);
+    assert.equal((await kubectl(['rollout', 'status', 'deployment/ticker', '--timeout=60s'])).code, 0);
+    const undo = await kubectl(['rollout', 'undo', 'deployment/ticker']);
+    assert.equal(undo.code, 0, undo.stderr);
+    assert.equal((await kubectl(['rollout', 'status', 'deployment/ticker', '--timeout=60s'])).code, 0);
+    const rsAfter = await kubectl(['get', 'rs', '-l', 'app=ticker', '--no-headers']);
+    const rsRows = rsAfter.stdout.trim().split('\n').map((row) => row.split(/\s+/));
+    assert.equal(rsRows.length, 2, `two ReplicaSets after the undo:\n${rsAfter.stdout}`);
+    const original = rsRows.find((cells) => `replicaset.apps/${cells[0]}` === rsBefore.stdout.trim())!;
+    assert.equal(original[1], '3', `the original ReplicaSet is back at 3 replicas:\n${rsAfter.stdout}`);
+    await waitForReadyPods(server, 'app=ticker', 3);
+
     // Scale up and down with kubectl scale.
     const up = await kubectl(['scale', 'deployment/ticker', '--replicas=5']);
     assert.equal(up.code, 0, up.stderr);

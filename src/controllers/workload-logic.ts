@@ -157,8 +157,25 @@ const SAFE_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
  * decimal, each digit mapped into the safe alphabet. The hash labels themselves are left out so
  * that a template read back from a ReplicaSet hashes the same as the Deployment's.
  */
+/** A copy without null values and empty objects, at any depth (array items are kept). */
+function withoutEmpty(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutEmpty);
+  if (typeof value !== 'object' || value === null) return value;
+  const out: Record<string, unknown> = {};
+  for (const [key, child] of Object.entries(value)) {
+    const cleaned = withoutEmpty(child);
+    if (cleaned === null || cleaned === undefined) continue;
+    if (typeof cleaned === 'object' && !Array.isArray(cleaned) && Object.keys(cleaned).length === 0) continue;
+    out[key] = cleaned;
+  }
+  return out;
+}
+
 export function templateHash(template: unknown, collisionCount = 0): string {
-  const copy = structuredClone((template ?? {}) as { metadata?: { labels?: Record<string, string> } });
+  // kubectl rollout undo sends the old template back as Go writes it (`creationTimestamp: null`,
+  // `resources: {}`): the same template, which must map to the same ReplicaSet. Empty values are
+  // left out of the hash, as Go's typed structs make them indistinguishable from absent ones.
+  const copy = withoutEmpty(structuredClone(template ?? {})) as { metadata?: { labels?: Record<string, string> } };
   if (copy.metadata?.labels) {
     delete copy.metadata.labels[POD_TEMPLATE_HASH_LABEL];
     delete copy.metadata.labels[CONTROLLER_REVISION_HASH_LABEL];
