@@ -655,21 +655,38 @@ export class Agent {
       return counts;
     };
     for (const [owner, count] of await readyElsewhere()) owners.get(owner)!.before = count;
-    for (const pod of bound) {
-      const path = `/api/v1/namespaces/${encodeURIComponent(pod.metadata.namespace!)}/pods/${encodeURIComponent(pod.metadata.name!)}/eviction`;
-      try {
-        await client.request('POST', path, {
-          apiVersion: 'policy/v1',
-          kind: 'Eviction',
-          metadata: { name: pod.metadata.name, namespace: pod.metadata.namespace },
-        });
-      } catch (error) {
-        if (!(error instanceof ApiError && error.code === 404)) {
-          this.logger.warn({ err: error, pod: pod.metadata.name }, 'eviction failed; the pod will be stopped with the node');
+    // Evict everything; a pod its disruption budget protects right now (429) is asked again until
+    // the deadline, as kubectl drain does: another pod's replacement may free the budget.
+    let pending = [...bound];
+    while (pending.length) {
+      const blocked: KubeObject[] = [];
+      for (const pod of pending) {
+        const path = `/api/v1/namespaces/${encodeURIComponent(pod.metadata.namespace!)}/pods/${encodeURIComponent(pod.metadata.name!)}/eviction`;
+        try {
+          await client.request('POST', path, {
+            apiVersion: 'policy/v1',
+            kind: 'Eviction',
+            metadata: { name: pod.metadata.name, namespace: pod.metadata.namespace },
+          });
+        } catch (error) {
+          if (error instanceof ApiError && error.code === 429) blocked.push(pod);
+          else if (!(error instanceof ApiError && error.code === 404)) {
+            this.logger.warn({ err: error, pod: pod.metadata.name }, 'eviction failed; the pod will be stopped with the node');
+          }
         }
       }
+      pending = blocked;
+      if (!pending.length) break;
+      if (Date.now() + 500 >= deadline) {
+        this.logger.warn(
+          { pods: pending.map((p) => `${p.metadata.namespace}/${p.metadata.name}`) },
+          'disruption budgets still block these evictions at the deadline; they stop with the node',
+        );
+        break;
+      }
+      await sleep(500);
     }
-    this.logger.info({ pods: bound.length }, 'draining: evicted every pod on this node');
+    this.logger.info({ pods: bound.length, blocked: pending.length }, 'draining: evicted the pods on this node');
     const emptied = await pods.waitUntilEmpty(deadline);
     // Replacements need somewhere to run: with no other Ready, schedulable node (a one-node
     // cluster, or the last node standing) waiting for them would only delay the shutdown.
