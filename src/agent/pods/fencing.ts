@@ -1,6 +1,5 @@
 import fs from 'node:fs';
 import https from 'node:https';
-import { writeFileAtomic } from '../../security/files.js';
 
 /**
  * Split-brain safety for `atMostOne` pods. The agent records, after each lease renewal the API
@@ -76,7 +75,12 @@ function isFencingState(value: unknown): value is FencingState {
 
 /** The fencing file (it holds the peer token: owner-only). */
 export function writeFencingState(file: string, state: FencingState): void {
-  writeFileAtomic(file, `${JSON.stringify(state)}\n`, 0o600);
+  // Replaced by rename, so a reader never sees half a file; not synced to disk: it is written
+  // after every renewal, only processes on this boot read it (the monotonic clock starts again
+  // at a reboot), and an fsync on a slow disk would hold up the agent's next renewal.
+  const temp = `${file}.${process.pid}.tmp`;
+  fs.writeFileSync(temp, `${JSON.stringify(state)}\n`, { mode: 0o600 });
+  fs.renameSync(temp, file);
 }
 
 /** The fencing file's content, or undefined when it is missing, unreadable or malformed. */
