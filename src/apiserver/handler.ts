@@ -28,7 +28,7 @@ import type { OpenApiDocuments } from './openapi.js';
 import { applyPatch, PatchError, patchTypeFromContentType } from './patch/index.js';
 import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
 import { scaleOf, validateReplicas } from './workloads.js';
-import { parseFieldSelector, parseLabelSelector } from './selectors.js';
+import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels, parseFieldSelector, parseLabelSelector } from './selectors.js';
 import type { ObjectStore, Selection, WatchEventType } from './storage.js';
 import { type IncludeObject, toTable } from './table.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
@@ -867,7 +867,10 @@ export class ApiHandler {
     sendJson(res, 200, { kind: listKind(def), apiVersion: apiVersionOf(def), metadata: {}, items: deleted });
   }
 
-  /** policy/v1 (and kubectl 1.20's policy/v1beta1) Eviction: deletes the pod, gracefully when it runs on a node. */
+  /**
+   * policy/v1 (and kubectl 1.20's policy/v1beta1) Eviction: deletes the pod, gracefully when it runs
+   * on a node, once its PodDisruptionBudget (if any) allows it.
+   */
   private async serveEviction(req: IncomingMessage, res: ServerResponse, request: ResourceRequest, dryRun: boolean): Promise<void> {
     const body = await readBody(req);
     const eviction = asKubeObject(decodeBody(body, req.headers['content-type']), 'the eviction');
@@ -880,12 +883,81 @@ export class ApiHandler {
     const deleteOptions = isJsonObject(eviction.deleteOptions) ? eviction.deleteOptions : {};
     const preconditions = this.preconditionsOf(deleteOptions);
     const gracePeriodSeconds = this.gracePeriodOf(deleteOptions);
+    const pod = await this.options.store.get(request.def, request.namespace, request.name!);
+    await this.takeDisruption(pod, request.namespace ?? 'default', dryRun);
     await this.options.store.delete(request.def, request.namespace, request.name!, {
       dryRun,
       ...(preconditions ? { preconditions } : {}),
       ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
     });
     sendJson(res, 201, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', code: 201 });
+  }
+
+  /**
+   * kube-apiserver's EvictionREST budget check: a running pod selected by one PodDisruptionBudget
+   * may go only if the budget allows a disruption, which the eviction spends (and records in
+   * disruptedPods, so the disruption controller does not hand it back before the pod is seen
+   * terminating). The decrement is a compare-and-swap, so concurrent evictions cannot share one.
+   */
+  private async takeDisruption(pod: KubeObject, namespace: string, dryRun: boolean): Promise<void> {
+    const phase = isJsonObject(pod.status) ? pod.status.phase : undefined;
+    // Finished, never-started and already-terminating pods cost the budget nothing.
+    if (pod.metadata.deletionTimestamp || phase === 'Succeeded' || phase === 'Failed' || phase === 'Pending') return;
+    const pdbDef = this.options.registry.lookup('policy', 'v1', 'poddisruptionbudgets');
+    if (!pdbDef) return;
+    const selects = (pdb: KubeObject): boolean => {
+      const selector = isJsonObject(pdb.spec) ? pdb.spec.selector : undefined;
+      return isJsonObject(selector) && matchesLabels(labelSelectorFromObject(selector as LabelSelectorObject), pod.metadata.labels);
+    };
+    const budgets = (await this.options.store.list(pdbDef, namespace, { labelSelector: [], fieldSelector: [] })).items.filter(selects);
+    if (budgets.length === 0) return;
+    if (budgets.length > 1) {
+      throw errors.internal('This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.');
+    }
+    const budgetName = budgets[0]!.metadata.name!;
+    const conditions = isJsonObject(pod.status) && Array.isArray(pod.status.conditions) ? pod.status.conditions : [];
+    const ready = conditions.some((c) => isJsonObject(c) && c.type === 'Ready' && c.status === 'True');
+    const violation = 'Cannot evict pod as it would violate the pod\'s disruption budget.';
+    await this.options.store.guaranteedUpdate(
+      pdbDef,
+      namespace,
+      budgetName,
+      (pdb) => {
+        const spec = isJsonObject(pdb.spec) ? pdb.spec : {};
+        const status = isJsonObject(pdb.status) ? pdb.status : {};
+        const count = (field: string): number => (typeof status[field] === 'number' ? status[field] : 0);
+        // An unready pod adds nothing to the healthy count (unhealthyPodEvictionPolicy).
+        const budgetHealthy = count('desiredHealthy') > 0 && count('currentHealthy') >= count('desiredHealthy');
+        if (!ready && (spec.unhealthyPodEvictionPolicy === 'AlwaysAllow' || budgetHealthy)) return pdb;
+        if (count('observedGeneration') < (pdb.metadata.generation ?? 1)) {
+          throw new ApiError(429, 'TooManyRequests', violation, {
+            causes: [{ reason: 'DisruptionBudget', message: `The disruption budget ${budgetName} is still being processed by the server.` }],
+            retryAfterSeconds: 10,
+          });
+        }
+        if (count('disruptionsAllowed') < 1) {
+          throw new ApiError(429, 'TooManyRequests', violation, {
+            causes: [{
+              reason: 'DisruptionBudget',
+              message: `The disruption budget ${budgetName} needs ${count('desiredHealthy')} healthy pods and has ${count('currentHealthy')} currently`,
+            }],
+          });
+        }
+        const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+        const disruptionsAllowed = count('disruptionsAllowed') - 1;
+        const disruptedPods = { ...(isJsonObject(status.disruptedPods) ? status.disruptedPods : {}), [pod.metadata.name!]: now };
+        const next: JsonObject = { ...status, disruptionsAllowed, disruptedPods };
+        if (disruptionsAllowed === 0 && Array.isArray(status.conditions)) {
+          next.conditions = status.conditions.map((c) =>
+            isJsonObject(c) && c.type === 'DisruptionAllowed' && c.status === 'True'
+              ? { ...c, status: 'False', reason: 'InsufficientPods', lastTransitionTime: now }
+              : c,
+          );
+        }
+        return { ...pdb, status: next };
+      },
+      { subresource: 'status', dryRun },
+    );
   }
 
   /**

@@ -1,6 +1,7 @@
 import { type ApiClient, DEPLOYMENTS, NODES, PODS, REPLICASETS, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { DeploymentController } from './deployment.js';
+import { DisruptionController, PODDISRUPTIONBUDGETS } from './disruption.js';
 import type { EventRecorder } from './events.js';
 import { GarbageCollector } from './garbage-collector.js';
 import { ReplicaSetController } from './replicaset.js';
@@ -10,7 +11,7 @@ import { SharedInformers } from './work-queue.js';
 
 /**
  * The workload controllers in one piece, for the controller leader: the scheduler, the
- * ReplicaSet, Deployment and StatefulSet controllers and the garbage collector, over one shared
+ * ReplicaSet, Deployment, StatefulSet and disruption controllers and the garbage collector, over one shared
  * set of informers. Each is level-triggered: informer events queue keys, a periodic resync
  * queues every key again, and failures are retried with back-off.
  */
@@ -29,9 +30,10 @@ export async function startWorkloadControllers(client: ApiClient, options: Workl
   const replicaSets = new ReplicaSetController(client, informers, events, logger.child({ controller: 'replicaset' }));
   const deployments = new DeploymentController(client, informers, events, logger.child({ controller: 'deployment' }));
   const statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }));
+  const disruption = new DisruptionController(client, informers, logger.child({ controller: 'disruption' }));
   const collector = new GarbageCollector(client, informers, logger.child({ controller: 'garbage-collector' }));
   // Every resource is made known before the first list, so no controller misses an early event.
-  for (const ref of [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS]) informers.get(ref);
+  for (const ref of [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS]) informers.get(ref);
 
   let stopped = false;
   const resyncMs = options.resyncMs ?? 30_000;
@@ -40,6 +42,7 @@ export async function startWorkloadControllers(client: ApiClient, options: Workl
     replicaSets.resync();
     deployments.resync();
     statefulSets.resync();
+    disruption.resync();
     collector.sweep();
   };
   const timer = setInterval(resync, resyncMs);
@@ -53,6 +56,7 @@ export async function startWorkloadControllers(client: ApiClient, options: Workl
     replicaSets.stop();
     deployments.stop();
     statefulSets.stop();
+    disruption.stop();
     collector.stop();
   };
   await informers.start();
