@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { KubeObject } from '../src/apiserver/objects.js';
-import { HttpClient } from '../src/client/http.js';
+import type { HttpClient } from '../src/client/http.js';
 import { DEPLOYMENTS, NODES, PODS } from '../src/client/types.js';
 import { PODDISRUPTIONBUDGETS } from '../src/controllers/disruption.js';
 import {
@@ -11,10 +11,9 @@ import {
   DISRUPTED_POD_TIMEOUT_MS,
   type DisruptionBudgetSpec,
 } from '../src/controllers/disruption-logic.js';
-import { Informer } from '../src/controllers/informer.js';
-import { createLogger } from '../src/logging/logger.js';
+import { type FakeKubelet, type HandMadeCluster, isRunningAndReady, startHandMadeCluster } from './helpers/fake-kubelet.js';
 import { kubectlClients, runKubectl } from './helpers/kubectl.js';
-import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
+import { eventually, request, type ServerProcess, tempDir } from './helpers/server.js';
 
 // ---------------------------------------------------------------------------------------------
 // The status maths, as pure tables
@@ -126,77 +125,15 @@ const NODE_NAMES = ['n1', 'n2', 'n3'];
 const NS = 'default';
 const VIOLATION = "Cannot evict pod as it would violate the pod's disruption budget.";
 
-function isReady(p: KubeObject): boolean {
-  const status = (p.status ?? {}) as { phase?: string; conditions?: { type: string; status: string }[] };
-  return status.phase === 'Running' && (status.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
-}
-
 function nodeOf(p: KubeObject): string | undefined {
   return (p.spec as { nodeName?: string } | undefined)?.nodeName;
-}
-
-/** Plays the agents of the hand-made nodes: pods bound to them become Running and Ready; graceful deletions finish. */
-class FakeKubelet {
-  /** While set, new pods stay unready: a replacement cannot hand a budget back. */
-  holdReady = false;
-  private readonly informer: Informer;
-  private readonly busy = new Set<string>();
-
-  constructor(private readonly client: HttpClient) {
-    this.informer = new Informer(client, PODS, NS, (type, p) => this.onPod(type, p), createLogger('silent'));
-  }
-
-  start(): Promise<void> {
-    return this.informer.start();
-  }
-
-  stop(): void {
-    this.informer.stop();
-  }
-
-  /** Look at every pod again (after holdReady is cleared). */
-  poke(): void {
-    for (const p of this.informer.items()) this.onPod('MODIFIED', p);
-  }
-
-  private onPod(type: string, p: KubeObject): void {
-    const uid = p.metadata.uid!;
-    const name = p.metadata.name!;
-    const node = nodeOf(p);
-    if (type === 'DELETED' || !node || !NODE_NAMES.includes(node) || this.busy.has(uid)) return;
-    if (p.metadata.deletionTimestamp) {
-      this.run(uid, () => this.client.delete(PODS, NS, name, { gracePeriodSeconds: 0, preconditions: { uid } }));
-    } else if (!isReady(p) && !this.holdReady) {
-      const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
-      this.run(uid, () =>
-        this.client.patch(
-          PODS,
-          NS,
-          name,
-          'merge',
-          { status: { phase: 'Running', startTime: now, conditions: [{ type: 'Ready', status: 'True', lastTransitionTime: now }] } },
-          'status',
-        ),
-      );
-    }
-  }
-
-  private run(uid: string, action: () => Promise<unknown>): void {
-    this.busy.add(uid);
-    void action()
-      .catch(() => undefined)
-      .finally(() => {
-        this.busy.delete(uid);
-        const current = this.informer.items().find((p) => p.metadata.uid === uid);
-        if (current) setTimeout(() => this.onPod('MODIFIED', this.informer.get(NS, current.metadata.name!) ?? current), 20);
-      });
-  }
 }
 
 describe('evictions honour PodDisruptionBudgets (server process, hand-made nodes, a fake kubelet)', () => {
   let server: ServerProcess;
   let client: HttpClient;
   let kubelet: FakeKubelet;
+  let cluster: HandMadeCluster | undefined;
   let cacheDir: string;
 
   const activeWebPods = async (): Promise<KubeObject[]> =>
@@ -210,7 +147,7 @@ describe('evictions honour PodDisruptionBudgets (server process, hand-made nodes
       const status = await budget();
       return (
         list.length === replicas &&
-        list.every(isReady) &&
+        list.every(isRunningAndReady) &&
         status.currentHealthy === replicas &&
         status.disruptionsAllowed === allowed &&
         list
@@ -222,30 +159,13 @@ describe('evictions honour PodDisruptionBudgets (server process, hand-made nodes
     });
 
   before(async () => {
-    server = await startServer({ handMadeNodes: true });
-    client = new HttpClient({ server: server.url, caPem: server.caPem, token: server.token });
+    cluster = await startHandMadeCluster({ nodeNames: NODE_NAMES, namespace: NS, logName: 'disruption' });
+    ({ server, client, kubelet } = cluster);
     cacheDir = tempDir('disruption-kubectl');
-    for (const name of NODE_NAMES) {
-      await client.create(NODES, undefined, {
-        apiVersion: 'v1',
-        kind: 'Node',
-        metadata: { name, labels: { 'kubernetes.io/hostname': name, 'drover.io/state': 'Ready' } },
-        status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'ready' }] },
-      });
-    }
-    kubelet = new FakeKubelet(client);
-    await kubelet.start();
   });
 
   after(async () => {
-    kubelet?.stop();
-    client?.close();
-    if (process.env.DROVER_TEST_LOGS && server) {
-      fs.mkdirSync(process.env.DROVER_TEST_LOGS, { recursive: true });
-      fs.writeFileSync(`${process.env.DROVER_TEST_LOGS}/disruption-server.log`, server.output());
-    }
-    await server?.stop();
-    await cleanup(server?.dataDir ?? '', cacheDir ?? '');
+    await cluster?.stop(cacheDir ?? '');
   });
 
   it('a budget of minAvailable 2 over 3 replicas allows 1: kubectl get pdb shows it', async () => {

@@ -2,12 +2,11 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import type { KubeObject } from '../src/apiserver/objects.js';
-import { HttpClient } from '../src/client/http.js';
+import type { HttpClient } from '../src/client/http.js';
 import { DEPLOYMENTS, EVENTS, NODES, PODS, REPLICASETS, STATEFULSETS } from '../src/client/types.js';
-import { Informer } from '../src/controllers/informer.js';
-import { createLogger } from '../src/logging/logger.js';
+import { type FakeKubelet, type HandMadeCluster, startHandMadeCluster } from './helpers/fake-kubelet.js';
 import { kubectlClients, runKubectl } from './helpers/kubectl.js';
-import { cleanup, eventually, type ServerProcess, startServer, tempDir } from './helpers/server.js';
+import { eventually, type ServerProcess, tempDir } from './helpers/server.js';
 
 /**
  * The scheduler and the workload controllers end to end, in a real `drover server` process (they
@@ -46,100 +45,6 @@ function view(pod: KubeObject): PodView {
   };
 }
 
-/** Plays the node agents for the hand-made nodes. */
-class FakeKubelet {
-  /** Pod names whose graceful deletion is not finished until released. */
-  readonly held = new Set<string>();
-  /** Order of things seen, for ordering assertions: `added:`, `ready:`, `terminating:`, `gone:` + name. */
-  readonly log: string[] = [];
-  private readonly informer: Informer;
-  private readonly busy = new Set<string>();
-  private readonly seenTerminating = new Set<string>();
-
-  constructor(private readonly client: HttpClient) {
-    this.informer = new Informer(client, PODS, NS, (type, pod) => this.onPod(type, pod), createLogger('silent'));
-  }
-
-  start(): Promise<void> {
-    return this.informer.start();
-  }
-
-  stop(): void {
-    this.informer.stop();
-  }
-
-  release(name: string): void {
-    this.held.delete(name);
-    const pod = this.informer.get(NS, name);
-    if (pod) this.onPod('MODIFIED', pod);
-  }
-
-  private onPod(type: string, pod: KubeObject): void {
-    const name = pod.metadata.name!;
-    if (type === 'ADDED') this.log.push(`added:${name}`);
-    if (type === 'DELETED') {
-      this.log.push(`gone:${name}`);
-      return;
-    }
-    const v = view(pod);
-    if (!v.node || !NODE_NAMES.includes(v.node) || this.busy.has(v.uid)) return;
-    if (v.terminating) {
-      if (!this.seenTerminating.has(v.uid)) {
-        this.seenTerminating.add(v.uid);
-        this.log.push(`terminating:${name}`);
-      }
-      if (this.held.has(name)) return;
-      this.run(v.uid, () => this.client.delete(PODS, NS, name, { gracePeriodSeconds: 0, preconditions: { uid: v.uid } }));
-    } else if (!v.ready || v.phase !== 'Running') {
-      const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
-      const containers = ((pod.spec as { containers?: { name: string }[] }).containers ?? []).map((c) => ({
-        name: c.name,
-        ready: true,
-        started: true,
-        restartCount: 0,
-        image: '',
-        imageID: '',
-        state: { running: { startedAt: now } },
-      }));
-      this.run(v.uid, async () => {
-        await this.client.patch(
-          PODS,
-          NS,
-          name,
-          'merge',
-          {
-            status: {
-              phase: 'Running',
-              startTime: now,
-              conditions: [
-                { type: 'PodScheduled', status: 'True', lastTransitionTime: now },
-                { type: 'Initialized', status: 'True', lastTransitionTime: now },
-                { type: 'ContainersReady', status: 'True', lastTransitionTime: now },
-                { type: 'Ready', status: 'True', lastTransitionTime: now },
-              ],
-              containerStatuses: containers,
-            },
-          },
-          'status',
-        );
-        this.log.push(`ready:${name}`);
-      });
-    }
-  }
-
-  private run(uid: string, action: () => Promise<unknown>): void {
-    this.busy.add(uid);
-    void action()
-      .catch(() => undefined)
-      .finally(() => {
-        this.busy.delete(uid);
-        // Look again: the pod may have changed while the write was in flight.
-        const current = this.informer.items().find((p) => p.metadata.uid === uid);
-        if (current) setTimeout(() => this.onPod('MODIFIED', this.informer.get(NS, current.metadata.name!) ?? current), 20);
-      });
-  }
-}
-
 function template(app: string, command: string[]): KubeObject['spec'] {
   return {
     metadata: { labels: { app } },
@@ -151,6 +56,7 @@ describe('workload controllers (server process, hand-made nodes, a fake kubelet)
   let server: ServerProcess;
   let client: HttpClient;
   let kubelet: FakeKubelet;
+  let cluster: HandMadeCluster | undefined;
   let cacheDir: string;
 
   const pods = async (filter: (p: PodView) => boolean = () => true): Promise<PodView[]> =>
@@ -176,30 +82,13 @@ describe('workload controllers (server process, hand-made nodes, a fake kubelet)
   };
 
   before(async () => {
-    server = await startServer({ handMadeNodes: true });
-    client = new HttpClient({ server: server.url, caPem: server.caPem, token: server.token });
+    cluster = await startHandMadeCluster({ nodeNames: NODE_NAMES, namespace: NS, logName: 'workload-controllers' });
+    ({ server, client, kubelet } = cluster);
     cacheDir = tempDir('workloads-kubectl');
-    for (const name of NODE_NAMES) {
-      await client.create(NODES, undefined, {
-        apiVersion: 'v1',
-        kind: 'Node',
-        metadata: { name, labels: { 'kubernetes.io/hostname': name, 'drover.io/state': 'Ready' } },
-        status: { conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'ready' }] },
-      });
-    }
-    kubelet = new FakeKubelet(client);
-    await kubelet.start();
   });
 
   after(async () => {
-    kubelet?.stop();
-    client?.close();
-    if (process.env.DROVER_TEST_LOGS && server) {
-      fs.mkdirSync(process.env.DROVER_TEST_LOGS, { recursive: true });
-      fs.writeFileSync(`${process.env.DROVER_TEST_LOGS}/workload-controllers-server.log`, server.output());
-    }
-    await server?.stop();
-    await cleanup(server?.dataDir ?? '', cacheDir ?? '');
+    await cluster?.stop(cacheDir ?? '');
   });
 
   it('a Deployment of 3 spreads its pods over 3 nodes, scales to 5 and to 1', async () => {
