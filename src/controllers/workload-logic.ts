@@ -1,5 +1,6 @@
 import { randomInt } from 'node:crypto';
 import type { KubeObject } from '../apiserver/objects.js';
+import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from '../apiserver/selectors.js';
 import { isPodTerminated, podNodeName } from './scheduling.js';
 import { CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_HASH_LABEL } from './workloads.js';
 
@@ -17,46 +18,18 @@ export const POD_INDEX_LABEL = 'apps.kubernetes.io/pod-index';
 // ---------------------------------------------------------------------------------------------
 // Label selectors (metav1.LabelSelector)
 
-export interface LabelSelectorRequirement {
-  key: string;
-  operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist' | string;
-  values?: string[];
-}
+export type LabelSelectorSpec = LabelSelectorObject;
 
-export interface LabelSelectorSpec {
-  matchLabels?: Record<string, string>;
-  matchExpressions?: LabelSelectorRequirement[];
-}
+const KNOWN_OPERATORS = new Set(['In', 'NotIn', 'Exists', 'DoesNotExist']);
 
 /** An empty selector matches nothing here: a workload without a selector must not grab every pod. */
 export function selectorMatches(selector: LabelSelectorSpec | undefined, labels: Record<string, string> | undefined): boolean {
-  if (!selector) return false;
-  const matchLabels = Object.entries(selector.matchLabels ?? {});
-  const expressions = selector.matchExpressions ?? [];
-  if (matchLabels.length === 0 && expressions.length === 0) return false;
-  const have = labels ?? {};
-  for (const [key, value] of matchLabels) if (have[key] !== value) return false;
-  for (const requirement of expressions) {
-    const value = have[requirement.key];
-    const values = requirement.values ?? [];
-    switch (requirement.operator) {
-      case 'In':
-        if (value === undefined || !values.includes(value)) return false;
-        break;
-      case 'NotIn':
-        if (value !== undefined && values.includes(value)) return false;
-        break;
-      case 'Exists':
-        if (value === undefined) return false;
-        break;
-      case 'DoesNotExist':
-        if (value !== undefined) return false;
-        break;
-      default:
-        return false;
-    }
-  }
-  return true;
+  const requirements = labelSelectorFromObject(selector);
+  if (requirements.length === 0) return false;
+  // The apiserver's conversion skips an unknown operator; here it must select nothing instead
+  // (validation refuses such selectors, so only an unvalidated object can carry one).
+  if (selector?.matchExpressions?.some((e) => !KNOWN_OPERATORS.has(e.operator))) return false;
+  return matchesLabels(requirements, labels);
 }
 
 // ---------------------------------------------------------------------------------------------
