@@ -29,7 +29,7 @@ import { applyPatch, PatchError, patchTypeFromContentType } from './patch/index.
 import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
 import { scaleOf, validateReplicas } from './workloads.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels, parseFieldSelector, parseLabelSelector } from './selectors.js';
-import type { ObjectStore, Selection, WatchEventType } from './storage.js';
+import { checkPreconditions, type ObjectStore, type Selection, type WatchEventType } from './storage.js';
 import { type IncludeObject, toTable } from './table.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -676,9 +676,7 @@ export class ApiHandler {
     await this.admit(user, 'update', request, obj);
     const updated = await this.options.store.guaranteedUpdate(def, request.namespace, request.name!, (current) => {
       // A uid in the body is a precondition, as in Kubernetes: it names one incarnation.
-      if (uid && uid !== current.metadata.uid) {
-        throw errors.conflict(def, request.name!, `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${current.metadata.uid}`);
-      }
+      checkPreconditions(def, request.name!, current, { uid });
       return obj;
     }, {
       dryRun,
@@ -811,18 +809,7 @@ export class ApiHandler {
     options: { preconditions?: { uid?: string; resourceVersion?: string } },
   ): Promise<KubeObject> {
     const store = this.options.store;
-    const current = await store.get(def, undefined, name);
-    const pre = options.preconditions;
-    if (pre?.uid && pre.uid !== current.metadata.uid) {
-      throw errors.conflict(def, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${current.metadata.uid}`);
-    }
-    if (pre?.resourceVersion && pre.resourceVersion !== current.metadata.resourceVersion) {
-      throw errors.conflict(
-        def,
-        name,
-        `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`,
-      );
-    }
+    checkPreconditions(def, name, await store.get(def, undefined, name), options.preconditions);
     // Terminating first: from here on, creates in this namespace are refused.
     await store.guaranteedUpdate(
       def,
@@ -1018,9 +1005,7 @@ export class ApiHandler {
         if (scale.metadata.name !== undefined && scale.metadata.name !== '' && scale.metadata.name !== name) {
           throw errors.badRequest(`the name of the object (${String(scale.metadata.name)}) does not match the name on the URL (${name})`);
         }
-        if (scale.metadata.uid && scale.metadata.uid !== current.metadata.uid) {
-          throw errors.conflict(def, name, `Precondition failed: UID in precondition: ${scale.metadata.uid}, UID in object meta: ${current.metadata.uid}`);
-        }
+        checkPreconditions(def, name, current, { uid: scale.metadata.uid });
         const replicas = isJsonObject(scale.spec) ? scale.spec.replicas : undefined;
         const causes = validateReplicas(replicas ?? 0, 'spec.replicas');
         if (causes.length) throw errors.invalid('Scale', name, 'autoscaling', causes);

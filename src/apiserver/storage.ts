@@ -153,6 +153,25 @@ function carryServerFields(next: KubeObject, current: KubeObject, markDeleted: U
   if (current.metadata.generateName) meta.generateName = current.metadata.generateName;
 }
 
+/** Preconditions (DeleteOptions', or a uid sent in a body) against the stored object: a mismatch is a 409. */
+export function checkPreconditions(
+  def: ResourceDefinition,
+  name: string,
+  current: KubeObject,
+  pre: DeleteOptions['preconditions'],
+): void {
+  if (pre?.uid && pre.uid !== current.metadata.uid) {
+    throw errors.conflict(def, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${current.metadata.uid}`);
+  }
+  if (pre?.resourceVersion && pre.resourceVersion !== current.metadata.resourceVersion) {
+    throw errors.conflict(
+      def,
+      name,
+      `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`,
+    );
+  }
+}
+
 function shouldDeleteOnWrite(obj: KubeObject): boolean {
   const meta = obj.metadata;
   return Boolean(meta.deletionTimestamp) && !meta.finalizers?.length && !meta.deletionGracePeriodSeconds;
@@ -454,21 +473,7 @@ export class ObjectStore {
       const kv = await this.datastore.get(key);
       if (!kv) throw errors.notFound(def, name);
       const current = this.decode(def, kv);
-      const pre = options.preconditions;
-      if (pre?.uid && pre.uid !== current.metadata.uid) {
-        throw errors.conflict(
-          def,
-          name,
-          `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${current.metadata.uid}`,
-        );
-      }
-      if (pre?.resourceVersion && pre.resourceVersion !== current.metadata.resourceVersion) {
-        throw errors.conflict(
-          def,
-          name,
-          `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`,
-        );
-      }
+      checkPreconditions(def, name, current, options.preconditions);
       const marking = this.deletionMark(def, current, options);
       if (marking === 'pending') return current;
       if (marking) {
