@@ -153,7 +153,7 @@ export const errors = {
       `the request body is larger than the limit of ${limitBytes} bytes`,
     );
   },
-  unsupportedMediaType(contentType: string, supported: string[]): ApiError {
+  unsupportedMediaType(contentType: string, supported: readonly string[]): ApiError {
     return new ApiError(
       415,
       'UnsupportedMediaType',

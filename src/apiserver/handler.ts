@@ -25,7 +25,7 @@ import { isJsonObject, type JsonObject } from './json.js';
 import { decodeKubernetesProtobuf } from './protobuf.js';
 import { type KubeObject, OBJECT_META_FIELDS } from './objects.js';
 import type { OpenApiDocuments } from './openapi.js';
-import { applyPatch, PatchError, patchTypeFromContentType } from './patch/index.js';
+import { applyPatch, PATCH_CONTENT_TYPES, PatchError, type PatchType, patchTypeFromContentType } from './patch/index.js';
 import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
 import { scaleOf, validateReplicas } from './workloads.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels, parseFieldSelector, parseLabelSelector } from './selectors.js';
@@ -103,11 +103,6 @@ interface ResourceRequest {
 
 const PUBLIC_PATHS = new Set(['/healthz', '/livez', '/readyz', '/version', '/cacerts']);
 const NAMESPACE_SUBRESOURCES = new Set(['status', 'finalize']);
-const SUPPORTED_PATCH_TYPES = [
-  'application/json-patch+json',
-  'application/merge-patch+json',
-  'application/strategic-merge-patch+json',
-];
 
 type FieldValidation = 'Ignore' | 'Warn' | 'Strict';
 
@@ -138,6 +133,21 @@ function pruneUnknownFields(def: ResourceDefinition, obj: KubeObject, mode: Fiel
     else delete obj[field];
   }
   return mode === 'Warn' ? unknown : [];
+}
+
+function patchTypeOf(req: IncomingMessage): PatchType {
+  const contentType = mediaType(req.headers['content-type']);
+  const patchType = patchTypeFromContentType(contentType);
+  if (!patchType) throw errors.unsupportedMediaType(contentType, PATCH_CONTENT_TYPES);
+  return patchType;
+}
+
+function parsePatch(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (error) {
+    throw errors.badRequest(`error decoding patch: ${error instanceof Error ? error.message : String(error)}`);
+  }
 }
 
 function warningHeader(unknown: string[]): Record<string, string> {
@@ -695,17 +705,9 @@ export class ApiHandler {
   ): Promise<void> {
     const negotiated = negotiate(req.headers.accept);
     const { def } = request;
-    const contentType = mediaType(req.headers['content-type']);
-    const patchType = patchTypeFromContentType(contentType);
-    if (!patchType) throw errors.unsupportedMediaType(contentType, SUPPORTED_PATCH_TYPES);
+    const patchType = patchTypeOf(req);
     const mode = fieldValidationParam(url.searchParams.get('fieldValidation'));
-    const body = await readBody(req);
-    let patch: unknown;
-    try {
-      patch = JSON.parse(body.toString('utf8'));
-    } catch (error) {
-      throw errors.badRequest(`error decoding patch: ${error instanceof Error ? error.message : String(error)}`);
-    }
+    const patch = parsePatch(await readBody(req));
     let unknown: string[] = [];
     const updated = await this.options.store.guaranteedUpdate(
       def,
@@ -971,16 +973,10 @@ export class ApiHandler {
     if (verb !== 'update' && verb !== 'patch') throw errors.methodNotAllowed(req.method ?? 'GET', url.pathname);
     const body = await readBody(req);
     let input: unknown;
-    let patchType: ReturnType<typeof patchTypeFromContentType> | undefined;
+    let patchType: PatchType | undefined;
     if (verb === 'patch') {
-      const contentType = mediaType(req.headers['content-type']);
-      patchType = patchTypeFromContentType(contentType);
-      if (!patchType) throw errors.unsupportedMediaType(contentType, SUPPORTED_PATCH_TYPES);
-      try {
-        input = JSON.parse(body.toString('utf8'));
-      } catch (error) {
-        throw errors.badRequest(`error decoding patch: ${error instanceof Error ? error.message : String(error)}`);
-      }
+      patchType = patchTypeOf(req);
+      input = parsePatch(body);
     } else {
       input = asKubeObject(decodeBody(body, req.headers['content-type']), 'the request body');
     }

@@ -18,6 +18,9 @@ const PATCH_TYPES: Readonly<Record<string, PatchType>> = {
   'application/strategic-merge-patch+json': 'strategic',
 };
 
+/** The Content-Types a PATCH may carry, as a 415 lists them. */
+export const PATCH_CONTENT_TYPES: readonly string[] = Object.keys(PATCH_TYPES);
+
 /**
  * The patch type of a PATCH request's Content-Type, or `undefined` for anything else, which
  * the server answers with 415. That includes server-side apply (`application/apply-patch+yaml`),
