@@ -25,15 +25,27 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import {
-  CONDITION_TYPES,
+  captureOutput,
+  checkBuild,
+  createNodes,
   DROVER_BIN,
+  droverReadyPort,
   fmtInt,
-  heartbeatTime,
+  heartbeatLoad,
+  heartbeatPatch,
+  installCleanup,
   machineInfo,
+  nodeName,
+  type PatchTarget,
   percentile,
   printMachine,
+  processCpuSeconds,
   REPO_ROOT,
   round,
+  send,
+  stopChild,
+  track,
+  waitForLine,
   writeResult,
 } from './common.js';
 
@@ -64,85 +76,25 @@ const GOAL = { patchesPerSec: 5000, p99Ms: 25 };
 // ---------------------------------------------------------------------------------------------
 // Child processes
 
+/** A server child process, tracked so that every exit path stops it. */
 interface Child {
-  name: string;
   process: ChildProcess;
   port: number;
-  output(): string;
-  stop(): Promise<void>;
 }
 
-function waitForLine(child: ChildProcess, what: string, match: (line: string) => number | undefined, output: () => string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} not ready after 30 s:\n${output()}`)), 30_000);
-    let buffered = '';
-    const onData = (chunk: Buffer): void => {
-      buffered += chunk.toString();
-      const lines = buffered.split('\n');
-      buffered = lines.pop()!;
-      for (const line of lines) {
-        const port = match(line);
-        if (port !== undefined) {
-          clearTimeout(timer);
-          child.stdout!.off('data', onData);
-          resolve(port);
-          return;
-        }
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`${what} exited with ${code}:\n${output()}`));
-    });
-  });
-}
-
-function childHandle(name: string, child: ChildProcess, port: number, output: () => string): Child {
-  const exited = new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else child.once('exit', () => resolve());
-  });
-  return {
-    name,
-    process: child,
-    port,
-    output,
-    stop: async () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      await exited;
-      clearTimeout(timer);
-    },
-  };
-}
-
-function capture(child: ChildProcess): () => string {
-  let output = '';
-  const add = (chunk: Buffer): void => {
-    output += chunk.toString();
-    if (output.length > 200_000) output = output.slice(-100_000);
-  };
-  child.stdout!.on('data', add);
-  child.stderr!.on('data', add);
-  return () => output;
-}
+const stopServer = (child: Child): Promise<void> => stopChild(child.process, 'SIGTERM', 10_000);
 
 async function startDrover(dataDir: string, profileDir?: string): Promise<Child> {
   const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const child = spawn(
-    process.execPath,
-    [...nodeArgs, DROVER_BIN, 'server', '--data-dir', dataDir, '--https-listen-port', '0', '--bind-address', '127.0.0.1'],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+  const child = track(
+    spawn(
+      process.execPath,
+      [...nodeArgs, DROVER_BIN, 'server', '--data-dir', dataDir, '--https-listen-port', '0', '--bind-address', '127.0.0.1'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    ),
   );
-  const output = capture(child);
-  const port = await waitForLine(
-    child,
-    'drover server',
-    (line) => (line.includes('Drover server is ready') ? (JSON.parse(line) as { port: number }).port : undefined),
-    output,
-  );
-  return childHandle('drover', child, port, output);
+  const port = await waitForLine(child, 'drover server', droverReadyPort, captureOutput(child));
+  return { process: child, port };
 }
 
 /**
@@ -176,16 +128,17 @@ function trivialBody(bytes: number): string {
 
 async function startTrivial(tlsDir: string, profileDir?: string, bodyBytes = 0): Promise<Child> {
   const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const child = spawn(process.execPath, [...nodeArgs, '-e', TRIVIAL_SERVER], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: {
-      ...process.env,
-      CERT: path.join(tlsDir, 'serving.crt'),
-      KEY: path.join(tlsDir, 'serving.key'),
-      BODY: trivialBody(bodyBytes),
-    },
-  });
-  const output = capture(child);
+  const child = track(
+    spawn(process.execPath, [...nodeArgs, '-e', TRIVIAL_SERVER], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: {
+        ...process.env,
+        CERT: path.join(tlsDir, 'serving.crt'),
+        KEY: path.join(tlsDir, 'serving.key'),
+        BODY: trivialBody(bodyBytes),
+      },
+    }),
+  );
   const port = await waitForLine(
     child,
     'trivial server',
@@ -193,121 +146,9 @@ async function startTrivial(tlsDir: string, profileDir?: string, bodyBytes = 0):
       const m = /^listening (\d+)$/.exec(line.trim());
       return m ? Number(m[1]) : undefined;
     },
-    output,
+    captureOutput(child),
   );
-  return childHandle('trivial', child, port, output);
-}
-
-/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
-function processCpuSeconds(pid: number): number {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // Fields after the command: state is index 0, utime 11, stime 12 (in clock ticks).
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return NaN;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Client
-
-interface Target {
-  port: number;
-  ca: string;
-  token: string;
-}
-
-function send(
-  agent: https.Agent,
-  target: Target,
-  method: string,
-  urlPath: string,
-  body: string | undefined,
-  contentType = 'application/json',
-): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = https.request(
-      {
-        host: '127.0.0.1',
-        port: target.port,
-        method,
-        path: urlPath,
-        agent,
-        ca: target.ca,
-        headers: {
-          Accept: 'application/json',
-          Authorization: `Bearer ${target.token}`,
-          ...(body !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(body) } : {}),
-        },
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (text += chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
-const nodeName = (i: number): string => `bench-node-${String(i).padStart(4, '0')}`;
-
-function nodeObject(i: number): unknown {
-  const conditions = CONDITION_TYPES.map((type) => ({
-    type,
-    status: type === 'Ready' ? 'True' : 'False',
-    lastHeartbeatTime: heartbeatTime(0),
-    lastTransitionTime: heartbeatTime(0),
-    reason: type === 'Ready' ? 'KubeletReady' : `KubeletHasNo${type}`,
-    message: type === 'Ready' ? 'kubelet is posting ready status' : `kubelet has no ${type}`,
-  }));
-  return {
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: {
-      name: nodeName(i),
-      labels: {
-        'kubernetes.io/hostname': nodeName(i),
-        'kubernetes.io/os': 'linux',
-        'kubernetes.io/arch': 'amd64',
-        'node-role.kubernetes.io/worker': '',
-      },
-    },
-    spec: { podCIDR: `10.42.${i % 256}.0/24` },
-    status: {
-      capacity: { cpu: '4', memory: '16384Mi', pods: '110', 'ephemeral-storage': '100Gi' },
-      allocatable: { cpu: '4', memory: '16000Mi', pods: '110', 'ephemeral-storage': '95Gi' },
-      conditions,
-      addresses: [
-        { type: 'InternalIP', address: `10.0.${Math.floor(i / 256)}.${i % 256}` },
-        { type: 'Hostname', address: nodeName(i) },
-      ],
-      nodeInfo: {
-        kubeletVersion: 'v1.31.0',
-        containerRuntimeVersion: 'containerd://1.7.22',
-        osImage: 'Debian GNU/Linux 12 (bookworm)',
-        kernelVersion: '6.1.0-25-amd64',
-        architecture: 'amd64',
-        operatingSystem: 'linux',
-      },
-    },
-  };
-}
-
-/** The heartbeat patch kubelet sends: every condition's lastHeartbeatTime moves forward. */
-function heartbeatPatch(beat: number): string {
-  const time = heartbeatTime(beat);
-  return JSON.stringify({
-    status: {
-      '$setElementOrder/conditions': CONDITION_TYPES.map((type) => ({ type })),
-      conditions: CONDITION_TYPES.map((type) => ({ lastHeartbeatTime: time, type })),
-    },
-  });
+  return { process: child, port };
 }
 
 interface LoadResult {
@@ -329,39 +170,10 @@ const beats = new Uint32Array(NODES);
 /** Every latency sample of each target, pooled over its measured rounds. */
 const samplesByTarget = new Map<string, number[]>();
 
-async function load(name: string, server: Child, target: Target, agent: https.Agent, ms: number, keep = false): Promise<LoadResult> {
-  const latencies: number[] = [];
-  const statuses: Record<string, number> = {};
-  let errors = 0;
-  let firstError: string | undefined;
-  const started = performance.now();
-  const deadline = started + ms;
+async function load(name: string, server: Child, target: PatchTarget, ms: number, keep = false): Promise<LoadResult> {
   const cpu0 = processCpuSeconds(server.process.pid!);
   const clientCpu0 = process.cpuUsage();
-  const worker = async (w: number): Promise<void> => {
-    const mine: number[] = [];
-    for (let i = w; i < NODES; i += CLIENTS) mine.push(i);
-    if (mine.length === 0) mine.push(w % NODES);
-    for (let k = 0; performance.now() < deadline; k++) {
-      const node = mine[k % mine.length]!;
-      const body = heartbeatPatch(++beats[node]!);
-      const t0 = performance.now();
-      try {
-        const res = await send(agent, target, 'PATCH', `/api/v1/nodes/${nodeName(node)}/status`, body, 'application/strategic-merge-patch+json');
-        latencies.push(performance.now() - t0);
-        statuses[res.status] = (statuses[res.status] ?? 0) + 1;
-        if (res.status !== 200) {
-          errors++;
-          firstError ??= `${res.status} ${res.text.slice(0, 300)}`;
-        }
-      } catch (error) {
-        errors++;
-        firstError ??= String(error);
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: CLIENTS }, (_, w) => worker(w)));
-  const seconds = (performance.now() - started) / 1000;
+  const { seconds, latencies, statuses, errors, firstError } = await heartbeatLoad(target, beats, CLIENTS, ms);
   const cpu1 = processCpuSeconds(server.process.pid!);
   const clientCpu = process.cpuUsage(clientCpu0);
   if (keep) {
@@ -565,21 +377,9 @@ function summarize(profile: CpuProfile): ProfileSummary {
 
 // ---------------------------------------------------------------------------------------------
 
-function checkBuild(): void {
-  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
-  const built = fs.statSync(DROVER_BIN).mtimeMs;
-  const newest = (dir: string): number =>
-    fs.readdirSync(dir, { withFileTypes: true }).reduce((max, entry) => {
-      const full = path.join(dir, entry.name);
-      return Math.max(max, entry.isDirectory() ? newest(full) : fs.statSync(full).mtimeMs);
-    }, 0);
-  if (newest(path.join(REPO_ROOT, 'src')) > built + 1000) {
-    console.warn('# WARNING: src/ is newer than dist/: run npm run build for current figures');
-  }
-}
-
 async function main(): Promise<void> {
   checkBuild();
+  installCleanup();
   const machine = machineInfo();
   printMachine(machine);
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'drover-bench-api-'));
@@ -591,19 +391,12 @@ async function main(): Promise<void> {
     children.push(drover);
     const token = fs.readFileSync(path.join(dataDir, 'server/cred/admin.token'), 'utf8').trim();
     const ca = fs.readFileSync(path.join(dataDir, 'server/tls/server-ca.crt'), 'utf8');
-    const droverTarget: Target = { port: drover.port, ca, token };
+    const droverTarget: PatchTarget = { port: drover.port, ca, token, agent };
 
     // The nodes, created concurrently in batches.
     const t0 = performance.now();
-    for (let i = 0; i < NODES; i += CLIENTS) {
-      await Promise.all(
-        Array.from({ length: Math.min(CLIENTS, NODES - i) }, async (_, j) => {
-          const res = await send(agent, droverTarget, 'POST', '/api/v1/nodes', JSON.stringify(nodeObject(i + j)));
-          if (res.status !== 201) throw new Error(`creating ${nodeName(i + j)}: ${res.status} ${res.text}`);
-        }),
-      );
-    }
-    const sample = await send(agent, droverTarget, 'GET', `/api/v1/nodes/${nodeName(0)}`, undefined);
+    await createNodes(droverTarget, NODES, CLIENTS, 'drover');
+    const sample = await send(droverTarget, 'GET', `/api/v1/nodes/${nodeName(0)}`, undefined);
     const nodeBytes = Buffer.byteLength(sample.text);
     console.log(
       `# created ${NODES} nodes in ${Math.round(performance.now() - t0)} ms (a node is ${nodeBytes} bytes of JSON; a patch ${heartbeatPatch(1).length} bytes); ` +
@@ -617,14 +410,14 @@ async function main(): Promise<void> {
       if (ONLY === 'ceiling' || ONLY === 'ceiling-big') {
         profiled = await startTrivial(path.join(dataDir, 'server/tls'), profileDir, ONLY === 'ceiling' ? 0 : nodeBytes);
         children.push(profiled);
-        target = { port: profiled.port, ca, token };
+        target = { port: profiled.port, ca, token, agent };
       }
       const name = ONLY ?? 'drover';
-      await load(name, profiled, target, agent, WARMUP_SECONDS * 1000);
-      const result = await load(name, profiled, target, agent, SECONDS * 1000);
+      await load(name, profiled, target, WARMUP_SECONDS * 1000);
+      const result = await load(name, profiled, target, SECONDS * 1000);
       console.log(describe(result));
       agent.destroy();
-      await profiled.stop();
+      await stopServer(profiled);
       const file = fs.readdirSync(profileDir!).find((f) => f.endsWith('.cpuprofile'));
       if (!file) throw new Error(`no .cpuprofile written in ${profileDir}`);
       const summary = summarize(JSON.parse(fs.readFileSync(path.join(profileDir!, file), 'utf8')) as CpuProfile);
@@ -656,23 +449,23 @@ async function main(): Promise<void> {
 
     const trivial = await startTrivial(path.join(dataDir, 'server/tls'));
     children.push(trivial);
-    const trivialTarget: Target = { port: trivial.port, ca, token };
+    const trivialTarget: PatchTarget = { port: trivial.port, ca, token, agent };
     // Context: the same trivial server answering as many bytes as drover does (the patched Node).
     const trivialBig = await startTrivial(path.join(dataDir, 'server/tls'), undefined, nodeBytes);
     children.push(trivialBig);
-    const trivialBigTarget: Target = { port: trivialBig.port, ca, token };
+    const trivialBigTarget: PatchTarget = { port: trivialBig.port, ca, token, agent };
     const targets = [
       { name: 'drover', child: drover, target: droverTarget },
       { name: 'ceiling', child: trivial, target: trivialTarget },
       { name: 'ceiling-big', child: trivialBig, target: trivialBigTarget },
     ].filter((t) => ONLY === undefined || t.name === ONLY);
 
-    for (const t of targets) await load(t.name, t.child, t.target, agent, WARMUP_SECONDS * 1000);
+    for (const t of targets) await load(t.name, t.child, t.target, WARMUP_SECONDS * 1000);
     const perRound: Record<string, LoadResult[]> = Object.fromEntries(targets.map((t) => [t.name, []]));
     for (let r = 0; r < ROUNDS; r++) {
       const order = r % 2 === 0 ? targets : [...targets].reverse();
       for (const t of order) {
-        const result = await load(t.name, t.child, t.target, agent, (SECONDS / ROUNDS) * 1000, true);
+        const result = await load(t.name, t.child, t.target, (SECONDS / ROUNDS) * 1000, true);
         perRound[t.name]!.push(result);
         console.log(`  round ${r + 1}: ${describe(result)}`);
       }
@@ -719,7 +512,7 @@ async function main(): Promise<void> {
     console.log(`\nwrote ${path.relative(process.cwd(), out)}`);
   } finally {
     agent.destroy();
-    for (const child of children) await child.stop();
+    for (const child of children) await stopServer(child);
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
 }

@@ -1,9 +1,8 @@
 /**
  * Shared helpers for the benchmarks: machine description, percentiles, result files, the
- * realistic Node status payloads the datastore and API benchmarks write, and, for the benchmarks
- * that run a cluster of real processes (detection.ts, failover.ts), process and temp-dir
- * tracking with cleanup on every exit path, a server and agents on 127.0.0.1, and an admin
- * HTTPS client.
+ * realistic Node status payloads the datastore and API benchmarks write, process and temp-dir
+ * tracking with cleanup on every exit path, a server and agents on 127.0.0.1, an admin HTTPS
+ * client, and the kubelet-shaped node-status PATCH load of api.ts and etcd.ts.
  *
  * The benchmark machine is shared and noisy, so every script measures its own baseline in the
  * same run and reports ratios against it. Nothing here asserts a timing.
@@ -11,8 +10,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
 export const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
@@ -74,6 +75,20 @@ export function writeResult(name: string, data: unknown): string {
   const file = path.join(RESULTS_DIR, `${name}.json`);
   fs.writeFileSync(file, `${JSON.stringify(data, null, 2)}\n`);
   return file;
+}
+
+/** Fails with the command to run when dist/ is missing; warns when src/ changed since the build. */
+export function checkBuild(): void {
+  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
+  const built = fs.statSync(DROVER_BIN).mtimeMs;
+  const newest = (dir: string): number =>
+    fs.readdirSync(dir, { withFileTypes: true }).reduce((max, entry) => {
+      const full = path.join(dir, entry.name);
+      return Math.max(max, entry.isDirectory() ? newest(full) : fs.statSync(full).mtimeMs);
+    }, 0);
+  if (newest(path.join(REPO_ROOT, 'src')) > built + 1000) {
+    console.warn('# WARNING: src/ is newer than dist/: run npm run build for current figures');
+  }
 }
 
 export function sleep(ms: number): Promise<void> {
@@ -144,6 +159,80 @@ export async function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'S
   }, ceilingMs);
   await exited;
   clearTimeout(timer);
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux); NaN elsewhere. */
+export function processCpuSeconds(pid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // Fields after the command: state is index 0, utime 11, stime 12 (in clock ticks).
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/** The last 100-200 kB of a child's stdout and stderr, for error messages. */
+export function captureOutput(child: ChildProcess): () => string {
+  let output = '';
+  const add = (chunk: Buffer): void => {
+    output += chunk.toString();
+    if (output.length > 200_000) output = output.slice(-100_000);
+  };
+  child.stdout?.on('data', add);
+  child.stderr?.on('data', add);
+  return () => output;
+}
+
+/** The first stdout line for which `match` answers a number (a port), or an error with `output()`. */
+export function waitForLine(
+  child: ChildProcess,
+  what: string,
+  match: (line: string) => number | undefined,
+  output: () => string,
+  timeoutMs = 30_000,
+): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} not ready after ${timeoutMs} ms:\n${output()}`)), timeoutMs);
+    let buffered = '';
+    const onData = (chunk: Buffer): void => {
+      buffered += chunk.toString();
+      const lines = buffered.split('\n');
+      buffered = lines.pop()!;
+      for (const line of lines) {
+        const port = match(line);
+        if (port !== undefined) {
+          clearTimeout(timer);
+          child.stdout!.off('data', onData);
+          resolve(port);
+          return;
+        }
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} exited with ${code}:\n${output()}`));
+    });
+  });
+}
+
+/** The HTTPS port of `drover server`'s ready log line, for waitForLine. */
+export function droverReadyPort(line: string): number | undefined {
+  return line.includes('Drover server is ready') ? (JSON.parse(line) as { port: number }).port : undefined;
+}
+
+/** A loopback port that was free a moment ago (listen on 0, read the port, close). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }
 
 /** A temporary directory removed at exit (also on errors and Ctrl-C) unless removed earlier. */
@@ -233,18 +322,7 @@ export async function startBenchServer(dataDir: string, logFile: string, flags: 
   };
   child.stdout!.on('data', onData);
   child.stderr!.on('data', onData);
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server not ready after ${timeoutMs} ms:\n${output.slice(-3000)}`)), timeoutMs);
-    child.once('exit', (code) => reject(new Error(`server exited (${code}):\n${output.slice(-3000)}`)));
-    const check = (): void => {
-      const line = output.split('\n').find((l) => l.includes('Drover server is ready'));
-      if (!line) return;
-      clearTimeout(timer);
-      child.stdout!.off('data', check);
-      resolve((JSON.parse(line) as { port: number }).port);
-    };
-    child.stdout!.on('data', check);
-  });
+  const port = await waitForLine(child, 'server', droverReadyPort, () => output.slice(-3000), timeoutMs);
   return {
     child,
     url: `https://127.0.0.1:${port}`,
@@ -354,4 +432,173 @@ export class BenchApi {
   destroy(): void {
     this.http.destroy();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node-status heartbeats as kubelets send them, from many keep-alive clients (api.ts, etcd.ts).
+
+/** An HTTPS server on 127.0.0.1 and how this client reaches it. */
+export interface PatchTarget {
+  port: number;
+  ca: string;
+  token: string;
+  agent: https.Agent;
+}
+
+/** One request; the answer's status and text, whatever the status. */
+export function send(
+  target: PatchTarget,
+  method: string,
+  urlPath: string,
+  body: string | undefined,
+  contentType = 'application/json',
+): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = https.request(
+      {
+        host: '127.0.0.1',
+        port: target.port,
+        method,
+        path: urlPath,
+        agent: target.agent,
+        ca: target.ca,
+        headers: {
+          Accept: 'application/json',
+          Authorization: `Bearer ${target.token}`,
+          ...(body !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(body) } : {}),
+        },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+export const nodeName = (i: number): string => `bench-node-${String(i).padStart(4, '0')}`;
+
+/** A worker Node as a kubelet registers it, with the four conditions and node info. */
+export function nodeObject(i: number): unknown {
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name: nodeName(i),
+      labels: {
+        'kubernetes.io/hostname': nodeName(i),
+        'kubernetes.io/os': 'linux',
+        'kubernetes.io/arch': 'amd64',
+        'node-role.kubernetes.io/worker': '',
+      },
+    },
+    spec: { podCIDR: `10.42.${i % 256}.0/24` },
+    status: {
+      capacity: { cpu: '4', memory: '16384Mi', pods: '110', 'ephemeral-storage': '100Gi' },
+      allocatable: { cpu: '4', memory: '16000Mi', pods: '110', 'ephemeral-storage': '95Gi' },
+      conditions: CONDITION_TYPES.map((type) => ({
+        type,
+        status: type === 'Ready' ? 'True' : 'False',
+        lastHeartbeatTime: heartbeatTime(0),
+        lastTransitionTime: heartbeatTime(0),
+        reason: type === 'Ready' ? 'KubeletReady' : `KubeletHasNo${type}`,
+        message: type === 'Ready' ? 'kubelet is posting ready status' : `kubelet has no ${type}`,
+      })),
+      addresses: [
+        { type: 'InternalIP', address: `10.0.${Math.floor(i / 256)}.${i % 256}` },
+        { type: 'Hostname', address: nodeName(i) },
+      ],
+      nodeInfo: {
+        kubeletVersion: 'v1.31.0',
+        containerRuntimeVersion: 'containerd://1.7.22',
+        osImage: 'Debian GNU/Linux 12 (bookworm)',
+        kernelVersion: '6.1.0-25-amd64',
+        architecture: 'amd64',
+        operatingSystem: 'linux',
+      },
+    },
+  };
+}
+
+/** The heartbeat patch kubelet sends: every condition's lastHeartbeatTime moves forward. */
+export function heartbeatPatch(beat: number): string {
+  const time = heartbeatTime(beat);
+  return JSON.stringify({
+    status: {
+      '$setElementOrder/conditions': CONDITION_TYPES.map((type) => ({ type })),
+      conditions: CONDITION_TYPES.map((type) => ({ lastHeartbeatTime: time, type })),
+    },
+  });
+}
+
+/** Nodes 0..count-1, created `batch` at a time; `label` names the server in errors. */
+export async function createNodes(target: PatchTarget, count: number, batch: number, label: string): Promise<void> {
+  for (let i = 0; i < count; i += batch) {
+    await Promise.all(
+      Array.from({ length: Math.min(batch, count - i) }, async (_, j) => {
+        const res = await send(target, 'POST', '/api/v1/nodes', JSON.stringify(nodeObject(i + j)));
+        if (res.status !== 201) throw new Error(`${label}: creating ${nodeName(i + j)}: ${res.status} ${res.text}`);
+      }),
+    );
+  }
+}
+
+export interface HeartbeatRun {
+  seconds: number;
+  /** Milliseconds per answered request, in completion order. */
+  latencies: number[];
+  statuses: Record<string, number>;
+  /** Answers other than 200, and requests that failed. */
+  errors: number;
+  firstError?: string;
+}
+
+/**
+ * `clients` concurrent loops PATCH node status for about `ms`; loop w owns nodes w, w + clients, …
+ * of the `beats.length` nodes and patches them in turn. `beats` holds each node's heartbeat
+ * counter, kept by the caller across runs so that every PATCH changes the node.
+ */
+export async function heartbeatLoad(target: PatchTarget, beats: Uint32Array, clients: number, ms: number): Promise<HeartbeatRun> {
+  const nodes = beats.length;
+  const latencies: number[] = [];
+  const statuses: Record<string, number> = {};
+  let errors = 0;
+  let firstError: string | undefined;
+  const started = performance.now();
+  const deadline = started + ms;
+  const worker = async (w: number): Promise<void> => {
+    const mine: number[] = [];
+    for (let i = w; i < nodes; i += clients) mine.push(i);
+    if (mine.length === 0) mine.push(w % nodes);
+    for (let k = 0; performance.now() < deadline; k++) {
+      const node = mine[k % mine.length]!;
+      const body = heartbeatPatch(++beats[node]!);
+      const t0 = performance.now();
+      try {
+        const res = await send(target, 'PATCH', `/api/v1/nodes/${nodeName(node)}/status`, body, 'application/strategic-merge-patch+json');
+        latencies.push(performance.now() - t0);
+        statuses[res.status] = (statuses[res.status] ?? 0) + 1;
+        if (res.status !== 200) {
+          errors++;
+          firstError ??= `${res.status} ${res.text.slice(0, 300)}`;
+        }
+      } catch (error) {
+        errors++;
+        firstError ??= String(error);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: clients }, (_, w) => worker(w)));
+  return {
+    seconds: (performance.now() - started) / 1000,
+    latencies,
+    statuses,
+    errors,
+    ...(firstError ? { firstError } : {}),
+  };
 }

@@ -32,7 +32,6 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -42,16 +41,26 @@ import { openEtcdDatastore } from '../src/datastore/etcd.js';
 import { openSqliteDatastore } from '../src/datastore/sqlite.js';
 import type { Datastore } from '../src/datastore/types.js';
 import {
-  CONDITION_TYPES,
+  captureOutput,
+  checkBuild,
+  createNodes,
   DROVER_BIN,
+  droverReadyPort,
   fmtInt,
-  heartbeatTime,
+  freePort,
+  heartbeatLoad,
+  installCleanup,
   machineInfo,
   median,
   nodeStatusValue,
+  type PatchTarget,
   percentile,
   printMachine,
+  processCpuSeconds,
   round,
+  stopChild,
+  track,
+  waitForLine,
   writeResult,
 } from './common.js';
 
@@ -88,66 +97,6 @@ const VALUES = Array.from({ length: 64 }, (_, i) => nodeStatusValue(i + 1));
 
 // ---------------------------------------------------------------------------------------------
 // Processes (only ever stopped by their own PID)
-
-/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
-function processCpuSeconds(pid: number): number {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return NaN;
-  }
-}
-
-const children = new Set<ChildProcess>();
-process.on('exit', () => {
-  for (const child of children) {
-    if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
-      try {
-        process.kill(child.pid, 'SIGKILL');
-      } catch {
-        // Already gone.
-      }
-    }
-  }
-});
-
-async function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    process.kill(child.pid, 'SIGTERM');
-    const timer = setTimeout(() => {
-      if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, 'SIGKILL');
-    }, 10_000);
-    await exited;
-    clearTimeout(timer);
-  }
-  children.delete(child);
-}
-
-function capture(child: ChildProcess): () => string {
-  let output = '';
-  const add = (chunk: Buffer): void => {
-    output += chunk.toString();
-    if (output.length > 200_000) output = output.slice(-100_000);
-  };
-  child.stdout?.on('data', add);
-  child.stderr?.on('data', add);
-  return () => output;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => (port ? resolve(port) : reject(new Error('no free port'))));
-    });
-  });
-}
 
 /** /dev/shm when writable (tmpfs), else undefined. */
 function shmDir(): string | undefined {
@@ -193,10 +142,10 @@ async function startEtcd(parent: string): Promise<EtcdProc> {
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
-  children.add(child);
-  const output = capture(child);
+  track(child);
+  const output = captureOutput(child);
   const stop = async (): Promise<void> => {
-    await stopChild(child);
+    await stopChild(child, 'SIGTERM', 10_000);
     fs.rmSync(root, { recursive: true, force: true });
   };
   const deadline = Date.now() + 30_000;
@@ -375,55 +324,29 @@ interface Figure {
 // ---------------------------------------------------------------------------------------------
 // Part 2: API PATCHes (client as bench/api.ts)
 
-interface Server {
+interface Server extends PatchTarget {
   name: string;
   child: ChildProcess;
-  port: number;
-  ca: string;
-  token: string;
-  agent: https.Agent;
-  output(): string;
 }
 
 async function startDrover(name: string, dataDir: string, extra: string[], profileDir?: string): Promise<Server> {
-  const child = spawn(
-    process.execPath,
-    [
-      ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(profileDir)}`] : []),
-      DROVER_BIN, 'server',
-      ...extra,
-      '--disable-agent',
-      '--https-listen-port', '0',
-      '--bind-address', '127.0.0.1',
-      '--data-dir', dataDir,
-      '--node-monitor-grace-period', '1h',
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+  const child = track(
+    spawn(
+      process.execPath,
+      [
+        ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(profileDir)}`] : []),
+        DROVER_BIN, 'server',
+        ...extra,
+        '--disable-agent',
+        '--https-listen-port', '0',
+        '--bind-address', '127.0.0.1',
+        '--data-dir', dataDir,
+        '--node-monitor-grace-period', '1h',
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    ),
   );
-  children.add(child);
-  const output = capture(child);
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name} not ready after 60 s:\n${output()}`)), 60_000);
-    let buffered = '';
-    const onData = (chunk: Buffer): void => {
-      buffered += chunk.toString();
-      const lines = buffered.split('\n');
-      buffered = lines.pop()!;
-      for (const line of lines) {
-        if (line.includes('Drover server is ready')) {
-          clearTimeout(timer);
-          child.stdout!.off('data', onData);
-          resolve((JSON.parse(line) as { port: number }).port);
-          return;
-        }
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`${name} exited with ${code}:\n${output()}`));
-    });
-  });
+  const port = await waitForLine(child, name, droverReadyPort, captureOutput(child), 60_000);
   return {
     name,
     child,
@@ -431,90 +354,7 @@ async function startDrover(name: string, dataDir: string, extra: string[], profi
     ca: fs.readFileSync(path.join(dataDir, 'server/tls/server-ca.crt'), 'utf8'),
     token: fs.readFileSync(path.join(dataDir, 'server/cred/admin.token'), 'utf8').trim(),
     agent: new https.Agent({ keepAlive: true, maxSockets: CLIENTS }),
-    output,
   };
-}
-
-function send(server: Server, method: string, urlPath: string, body: string | undefined, contentType = 'application/json'): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = https.request(
-      {
-        host: '127.0.0.1',
-        port: server.port,
-        method,
-        path: urlPath,
-        agent: server.agent,
-        ca: server.ca,
-        headers: {
-          Accept: 'application/json',
-          Authorization: `Bearer ${server.token}`,
-          ...(body !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(body) } : {}),
-        },
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => (text += chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
-
-const nodeName = (i: number): string => `bench-node-${String(i).padStart(4, '0')}`;
-
-function nodeObject(i: number): unknown {
-  return {
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: {
-      name: nodeName(i),
-      labels: {
-        'kubernetes.io/hostname': nodeName(i),
-        'kubernetes.io/os': 'linux',
-        'kubernetes.io/arch': 'amd64',
-        'node-role.kubernetes.io/worker': '',
-      },
-    },
-    spec: { podCIDR: `10.42.${i % 256}.0/24` },
-    status: {
-      capacity: { cpu: '4', memory: '16384Mi', pods: '110', 'ephemeral-storage': '100Gi' },
-      allocatable: { cpu: '4', memory: '16000Mi', pods: '110', 'ephemeral-storage': '95Gi' },
-      conditions: CONDITION_TYPES.map((type) => ({
-        type,
-        status: type === 'Ready' ? 'True' : 'False',
-        lastHeartbeatTime: heartbeatTime(0),
-        lastTransitionTime: heartbeatTime(0),
-        reason: type === 'Ready' ? 'KubeletReady' : `KubeletHasNo${type}`,
-        message: type === 'Ready' ? 'kubelet is posting ready status' : `kubelet has no ${type}`,
-      })),
-      addresses: [
-        { type: 'InternalIP', address: `10.0.${Math.floor(i / 256)}.${i % 256}` },
-        { type: 'Hostname', address: nodeName(i) },
-      ],
-      nodeInfo: {
-        kubeletVersion: 'v1.31.0',
-        containerRuntimeVersion: 'containerd://1.7.22',
-        osImage: 'Debian GNU/Linux 12 (bookworm)',
-        kernelVersion: '6.1.0-25-amd64',
-        architecture: 'amd64',
-        operatingSystem: 'linux',
-      },
-    },
-  };
-}
-
-function heartbeatPatch(beat: number): string {
-  const time = heartbeatTime(beat);
-  return JSON.stringify({
-    status: {
-      '$setElementOrder/conditions': CONDITION_TYPES.map((type) => ({ type })),
-      conditions: CONDITION_TYPES.map((type) => ({ lastHeartbeatTime: time, type })),
-    },
-  });
 }
 
 interface Load {
@@ -529,35 +369,9 @@ interface Load {
 }
 
 async function load(server: Server, beats: Uint32Array, ms: number, etcdPid?: number): Promise<Load> {
-  const latencies: number[] = [];
-  let errors = 0;
-  let firstError: string | undefined;
   const cpu0 = processCpuSeconds(server.child.pid!);
   const etcd0 = etcdPid !== undefined ? processCpuSeconds(etcdPid) : NaN;
-  const started = performance.now();
-  const deadline = started + ms;
-  const worker = async (w: number): Promise<void> => {
-    const mine: number[] = [];
-    for (let i = w; i < NODES; i += CLIENTS) mine.push(i);
-    if (mine.length === 0) mine.push(w % NODES);
-    for (let k = 0; performance.now() < deadline; k++) {
-      const node = mine[k % mine.length]!;
-      const t0 = performance.now();
-      try {
-        const res = await send(server, 'PATCH', `/api/v1/nodes/${nodeName(node)}/status`, heartbeatPatch(++beats[node]!), 'application/strategic-merge-patch+json');
-        latencies.push(performance.now() - t0);
-        if (res.status !== 200) {
-          errors++;
-          firstError ??= `${res.status} ${res.text.slice(0, 300)}`;
-        }
-      } catch (error) {
-        errors++;
-        firstError ??= String(error);
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: CLIENTS }, (_, w) => worker(w)));
-  const seconds = (performance.now() - started) / 1000;
+  const { seconds, latencies, errors, firstError } = await heartbeatLoad(server, beats, CLIENTS, ms);
   const cpu1 = processCpuSeconds(server.child.pid!);
   const etcd1 = etcdPid !== undefined ? processCpuSeconds(etcdPid) : NaN;
   return {
@@ -704,23 +518,14 @@ async function runApi({ etcdParent, tmp }: Dirs): Promise<ApiResult> {
     cleanup.push(async () => {
       for (const s of servers) {
         s.agent.destroy();
-        await stopChild(s.child);
+        await stopChild(s.child, 'SIGTERM', 10_000);
       }
     });
     const onEtcd = await startDrover('etcd', etcdDir, ['--datastore-endpoint', `etcd://${apiEtcd.endpoint.replace(/^http:\/\//, '')}`], PROFILE_DIR);
     servers.push(onEtcd);
     const onSqlite = await startDrover('sqlite', sqliteDir, []);
     servers.push(onSqlite);
-    for (const s of servers) {
-      for (let i = 0; i < NODES; i += CLIENTS) {
-        await Promise.all(
-          Array.from({ length: Math.min(CLIENTS, NODES - i) }, async (_, j) => {
-            const res = await send(s, 'POST', '/api/v1/nodes', JSON.stringify(nodeObject(i + j)));
-            if (res.status !== 201) throw new Error(`${s.name}: creating ${nodeName(i + j)}: ${res.status} ${res.text}`);
-          }),
-        );
-      }
-    }
+    for (const s of servers) await createNodes(s, NODES, CLIENTS, s.name);
     const beats = new Map(servers.map((s) => [s, new Uint32Array(NODES)]));
     const etcdPidOf = (s: Server): number | undefined => (s === onEtcd ? apiEtcd.pid : undefined);
     console.log(
@@ -769,7 +574,8 @@ async function runApi({ etcdParent, tmp }: Dirs): Promise<ApiResult> {
 }
 
 async function main(): Promise<void> {
-  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
+  checkBuild();
+  installCleanup();
   const machine = machineInfo();
   printMachine(machine);
   const shm = shmDir();
