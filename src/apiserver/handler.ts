@@ -28,8 +28,8 @@ import type { OpenApiDocuments } from './openapi.js';
 import { applyPatch, PATCH_CONTENT_TYPES, PatchError, type PatchType, patchTypeFromContentType } from './patch/index.js';
 import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
 import { scaleOf, validateReplicas } from './workloads.js';
-import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels, parseFieldSelector, parseLabelSelector } from './selectors.js';
-import { checkPreconditions, type ObjectStore, type Selection, type WatchEventType } from './storage.js';
+import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from './selectors.js';
+import { checkPreconditions, type ObjectStore, parseSelection, type Selection, type WatchEventType } from './storage.js';
 import { type IncludeObject, toTable } from './table.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -457,11 +457,7 @@ export class ApiHandler {
   }
 
   private selection(url: URL, def: ResourceDefinition): Selection {
-    const supported = new Set(['metadata.name', 'metadata.namespace', ...Object.keys(def.fieldLabels)]);
-    return {
-      labelSelector: parseLabelSelector(url.searchParams.get('labelSelector')),
-      fieldSelector: parseFieldSelector(url.searchParams.get('fieldSelector'), supported, `${def.kind}`),
-    };
+    return parseSelection(def, url.searchParams.get('labelSelector'), url.searchParams.get('fieldSelector'));
   }
 
   private respondObject(

@@ -19,6 +19,8 @@ import {
   type LabelSelector,
   matchesFields,
   matchesLabels,
+  parseFieldSelector,
+  parseLabelSelector,
 } from './selectors.js';
 import { validateObjectMeta } from './validation.js';
 
@@ -42,6 +44,26 @@ const NAME_SUFFIX_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
 export interface Selection {
   labelSelector: LabelSelector;
   fieldSelector: FieldSelector;
+}
+
+/** The field selectors each kind supports, computed once per kind rather than per request. */
+const selectableFields = new WeakMap<ResourceDefinition, ReadonlySet<string>>();
+
+/** A request's labelSelector and fieldSelector, parsed against what the kind can select on. */
+export function parseSelection(
+  def: ResourceDefinition,
+  labelSelector: string | null | undefined,
+  fieldSelector: string | null | undefined,
+): Selection {
+  let supported = selectableFields.get(def);
+  if (!supported) {
+    supported = new Set(['metadata.name', 'metadata.namespace', ...Object.keys(def.fieldLabels)]);
+    selectableFields.set(def, supported);
+  }
+  return {
+    labelSelector: parseLabelSelector(labelSelector),
+    fieldSelector: parseFieldSelector(fieldSelector, supported, def.kind),
+  };
 }
 
 export interface ListOptions extends Selection {

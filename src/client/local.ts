@@ -3,8 +3,7 @@ import type { JsonObject } from '../apiserver/json.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { applyPatch } from '../apiserver/patch/index.js';
 import type { ResourceDefinition, ResourceRegistry } from '../apiserver/resources.js';
-import { parseFieldSelector, parseLabelSelector } from '../apiserver/selectors.js';
-import type { ObjectStore, Selection } from '../apiserver/storage.js';
+import { type ObjectStore, parseSelection, type Selection } from '../apiserver/storage.js';
 import type { ApiClient, DeleteOptions, ListOptions, PatchKind, ResourceRef, WatchHandle, WatchHandler } from './types.js';
 
 /** The API client for code running inside the server: straight to the object store, no HTTP. */
@@ -21,14 +20,7 @@ export class LocalClient implements ApiClient {
   }
 
   private selection(def: ResourceDefinition, options: ListOptions = {}): Selection {
-    return {
-      labelSelector: parseLabelSelector(options.labelSelector),
-      fieldSelector: parseFieldSelector(
-        options.fieldSelector,
-        new Set(['metadata.name', 'metadata.namespace', ...Object.keys(def.fieldLabels)]),
-        def.kind,
-      ),
-    };
+    return parseSelection(def, options.labelSelector, options.fieldSelector);
   }
 
   async get(ref: ResourceRef, namespace: string | undefined, name: string): Promise<KubeObject | undefined> {
