@@ -32,6 +32,7 @@ import {
   type WatchCallbacks,
   type WatchEvent,
 } from './types.js';
+import { WatchDelivery } from './watch-delivery.js';
 
 /**
  * The etcd datastore: the {@link Datastore} seam over an etcd v3 cluster (gRPC, via the `etcd3`
@@ -638,13 +639,9 @@ class Hub {
 
 /** The {@link Watch} handed to callers. */
 class EtcdWatch implements Watch {
-  private queue: WatchEvent[] = [];
-  private scheduled = false;
-  private progressDue = false;
+  private readonly delivery: WatchDelivery;
+  /** Progress asked for before the watch went live; forwarded to the hub then. */
   private progressWanted = false;
-  /** Cancelled or failed: nothing more is delivered. */
-  private done = false;
-  private cancelled = false;
   /** The hub once live. */
   private hub: Hub | undefined;
   /** The hub while replaying older history from etcd (it holds the ring for us). */
@@ -656,11 +653,17 @@ class EtcdWatch implements Watch {
     readonly prefix: string,
     /** First revision asked for. */
     readonly start: number,
-    private readonly callbacks: WatchCallbacks,
-  ) {}
+    callbacks: WatchCallbacks,
+  ) {
+    this.delivery = new WatchDelivery(
+      callbacks,
+      () => (this.hub ? Math.max(this.hub.through, 0) : undefined),
+      () => this.release(),
+    );
+  }
 
   get active(): boolean {
-    return !this.done;
+    return this.delivery.active;
   }
 
   accepts(event: WatchEvent): boolean {
@@ -668,25 +671,17 @@ class EtcdWatch implements Watch {
   }
 
   requestProgress(): void {
-    if (this.done) return;
+    if (!this.active) return;
     if (this.hub) this.hub.requestProgress(this);
     else this.progressWanted = true;
   }
 
   cancel(): void {
-    this.cancelled = true; // also silences an onError that is scheduled but not yet delivered
-    if (this.done) return;
-    this.done = true;
-    this.release();
+    this.delivery.cancel();
   }
 
   fail(error: Error): void {
-    if (this.done) return;
-    this.done = true;
-    this.release();
-    setImmediate(() => {
-      if (!this.cancelled) this.callbacks.onError(error);
-    });
+    this.delivery.fail(error);
   }
 
   /**
@@ -694,23 +689,22 @@ class EtcdWatch implements Watch {
    * the hub's ring, which holds everything after `target`.
    */
   beginCatchUp(hub: Hub, target: number): void {
-    if (this.done) return;
+    if (!this.active) return;
     hub.pin(this, target + 1);
     this.hub = undefined;
     const store = this.store;
     const raw: RawWatcher = new RawWatcher(ZERO_KEY, ZERO_KEY, true, this.start, {
       events: (events) => {
-        if (this.done || this.catchUp !== raw) return;
+        if (!this.active || this.catchUp !== raw) return;
         let reached = false;
         for (const e of events) {
           const revision = num(e.kv.mod_revision);
           if (revision <= target && store.inNamespace(e.kv.key)) {
             const event = store.toWatchEvent(e);
-            if (event && this.accepts(event)) this.queue.push(event);
+            if (event && this.accepts(event)) this.delivery.push(event);
           }
           if (revision >= target) reached = true;
         }
-        if (this.queue.length > 0) this.schedule();
         if (!reached) return;
         store.stream.remove(raw);
         this.catchUp = undefined;
@@ -728,10 +722,7 @@ class EtcdWatch implements Watch {
   goLive(hub: Hub, replay: WatchEvent[]): void {
     this.hub = hub;
     this.pendingHub = undefined;
-    if (replay.length > 0) {
-      for (const event of replay) this.queue.push(event);
-      this.schedule();
-    }
+    for (const event of replay) this.delivery.push(event);
     if (this.progressWanted) {
       this.progressWanted = false;
       hub.requestProgress(this);
@@ -739,55 +730,20 @@ class EtcdWatch implements Watch {
   }
 
   offer(events: WatchEvent[]): void {
-    if (this.done) return;
-    let added = false;
-    for (const event of events) {
-      if (this.accepts(event)) {
-        this.queue.push(event);
-        added = true;
-      }
-    }
-    if (added) this.schedule();
+    for (const event of events) if (this.accepts(event)) this.delivery.push(event);
   }
 
   /** Every event up to the hub's `through` is queued: report it after delivering them. */
   progressReady(): void {
-    if (this.done) return;
-    this.progressDue = true;
-    this.schedule();
+    this.delivery.progress();
   }
 
   private release(): void {
-    this.queue = [];
     this.hub?.detach(this);
     this.pendingHub?.detach(this);
     if (this.catchUp) this.store.stream.remove(this.catchUp);
     this.catchUp = undefined;
     this.store.forget(this);
-  }
-
-  /** Deliver asynchronously, never from inside the stream's data handler. */
-  private schedule(): void {
-    if (this.scheduled) return;
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      if (this.done) return;
-      try {
-        if (this.queue.length > 0) {
-          const batch = this.queue;
-          this.queue = [];
-          this.callbacks.onEvents(batch);
-        }
-        if (this.progressDue && !this.done && this.hub) {
-          this.progressDue = false;
-          this.callbacks.onProgress?.(Math.max(this.hub.through, 0));
-        }
-      } catch (error) {
-        // A failing consumer ends its own watch, not the process.
-        this.fail(error instanceof Error ? error : new Error(String(error)));
-      }
-    });
   }
 }
 

@@ -14,6 +14,7 @@ import {
   type WatchCallbacks,
   type WatchEvent,
 } from './types.js';
+import { WatchDelivery } from './watch-delivery.js';
 
 /**
  * The embedded default datastore: a log-structured table in one SQLite file, in the manner of
@@ -114,75 +115,39 @@ function rowToEvent(row: RowWithPrev): WatchEvent {
 }
 
 class SqliteWatch implements Watch {
-  private queue: WatchEvent[] = [];
-  private progressWanted = false;
-  private scheduled = false;
-  private cancelled = false;
+  private readonly delivery: WatchDelivery;
 
   constructor(
     readonly prefix: string,
-    private readonly callbacks: WatchCallbacks,
-    private readonly store: SqliteDatastore,
+    callbacks: WatchCallbacks,
+    store: SqliteDatastore,
     /** Highest revision whose events (if any) are already queued for this watch. */
     private queuedThrough: number,
     /** Events before this revision were not asked for (a watch from a future revision). */
     private readonly startRevision: number,
-  ) {}
-
-  get active(): boolean {
-    return !this.cancelled;
+  ) {
+    this.delivery = new WatchDelivery(callbacks, () => this.queuedThrough, () => store.forget(this));
   }
 
   enqueue(events: WatchEvent[], throughRevision: number): void {
-    if (this.cancelled) return;
     for (const event of events) {
       if (event.kv.modRevision >= this.startRevision && event.kv.key.startsWith(this.prefix)) {
-        this.queue.push(event);
+        this.delivery.push(event);
       }
     }
     this.queuedThrough = throughRevision;
-    if (this.queue.length > 0) this.schedule();
   }
 
   requestProgress(): void {
-    this.progressWanted = true;
-    this.schedule();
+    this.delivery.progress();
   }
 
   fail(error: Error): void {
-    if (this.cancelled) return;
-    this.cancel();
-    setImmediate(() => this.callbacks.onError(error));
+    this.delivery.fail(error);
   }
 
   cancel(): void {
-    this.cancelled = true;
-    this.queue = [];
-    this.store.forget(this);
-  }
-
-  /** Deliver asynchronously so that a slow consumer never runs inside a writer's transaction. */
-  private schedule(): void {
-    if (this.scheduled) return;
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      if (this.cancelled) return;
-      try {
-        if (this.queue.length > 0) {
-          const batch = this.queue;
-          this.queue = [];
-          this.callbacks.onEvents(batch);
-        }
-        if (this.progressWanted && !this.cancelled) {
-          this.progressWanted = false;
-          this.callbacks.onProgress?.(this.queuedThrough);
-        }
-      } catch (error) {
-        // A failing consumer ends its own watch, not the process.
-        this.fail(error instanceof Error ? error : new Error(String(error)));
-      }
-    });
+    this.delivery.cancel();
   }
 }
 

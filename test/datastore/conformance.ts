@@ -1104,6 +1104,48 @@ export function runDatastoreConformance(backendName: string, open: OpenDatastore
         control.assertHealthy();
       });
 
+      test('a consumer that throws gets onError and its watch ends; other watches go on', async (h) => {
+        const { store } = h;
+        const from = (await store.currentRevision()) + 1;
+        const control = h.watch('/t/', from);
+        const delivered: number[] = [];
+        const errors: Error[] = [];
+        const faulty = store.watch('/t/', from, {
+          onEvents: (events) => {
+            for (const e of events) delivered.push(e.kv.modRevision);
+            throw new Error('consumer bug');
+          },
+          onError: (error) => errors.push(error),
+        });
+        try {
+          const first = await store.create('/t/a', buf('1'));
+          await waitFor(() => errors.length > 0, 'onError for a consumer that threw');
+          assert.equal(errors[0]!.message, 'consumer bug');
+          const second = await store.create('/t/b', buf('1'));
+          await control.waitForEventAt('/t/b', second.modRevision);
+          assert.ok(control.hasEventAt('/t/a', first.modRevision));
+          assert.deepEqual(delivered, [first.modRevision], 'a watch whose consumer threw must deliver no more');
+          assert.equal(errors.length, 1, 'onError exactly once');
+          control.assertHealthy();
+        } finally {
+          faulty.cancel();
+        }
+      });
+
+      test('cancelling a watch while its close error is pending silences that onError', async (h) => {
+        const { store } = h;
+        const from = (await store.currentRevision()) + 1;
+        const rec = h.watch('/cc/', from);
+        const witness = h.watch('/cc/', from);
+        const closing = store.close();
+        rec.cancel();
+        await closing;
+        await waitFor(() => witness.errors.length > 0, 'onError for a watch of a closed store');
+        await new Promise((resolve) => setImmediate(resolve));
+        assert.deepEqual(rec.violations, []);
+        rec.assertNoError();
+      });
+
       test('several watches on overlapping prefixes each get their own events', async (h) => {
         const { store } = h;
         const t = h.tracker();
