@@ -3,7 +3,7 @@ import { type ApiClient, PODS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
 import { decideFailover, type FailoverSettings, majoritySilentDuring, NodeRateLimiter } from './failover-logic.js';
-import { Informer } from './informer.js';
+import type { Informer } from './informer.js';
 import { type NodeHealthView, STATE_LABEL, UNREACHABLE_TAINT } from './node-lifecycle.js';
 
 /**
@@ -31,7 +31,6 @@ function isLost(node: KubeObject): boolean {
 }
 
 export class FailoverController {
-  private readonly pods: Informer;
   private readonly lost = new Map<string, LostNode>();
   /** Node names that pods are bound to but that have no Node object: since when (this clock). */
   private readonly orphanedSince = new Map<string, number>();
@@ -45,17 +44,17 @@ export class FailoverController {
   constructor(
     private readonly client: ApiClient,
     private readonly view: NodeHealthView,
+    /** The leader's shared pod informer (all namespaces); its owner starts and stops it. */
+    private readonly pods: Informer,
     private readonly events: EventRecorder,
     private readonly logger: Logger,
     private readonly settings: FailoverSettings,
   ) {
-    this.pods = new Informer(client, PODS, undefined, () => undefined, logger);
     this.limiter = new NodeRateLimiter(FAILOVER_NODE_BURST, FAILOVER_NODES_PER_SECOND, Date.now());
   }
 
-  async start(): Promise<void> {
+  start(): void {
     this.running = true;
-    await this.pods.start();
     this.logger.info(
       {
         defaultTolerationMs: this.settings.defaultTolerationMs,
@@ -70,7 +69,6 @@ export class FailoverController {
   stop(): void {
     this.running = false;
     clearTimeout(this.timer);
-    this.pods.stop();
   }
 
   private schedule(): void {

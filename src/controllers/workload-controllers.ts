@@ -23,7 +23,13 @@ export interface WorkloadControllersOptions {
   resyncMs?: number;
 }
 
-export async function startWorkloadControllers(client: ApiClient, options: WorkloadControllersOptions): Promise<{ stop(): void }> {
+export interface WorkloadControllers {
+  /** The informers the controllers share; others on the leader (failover) read them too. */
+  readonly informers: SharedInformers;
+  stop(): void;
+}
+
+export async function startWorkloadControllers(client: ApiClient, options: WorkloadControllersOptions): Promise<WorkloadControllers> {
   const { logger, events } = options;
   const informers = new SharedInformers(client, logger);
   const scheduler = new Scheduler(client, informers, events, logger.child({ controller: 'scheduler' }));
@@ -63,5 +69,5 @@ export async function startWorkloadControllers(client: ApiClient, options: Workl
   // A sweep right after the first lists catches dependents orphaned while no leader ran.
   if (!stopped) collector.sweep();
   logger.info({ resyncMs }, 'workload controllers started');
-  return { stop };
+  return { informers, stop };
 }

@@ -13,6 +13,7 @@ import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js
 import { ApiServer } from '../apiserver/server.js';
 import { ObjectStore } from '../apiserver/storage.js';
 import { LocalClient } from '../client/local.js';
+import { PODS } from '../client/types.js';
 import { CLUSTER_RECORD_KEY, checkClusterRecord } from '../config/cluster-record.js';
 import { computeDrift, publication, publishConfig, publishedValues, readPublished } from '../config/drift.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -23,7 +24,7 @@ import { NodeRegistry } from '../cluster/node-registry.js';
 import { supervisorRoutes } from '../cluster/supervisor.js';
 import { EventRecorder } from '../controllers/events.js';
 import { LeaderElector } from '../controllers/leader-election.js';
-import { startWorkloadControllers } from '../controllers/workload-controllers.js';
+import { startWorkloadControllers, type WorkloadControllers } from '../controllers/workload-controllers.js';
 import { podLogProxy } from './pod-logs.js';
 import { FailoverController } from '../controllers/failover.js';
 import { fencingThresholds } from '../controllers/failover-logic.js';
@@ -324,7 +325,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         : {}),
     });
     let failover: FailoverController | undefined;
-    let workloads: { stop(): void } | undefined;
+    let workloads: WorkloadControllers | undefined;
     const workloadEvents = new EventRecorder(client, 'drover-controller-manager', leaderIdentity, logger);
     const elector = new LeaderElector(
       client,
@@ -333,20 +334,22 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         onStartedLeading: () =>
           void (async () => {
             await lifecycle.start();
-            failover = new FailoverController(client, lifecycle, events, logger.child({ controller: 'failover' }), {
+            workloads = await startWorkloadControllers(client, { logger, events: workloadEvents });
+            // Failover reads the workload controllers' pod informer: one list and watch of every pod.
+            failover = new FailoverController(client, lifecycle, workloads.informers.get(PODS), events, logger.child({ controller: 'failover' }), {
               defaultTolerationMs: options.defaultUnavailableTolerationMs,
               fencingTimeoutMs: options.fencingTimeoutMs,
               fencingMarginMs: FENCING_MARGIN_MS,
               silenceThresholdMs: fencingThresholds(options.nodeLeaseRenewIntervalMs, options.fencingTimeoutMs).controllerSilenceMs,
             });
-            await failover.start();
-            workloads = await startWorkloadControllers(client, { logger, events: workloadEvents });
+            failover.start();
           })().catch((error: unknown) => logger.error({ err: error }, 'node lifecycle or failover controller failed to start')),
         onStoppedLeading: () => {
-          workloads?.stop();
-          workloads = undefined;
+          // Failover first: it reads the workload controllers' pod informer.
           failover?.stop();
           failover = undefined;
+          workloads?.stop();
+          workloads = undefined;
           lifecycle.stop();
         },
       },
