@@ -461,11 +461,16 @@ export class Agent {
         annotations: { [HEALTH_ANNOTATION]: JSON.stringify(this.health) },
         ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name, uid: this.nodeUid }],
       },
-      spec: {
-        holderIdentity: leaseHolderIdentity(name, this.nodeUid),
-        leaseDurationSeconds: Math.ceil(this.timings!.nodeMonitorGracePeriodMs / 1000),
-        renewTime: kubeMicroTime(now),
-      },
+      spec: this.leaseSpec(now),
+    };
+  }
+
+  /** What every renewal writes, and a new lease starts with. */
+  private leaseSpec(now: number): Record<string, unknown> {
+    return {
+      holderIdentity: leaseHolderIdentity(this.options.nodeName, this.nodeUid),
+      leaseDurationSeconds: Math.ceil(this.timings!.nodeMonitorGracePeriodMs / 1000),
+      renewTime: kubeMicroTime(now),
     };
   }
 
@@ -505,11 +510,7 @@ export class Agent {
     try {
       await client.patch(LEASES, NODE_LEASE_NAMESPACE, name, 'merge', {
         metadata: { annotations: { [HEALTH_ANNOTATION]: JSON.stringify(this.health), [RELEASED_ANNOTATION]: null } },
-        spec: {
-          holderIdentity: leaseHolderIdentity(name, this.nodeUid),
-          renewTime: kubeMicroTime(now),
-          leaseDurationSeconds: Math.ceil(this.timings!.nodeMonitorGracePeriodMs / 1000),
-        },
+        spec: this.leaseSpec(now),
       });
     } catch (error) {
       this.metrics?.leaseRenewal.observe({ result: 'error' }, (performance.now() - started) / 1000);
