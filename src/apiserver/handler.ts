@@ -29,7 +29,7 @@ import { applyPatch, PATCH_CONTENT_TYPES, PatchError, type PatchType, patchTypeF
 import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
 import { scaleOf, validateReplicas } from './workloads.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from './selectors.js';
-import { checkPreconditions, type ObjectStore, parseSelection, type Selection, type WatchEventType } from './storage.js';
+import { checkPreconditions, type DeleteOptions, type ObjectStore, parseSelection, type Selection, type WatchEventType } from './storage.js';
 import { type IncludeObject, toTable } from './table.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -478,9 +478,8 @@ export class ApiHandler {
 
   private async serveGet(req: IncomingMessage, res: ServerResponse, url: URL, request: ResourceRequest): Promise<void> {
     const negotiated = negotiate(req.headers.accept);
-    let obj = await this.options.store.get(request.def, request.namespace, request.name!);
+    const obj = await this.options.store.get(request.def, request.namespace, request.name!);
     if (request.subresource === 'eviction') throw errors.methodNotAllowed('GET', url.pathname);
-    if (request.subresource === 'status') obj = { ...obj };
     this.respondObject(res, 200, negotiated, request.def, obj, includeObjectParam(url.searchParams.get('includeObject')));
   }
 
@@ -766,7 +765,7 @@ export class ApiHandler {
     return value;
   }
 
-  private preconditionsOf(options: JsonObject): { uid?: string; resourceVersion?: string } | undefined {
+  private preconditionsOf(options: JsonObject): DeleteOptions['preconditions'] {
     const pre = options.preconditions;
     if (!isJsonObject(pre)) return undefined;
     return {
@@ -791,21 +790,18 @@ export class ApiHandler {
       ...(preconditions ? { preconditions } : {}),
       ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
     };
-    let deleted: KubeObject;
-    if (def.kind === 'Namespace' && def.group === '' && !wantsDryRun) {
-      deleted = await this.deleteNamespace(def, name, deleteOptions);
-    } else {
-      deleted = await this.options.store.delete(def, request.namespace, name, deleteOptions);
-    }
+    const deleted = await this.deleteObject(def, request.namespace, name, deleteOptions);
     this.respondObject(res, 200, negotiated, def, deleted, 'Metadata');
   }
 
+  /** The store's delete, except that a namespace (not a dry run) takes its contents with it. */
+  private deleteObject(def: ResourceDefinition, namespace: string | undefined, name: string, options: DeleteOptions): Promise<KubeObject> {
+    if (def.kind === 'Namespace' && def.group === '' && !options.dryRun) return this.deleteNamespace(def, name, options);
+    return this.options.store.delete(def, namespace, name, options);
+  }
+
   /** A namespace goes Terminating, its contents are deleted, then the namespace itself. */
-  private async deleteNamespace(
-    def: ResourceDefinition,
-    name: string,
-    options: { preconditions?: { uid?: string; resourceVersion?: string } },
-  ): Promise<KubeObject> {
+  private async deleteNamespace(def: ResourceDefinition, name: string, options: DeleteOptions): Promise<KubeObject> {
     const store = this.options.store;
     checkPreconditions(def, name, await store.get(def, undefined, name), options.preconditions);
     // Terminating first: from here on, creates in this namespace are refused.
@@ -831,20 +827,13 @@ export class ApiHandler {
     const { def } = request;
     const options = await this.readDeleteOptions(req);
     const gracePeriodSeconds = this.gracePeriodOf(options, url);
+    const deleteOptions = { dryRun, ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}) };
     const { items } = await this.options.store.list(def, request.namespace, this.selection(url, def));
     const deleted: KubeObject[] = [];
     for (const item of items) {
       if (def.undeletable?.has(item.metadata.name ?? '')) continue;
       try {
-        const isNamespace = def.kind === 'Namespace' && def.group === '' && !dryRun;
-        deleted.push(
-          isNamespace
-            ? await this.deleteNamespace(def, item.metadata.name!, {})
-            : await this.options.store.delete(def, item.metadata.namespace, item.metadata.name!, {
-                dryRun,
-                ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
-              }),
-        );
+        deleted.push(await this.deleteObject(def, item.metadata.namespace, item.metadata.name!, deleteOptions));
       } catch (error) {
         if (!(error instanceof ApiError && error.code === 404)) throw error;
       }
