@@ -13,28 +13,16 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { DROVER_BIN, machineInfo, median, printMachine, round, sleep, writeResult } from './common.js';
+import { checkBuild, DROVER_BIN, freePort, machineInfo, median, printMachine, round, sleep, writeResult } from './common.js';
 
 const { values: args } = parseArgs({ options: { runs: { type: 'string', default: '5' } } });
 const RUNS = Number(args.runs);
 const POLL_MS = 5;
 const GOAL_MS = 1000;
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 function readyz(port: number): Promise<number> {
   return new Promise((resolve) => {
@@ -113,7 +101,7 @@ async function timeNode(args: string[]): Promise<number> {
 }
 
 async function main(): Promise<void> {
-  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
+  checkBuild();
   const machine = machineInfo();
   printMachine(machine);
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'drover-bench-coldstart-'));

@@ -24,7 +24,6 @@
  * poll-free figure.
  */
 import type { ChildProcess } from 'node:child_process';
-import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
@@ -33,7 +32,7 @@ import {
   BenchApi,
   type BenchServer,
   benchTempDir,
-  DROVER_BIN,
+  checkBuild,
   fileTail,
   installCleanup,
   machineInfo,
@@ -414,7 +413,7 @@ function printSummary(name: string, result: ModeResult): void {
 }
 
 async function main(): Promise<void> {
-  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
+  checkBuild();
   const machine = machineInfo();
   printMachine(machine);
   const started = performance.now();

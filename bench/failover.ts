@@ -37,7 +37,7 @@ import {
   BenchApi,
   type BenchServer,
   benchTempDir,
-  DROVER_BIN,
+  checkBuild,
   fileTail,
   installCleanup,
   machineInfo,
@@ -591,7 +591,7 @@ function fmt(s: Stats | null): string {
 }
 
 async function main(): Promise<void> {
-  if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
+  checkBuild();
   const machine = machineInfo();
   printMachine(machine);
   console.log(`\n## ${TRIALS} trials (SIGKILL and SIGSTOP alternating), ${AGENTS} agents, Deployment web × ${REPLICAS} + StatefulSet solo × 1, poll ${POLL_MS} ms`);
