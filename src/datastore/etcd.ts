@@ -918,8 +918,13 @@ export class EtcdDatastore implements Datastore {
     return this.call('read', () => this.client.kv.range(request, this.callOptions()));
   }
 
-  private txn(request: ITxnRequest): Promise<ITxnResponse> {
-    return this.call('write', () => this.client.kv.txn(request, this.callOptions()));
+  /** A write transaction; its failures surface as DatastoreErrors naming `what`. */
+  private async txn(what: string, request: ITxnRequest): Promise<ITxnResponse> {
+    try {
+      return await this.call('write', () => this.client.kv.txn(request, this.callOptions()));
+    } catch (error) {
+      throw wrap(error, what);
+    }
   }
 
   async currentRevision(): Promise<number> {
@@ -1017,46 +1022,30 @@ export class EtcdDatastore implements Datastore {
   }
 
   async create(key: string, input: Buffer): Promise<KeyValue> {
-    this.checkOpen();
     // Our own copy, taken now: the caller may reuse its buffer as soon as we return.
     const value = Buffer.from(input);
     const fullKey = this.fullKey(key);
-    let response: ITxnResponse;
-    try {
-      response = await this.txn(
-        {
-          compare: [{ key: fullKey, target: 'Create', result: 'Equal', create_revision: 0 }],
-          success: [{ request_put: { key: fullKey, value } }],
-          failure: [],
-        },
-      );
-    } catch (error) {
-      throw wrap(error, 'create');
-    }
+    const response = await this.txn('create', {
+      compare: [{ key: fullKey, target: 'Create', result: 'Equal', create_revision: 0 }],
+      success: [{ request_put: { key: fullKey, value } }],
+      failure: [],
+    });
     if (!response.succeeded) throw new KeyExistsError(key);
     const revision = num(response.header.revision);
     return { key, value, createRevision: revision, modRevision: revision };
   }
 
   async update(key: string, input: Buffer, expectedModRevision: number): Promise<KeyValue> {
-    this.checkOpen();
     const value = Buffer.from(input);
     const fullKey = this.fullKey(key);
-    let response: ITxnResponse;
-    try {
-      response = await this.txn(
-        {
-          compare: [
-            { key: fullKey, target: 'Create', result: 'Greater', create_revision: 0 },
-            { key: fullKey, target: 'Mod', result: 'Equal', mod_revision: expectedModRevision },
-          ],
-          success: [{ request_put: { key: fullKey, value, prev_kv: true } }],
-          failure: [{ request_range: { key: fullKey } }],
-        },
-      );
-    } catch (error) {
-      throw wrap(error, 'update');
-    }
+    const response = await this.txn('update', {
+      compare: [
+        { key: fullKey, target: 'Create', result: 'Greater', create_revision: 0 },
+        { key: fullKey, target: 'Mod', result: 'Equal', mod_revision: expectedModRevision },
+      ],
+      success: [{ request_put: { key: fullKey, value, prev_kv: true } }],
+      failure: [{ request_range: { key: fullKey } }],
+    });
     if (!response.succeeded) throw this.casFailure(key, expectedModRevision, response.responses);
     const prev = response.responses[0]?.response_put?.prev_kv;
     const revision = num(response.header.revision);
@@ -1064,7 +1053,6 @@ export class EtcdDatastore implements Datastore {
   }
 
   async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
-    this.checkOpen();
     const fullKey = this.fullKey(key);
     const compare: ICompare[] = [
       { key: fullKey, target: 'Create', result: 'Greater', create_revision: 0 },
@@ -1072,18 +1060,11 @@ export class EtcdDatastore implements Datastore {
     if (expectedModRevision !== undefined) {
       compare.push({ key: fullKey, target: 'Mod', result: 'Equal', mod_revision: expectedModRevision });
     }
-    let response: ITxnResponse;
-    try {
-      response = await this.txn(
-        {
-          compare,
-          success: [{ request_delete_range: { key: fullKey, prev_kv: true } }],
-          failure: [{ request_range: { key: fullKey } }],
-        },
-      );
-    } catch (error) {
-      throw wrap(error, 'delete');
-    }
+    const response = await this.txn('delete', {
+      compare,
+      success: [{ request_delete_range: { key: fullKey, prev_kv: true } }],
+      failure: [{ request_range: { key: fullKey } }],
+    });
     if (!response.succeeded) throw this.casFailure(key, expectedModRevision, response.responses);
     const prev = response.responses[0]?.response_delete_range?.prev_kvs?.[0];
     if (!prev) throw new KeyNotFoundError(key); // cannot happen: the compare saw the key
