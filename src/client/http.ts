@@ -48,23 +48,30 @@ export class HttpClient implements ApiClient {
     return `${root}${ns}/${ref.plural}${name ? `/${encodeURIComponent(name)}` : ''}${subresource ? `/${subresource}` : ''}`;
   }
 
+  /** Where every request goes and who it is from; callers add the method, path and body headers. */
+  private requestOptions(method: string, path: string, headers: Record<string, string> = {}): https.RequestOptions {
+    return {
+      host: this.base.hostname.replace(/^\[|\]$/g, ''),
+      port: this.base.port || 443,
+      method,
+      path,
+      agent: this.agent,
+      headers: { Accept: 'application/json', Authorization: `Bearer ${this.options.token}`, ...headers },
+    };
+  }
+
   /** One request; resolves with the parsed JSON body, rejects with ApiError for non-2xx. */
   request(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<unknown> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     return new Promise((resolve, reject) => {
       const req = https.request(
         {
-          host: this.base.hostname.replace(/^\[|\]$/g, ''),
-          port: this.base.port || 443,
-          method,
-          path,
-          agent: this.agent,
+          ...this.requestOptions(
+            method,
+            path,
+            payload ? { 'Content-Type': contentType, 'Content-Length': String(payload.length) } : {},
+          ),
           timeout: this.options.timeoutMs ?? 10_000,
-          headers: {
-            Accept: 'application/json',
-            Authorization: `Bearer ${this.options.token}`,
-            ...(payload ? { 'Content-Type': contentType, 'Content-Length': String(payload.length) } : {}),
-          },
         },
         (res) => {
           const chunks: Buffer[] = [];
@@ -101,10 +108,7 @@ export class HttpClient implements ApiClient {
   }
 
   async list(ref: ResourceRef, namespace: string | undefined, options: ListOptions = {}) {
-    const query = new URLSearchParams();
-    if (options.labelSelector) query.set('labelSelector', options.labelSelector);
-    if (options.fieldSelector) query.set('fieldSelector', options.fieldSelector);
-    const q = query.toString();
+    const q = withSelectors(new URLSearchParams(), options).toString();
     const list = (await this.request('GET', `${this.path(ref, namespace)}${q ? `?${q}` : ''}`)) as {
       items: KubeObject[];
       metadata: { resourceVersion: string };
@@ -152,9 +156,7 @@ export class HttpClient implements ApiClient {
     options: ListOptions,
     handler: WatchHandler,
   ): WatchHandle {
-    const query = new URLSearchParams({ watch: '1', resourceVersion, allowWatchBookmarks: 'true' });
-    if (options.labelSelector) query.set('labelSelector', options.labelSelector);
-    if (options.fieldSelector) query.set('fieldSelector', options.fieldSelector);
+    const query = withSelectors(new URLSearchParams({ watch: '1', resourceVersion, allowWatchBookmarks: 'true' }), options);
     let closed = false;
     const close = (error: Error | undefined, expired: boolean): void => {
       if (closed) return;
@@ -162,14 +164,7 @@ export class HttpClient implements ApiClient {
       handler.onClose(error, expired);
     };
     const req = https.request(
-      {
-        host: this.base.hostname.replace(/^\[|\]$/g, ''),
-        port: this.base.port || 443,
-        method: 'GET',
-        path: `${this.path(ref, namespace)}?${query}`,
-        agent: this.agent,
-        headers: { Accept: 'application/json', Authorization: `Bearer ${this.options.token}` },
-      },
+      this.requestOptions('GET', `${this.path(ref, namespace)}?${query}`),
       (res) => {
         if ((res.statusCode ?? 0) !== 200) {
           res.resume();
@@ -208,6 +203,12 @@ export class HttpClient implements ApiClient {
       },
     };
   }
+}
+
+function withSelectors(query: URLSearchParams, options: ListOptions): URLSearchParams {
+  if (options.labelSelector) query.set('labelSelector', options.labelSelector);
+  if (options.fieldSelector) query.set('fieldSelector', options.fieldSelector);
+  return query;
 }
 
 function toApiError(code: number, parsed: unknown, text: string): ApiError {
