@@ -164,7 +164,7 @@ export class SqliteDatastore implements Datastore {
   private latestBytes = 0;
   /** The current write batch's own writes, until it commits. */
   private batchOverlay: Map<string, Row | null> | undefined;
-  private readonly batchTransaction: (run: () => void) => void;
+  private readonly batchTransaction: Database.Transaction<(run: () => void) => void>;
 
   private readonly stmts: {
     get: Database.Statement<[string], Row>;
@@ -213,8 +213,7 @@ export class SqliteDatastore implements Datastore {
       .get();
     this.compacted = compact?.value ?? 0;
 
-    const transaction = this.db.transaction((run: () => void) => run());
-    this.batchTransaction = (run) => transaction(run);
+    this.batchTransaction = this.db.transaction((run: () => void) => run());
     const selectWithPrev = `
       SELECT kv.*, p.value AS prev_value, p.create_revision AS prev_create_revision
       FROM kv LEFT JOIN kv AS p ON p.revision = kv.prev_revision AND kv.prev_revision > 0`;
