@@ -276,14 +276,13 @@ export class PodManager {
           this.track(uid, this.finishDeletion(pod, dir));
           continue;
         }
-        const state = readRunState(dir);
-        const exists = fs.existsSync(path.join(dir, 'pod.json'));
-        const phase = getPath(pod, ['status', 'phase']);
-        if (!exists) {
+        if (!fs.existsSync(path.join(dir, 'pod.json'))) {
+          const phase = getPath(pod, ['status', 'phase']);
           if (this.draining || phase === 'Succeeded' || phase === 'Failed') continue;
           this.track(uid, this.startPod(pod, dir));
           continue;
         }
+        const state = readRunState(dir);
         if (state && !state.finished && liveSupervisor(dir) === undefined) {
           // The supervisor died (killed, or the host rebooted): reap what it left and start over.
           this.logger.warn({ pod: `${pod.metadata.namespace}/${pod.metadata.name}` }, 'pod supervisor is gone; restarting the pod');
