@@ -37,14 +37,20 @@ function fail(command: string, error: unknown): never {
   process.exit(config ? EXIT_CONFIG : EXIT_FAILURE);
 }
 
+/** Resolves as `which` would start: this command's flags, the environment and the config files. */
+function resolveFrom(which: DroverCommand, command: Command, attributes: Map<string, string>): ResolvedConfig {
+  const configFlag = command.opts<{ config?: string }>().config;
+  return resolveConfig({
+    command: which,
+    flags: flagValues(command, attributes),
+    env: process.env,
+    ...(configFlag ? { configFlag } : {}),
+  });
+}
+
 function resolveFor(which: DroverCommand, command: Command, attributes: Map<string, string>): ResolvedConfig {
   try {
-    const config = resolveConfig({
-      command: which,
-      flags: flagValues(command, attributes),
-      env: process.env,
-      ...(command.opts<{ config?: string }>().config ? { configFlag: command.opts<{ config: string }>().config } : {}),
-    });
+    const config = resolveFrom(which, command, attributes);
     for (const warning of config.warnings) process.stderr.write(`drover ${which}: warning: ${warning}\n`);
     return config;
   } catch (error) {
@@ -219,12 +225,7 @@ show.action(() => {
   const opts = show.opts<{ agent?: boolean; json?: boolean }>();
   const which: DroverCommand = opts.agent ? 'agent' : 'server';
   try {
-    const config = resolveConfig({
-      command: which,
-      flags: flagValues(show, showAttributes),
-      env: process.env,
-      ...(show.opts<{ config?: string }>().config ? { configFlag: show.opts<{ config: string }>().config } : {}),
-    });
+    const config = resolveFrom(which, show, showAttributes);
     process.stdout.write(showConfig(config, opts.json === true));
   } catch (error) {
     fail('config show', error);
