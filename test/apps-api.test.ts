@@ -5,6 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import type { KubeObject } from '../src/apiserver/objects.js';
 import { DEPLOYMENT_PRINTER, REPLICASET_PRINTER, STATEFULSET_PRINTER } from '../src/apiserver/workloads.js';
 import { type KubectlClient, type KubectlResult, kubectlClients, runKubectl } from './helpers/kubectl.js';
+import { assertOk, parseTables, rowNamed, type Table } from './helpers/kubectl-table.js';
 import { type ApiResponse, type ServerProcess, cleanup, request, startServer, tempDir } from './helpers/server.js';
 
 /**
@@ -88,45 +89,6 @@ spec:
 `;
 }
 
-interface Table {
-  headers: string[];
-  rows: Record<string, string>[];
-}
-
-/** kubectl prints one table per kind, separated by a blank line; columns start where headers do. */
-function parseTables(stdout: string): Table[] {
-  return stdout
-    .split(/\n\s*\n/)
-    .map((block) => block.split('\n').filter((l) => l.trim() !== ''))
-    .filter((lines) => lines.length > 0)
-    .map((lines) => {
-      const starts: number[] = [];
-      const headers: string[] = [];
-      for (const match of lines[0]!.matchAll(/\S+(?: \S+)*/g)) {
-        starts.push(match.index);
-        headers.push(match[0]);
-      }
-      const rows = lines.slice(1).map((line) => {
-        const row: Record<string, string> = {};
-        headers.forEach((h, i) => {
-          row[h] = line.slice(starts[i], i + 1 < starts.length ? starts[i + 1] : undefined).trim();
-        });
-        return row;
-      });
-      return { headers, rows };
-    });
-}
-
-function rowNamed(table: Table | undefined, name: string): Record<string, string> {
-  assert.ok(table, `no table to find ${name} in`);
-  const row = table.rows.find((r) => r.NAME === name);
-  assert.ok(row, `no row named ${name} in ${JSON.stringify(table.rows)}`);
-  return row;
-}
-
-function assertOk(result: KubectlResult, what: string): void {
-  assert.equal(result.code, 0, `${what} exited ${result.code}\nstdout: ${result.stdout}\nstderr: ${result.stderr}`);
-}
 
 function expectStatus(res: ApiResponse, status: number, what: string): Obj {
   assert.equal(res.status, status, `${what}: expected HTTP ${status}, got ${res.status}: ${res.text}`);

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import YAML from 'yaml';
 import { type KubectlClient, type KubectlResult, kubectlClients, runKubectl } from './helpers/kubectl.js';
+import { assertOk, parseTable, rowNamed } from './helpers/kubectl-table.js';
 import { type ServerProcess, cleanup, eventually, request, startServer, tempDir } from './helpers/server.js';
 
 /**
@@ -115,49 +116,6 @@ count: 1
 firstTimestamp: "${when}"
 lastTimestamp: "${when}"
 `;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Output parsing
-
-interface Table {
-  headers: string[];
-  rows: Record<string, string>[];
-}
-
-/**
- * Parse kubectl's column output. kubectl aligns every cell under its header (tabwriter), so each
- * column is the slice from its header's start to the next header's start. Headers are separated
- * by two or more spaces (some, like `LAST SEEN`, contain one).
- */
-function parseTable(stdout: string): Table {
-  const lines = stdout.split('\n').filter((l) => l.trim() !== '');
-  assert.ok(lines.length > 0, `expected a table, got ${JSON.stringify(stdout)}`);
-  const header = lines[0]!;
-  const starts: number[] = [];
-  const headers: string[] = [];
-  for (const match of header.matchAll(/\S+(?: \S+)*/g)) {
-    starts.push(match.index);
-    headers.push(match[0]);
-  }
-  const rows = lines.slice(1).map((line) => {
-    const row: Record<string, string> = {};
-    headers.forEach((h, i) => {
-      row[h] = line.slice(starts[i], i + 1 < starts.length ? starts[i + 1] : undefined).trim();
-    });
-    return row;
-  });
-  return { headers, rows };
-}
-
-function rowNamed(table: Table, name: string): Record<string, string> {
-  const row = table.rows.find((r) => r.NAME === name);
-  assert.ok(row, `no row named ${name} in ${JSON.stringify(table.rows)}`);
-  return row;
-}
-
-function assertOk(result: KubectlResult, what: string): void {
-  assert.equal(result.code, 0, `${what} exited ${result.code}\nstdout: ${result.stdout}\nstderr: ${result.stderr}`);
 }
 
 // Loosely typed views of API objects read back with request().
