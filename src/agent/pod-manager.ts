@@ -46,6 +46,7 @@ export interface PodManagerOptions {
 
 const RECONCILE_MS = 250;
 const DEFAULT_GRACE_SECONDS = 30;
+const LAUNCH_RETRY_MS = 5000;
 
 interface ContainerLike {
   name: string;
@@ -142,6 +143,8 @@ export class PodManager {
   private reconciling = false;
   /** Pods being stopped or started right now (uid → what), so a pass does not do it twice. */
   private readonly inFlight = new Map<string, Promise<void>>();
+  /** When a pod's supervisor last failed to start: it is tried again only after LAUNCH_RETRY_MS. */
+  private readonly launchFailedAt = new Map<string, number>();
   /** Events already recorded per pod uid (see recordTransitions). */
   private readonly announced = new Map<string, Set<string>>();
   private readonly events: EventRecorder;
@@ -279,6 +282,7 @@ export class PodManager {
         if (!fs.existsSync(path.join(dir, 'pod.json'))) {
           const phase = getPath(pod, ['status', 'phase']);
           if (this.draining || phase === 'Succeeded' || phase === 'Failed') continue;
+          if (Date.now() - (this.launchFailedAt.get(uid) ?? 0) < LAUNCH_RETRY_MS) continue;
           this.track(uid, this.startPod(pod, dir));
           continue;
         }
@@ -319,7 +323,16 @@ export class PodManager {
     const spec = runSpecFor(pod, this.fencingFile, this.options.nodeIp);
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
     writeRunSpec(dir, spec);
-    const pid = await launchSupervisor(dir);
+    let pid: number;
+    try {
+      pid = await launchSupervisor(dir);
+    } catch (error) {
+      // Leave no pod.json behind: without it the next pass starts the pod again (after the
+      // in-flight marker is gone), instead of waiting forever for a state that never comes.
+      fs.rmSync(path.join(dir, 'pod.json'), { force: true });
+      this.launchFailedAt.set(spec.uid, Date.now());
+      throw error;
+    }
     this.logger.info({ pod: name, uid: spec.uid, supervisor: pid, atMostOne: spec.atMostOne }, 'started pod');
     await this.report(pod, readRunState(dir));
   }
@@ -349,6 +362,7 @@ export class PodManager {
     fs.rmSync(dir, { recursive: true, force: true });
     this.reported.delete(pod.metadata.uid!);
     this.announced.delete(pod.metadata.uid!);
+    this.launchFailedAt.delete(pod.metadata.uid!);
     this.logger.info({ pod: name, graceSeconds: grace }, 'pod stopped and deleted');
   }
 

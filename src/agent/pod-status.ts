@@ -82,7 +82,9 @@ export function podStatusFrom({ pod, state, nodeIp, now }: PodStatusInput): Reco
     const everRan = (state.containers ?? []).some((c) => 'running' in c.state || c.restartCount > 0 || c.lastState);
     phase = everRan ? 'Running' : 'Pending';
   }
-  const since = state?.startedAt ?? now;
+  // Before the supervisor reports, the pod's creation time: a stable value, so an unchanged
+  // status is not written again on every pass.
+  const since = state?.startedAt ?? pod.metadata.creationTimestamp ?? now;
   const scheduled = getPath(pod, ['status', 'conditions']);
   const scheduledAt =
     (Array.isArray(scheduled) && (scheduled as { type?: string; lastTransitionTime?: string }[]).find((c) => c.type === 'PodScheduled')?.lastTransitionTime) ||

@@ -101,6 +101,13 @@ export class FailoverController {
           this.logger.info({ node: name }, 'node is back or gone; failover for it ends');
         }
       }
+      // One answer per pass for every lost node: the outage window is the cluster's, not a node's.
+      let majoritySilentRecently: boolean | undefined;
+      const outageWindow = (): boolean => {
+        const { fencingTimeoutMs, fencingMarginMs, silenceThresholdMs } = this.settings;
+        majoritySilentRecently ??= majoritySilentDuring(this.view.silenceHistories(), now - fencingTimeoutMs - fencingMarginMs, now, silenceThresholdMs);
+        return majoritySilentRecently;
+      };
       for (const [name, pods] of byNode) {
         const node = this.view.node(name);
         if (!node) {
@@ -118,7 +125,7 @@ export class FailoverController {
           if (!this.limiter.tryTake(now)) continue;
           lost.admitted = true;
         }
-        await this.failOver(name, node, lost, pods, now);
+        await this.failOver(name, node, lost, pods, now, outageWindow());
       }
     } finally {
       this.busy = false;
@@ -155,12 +162,18 @@ export class FailoverController {
     }
   }
 
-  private async failOver(name: string, node: KubeObject, lost: LostNode, pods: KubeObject[], now: number): Promise<void> {
-    const { fencingTimeoutMs, fencingMarginMs, silenceThresholdMs } = this.settings;
+  private async failOver(
+    name: string,
+    node: KubeObject,
+    lost: LostNode,
+    pods: KubeObject[],
+    now: number,
+    majoritySilentRecently: boolean,
+  ): Promise<void> {
     const facts = {
       lostSince: lost.since,
       lastRenewalObservedAt: this.view.lastRenewalObservedAt(name) ?? lost.since,
-      majoritySilentRecently: majoritySilentDuring(this.view.silenceHistories(), now - fencingTimeoutMs - fencingMarginMs, now, silenceThresholdMs),
+      majoritySilentRecently,
     };
     for (const pod of pods) {
       const uid = pod.metadata.uid!;
