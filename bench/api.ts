@@ -25,6 +25,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import {
+  benchTempDir,
   captureOutput,
   checkBuild,
   createNodes,
@@ -40,6 +41,7 @@ import {
   percentile,
   printMachine,
   processCpuSeconds,
+  removeBenchTempDir,
   REPO_ROOT,
   round,
   send,
@@ -382,7 +384,7 @@ async function main(): Promise<void> {
   installCleanup();
   const machine = machineInfo();
   printMachine(machine);
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'drover-bench-api-'));
+  const dataDir = benchTempDir('drover-bench-api-');
   const profileDir = PROFILE ? fs.mkdtempSync(path.join(os.tmpdir(), 'drover-bench-profile-')) : undefined;
   const children: Child[] = [];
   const agent = new https.Agent({ keepAlive: true, maxSockets: CLIENTS });
@@ -513,7 +515,7 @@ async function main(): Promise<void> {
   } finally {
     agent.destroy();
     for (const child of children) await stopServer(child);
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    removeBenchTempDir(dataDir);
   }
 }
 

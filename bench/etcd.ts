@@ -41,6 +41,7 @@ import { openEtcdDatastore } from '../src/datastore/etcd.js';
 import { openSqliteDatastore } from '../src/datastore/sqlite.js';
 import type { Datastore } from '../src/datastore/types.js';
 import {
+  benchTempDir,
   captureOutput,
   checkBuild,
   createNodes,
@@ -57,6 +58,7 @@ import {
   percentile,
   printMachine,
   processCpuSeconds,
+  removeBenchTempDir,
   round,
   stopChild,
   track,
@@ -579,7 +581,7 @@ async function main(): Promise<void> {
   const machine = machineInfo();
   printMachine(machine);
   const shm = shmDir();
-  const dirs: Dirs = { shm, etcdParent: shm ?? os.tmpdir(), tmp: fs.mkdtempSync(path.join(os.tmpdir(), 'drover-bench-etcd-')) };
+  const dirs: Dirs = { shm, etcdParent: shm ?? os.tmpdir(), tmp: benchTempDir('drover-bench-etcd-') };
   console.log(
     `# etcd data dirs on ${shm ? '/dev/shm (tmpfs: fsync is free; a disk-backed etcd fsyncs its WAL on every commit)' : `${os.tmpdir()} (/dev/shm not writable; disk-backed: etcd fsyncs every commit)`}; ` +
       `SQLite in ${os.tmpdir()} (WAL, synchronous=NORMAL: no fsync per commit)`,
@@ -591,8 +593,17 @@ async function main(): Promise<void> {
       console.log('\n(--only: no result file written)');
       return;
     }
-    const api = { etcd: apiResult.etcd, sqlite: apiResult.sqlite };
     const r0 = (x: number): number => round(x, 0);
+    const pooledJson = (p: Pooled): Pooled => ({
+      ...p,
+      perSecond: r0(p.perSecond),
+      p50: round(p.p50, 2),
+      p90: round(p.p90, 2),
+      p99: round(p.p99, 2),
+      max: round(p.max, 1),
+      serverCpuUsPerReq: r0(p.serverCpuUsPerReq),
+      etcdCpuUsPerReq: r0(p.etcdCpuUsPerReq),
+    });
     const rateJson = (rates: Rate[]) => ({
       opsPerSec: rates.map((x) => r0(x.opsPerSec)),
       medianOpsPerSec: r0(median(rates.map((x) => x.opsPerSec))),
@@ -625,8 +636,8 @@ async function main(): Promise<void> {
         ),
       })),
       api: {
-        etcd: { ...api.etcd, perSecond: r0(api.etcd.perSecond), p50: round(api.etcd.p50, 2), p90: round(api.etcd.p90, 2), p99: round(api.etcd.p99, 2), max: round(api.etcd.max, 1), serverCpuUsPerReq: r0(api.etcd.serverCpuUsPerReq), etcdCpuUsPerReq: r0(api.etcd.etcdCpuUsPerReq) },
-        sqlite: { ...api.sqlite, perSecond: r0(api.sqlite.perSecond), p50: round(api.sqlite.p50, 2), p90: round(api.sqlite.p90, 2), p99: round(api.sqlite.p99, 2), max: round(api.sqlite.max, 1), serverCpuUsPerReq: r0(api.sqlite.serverCpuUsPerReq), etcdCpuUsPerReq: undefined },
+        etcd: pooledJson(apiResult.etcd),
+        sqlite: { ...pooledJson(apiResult.sqlite), etcdCpuUsPerReq: undefined },
         perRound: apiResult.perRound,
         roundRatios: apiResult.roundRatios.map((x) => round(x, 3)),
         ratioEtcdOverSqlite: round(apiResult.ratio, 3),
@@ -634,7 +645,7 @@ async function main(): Promise<void> {
     });
     console.log(`\nwrote ${path.relative(process.cwd(), file)}`);
   } finally {
-    fs.rmSync(dirs.tmp, { recursive: true, force: true });
+    removeBenchTempDir(dirs.tmp);
   }
 }
 
