@@ -327,7 +327,7 @@ export class ApiHandler {
         sendText(res, 200, 'ok');
         return;
       default: {
-        if (path.startsWith('/readyz') || path === '/readyz') {
+        if (path.startsWith('/readyz')) {
           const problem = await this.options.readiness();
           if (problem) sendText(res, 503, `[-]datastore failed: ${problem}\nreadyz check failed\n`);
           else sendText(res, 200, 'ok');
