@@ -1,11 +1,35 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import https from 'node:https';
 import path from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { freePort, STATE_LABEL } from './helpers/agent.js';
-import { DROVER_BIN, eventually, tempDir } from './helpers/server.js';
+import {
+  aliveWith,
+  api,
+  type ClusterServer,
+  clusterTempDir,
+  cleanupCluster,
+  createLease,
+  dumpLogs,
+  etcdctl,
+  etcdPidOf,
+  expectMembers,
+  file,
+  killClusterServer,
+  LEASES,
+  leaderEndpoint,
+  memberList,
+  mustCreateLease,
+  report,
+  retryUnhealthyJoin,
+  runToExit,
+  startClusterServer,
+  stopClusterServer,
+  tail,
+  url,
+  waitGone,
+} from './helpers/cluster.js';
+import { DROVER_BIN, eventually } from './helpers/server.js';
 
 /**
  * Managed etcd, end to end: three all-in-one `drover server` processes, each running its own TLS
@@ -26,89 +50,19 @@ import { DROVER_BIN, eventually, tempDir } from './helpers/server.js';
  */
 
 const EXIT_CONFIG = 78;
-const LEASES = '/apis/coordination.k8s.io/v1/namespaces/default/leases';
-const START_CEILING_MS = 60_000;
 const READY_CEILING_MS = 60_000;
-
-function report(t: TestContext, message: string): void {
-  for (const line of message.trimEnd().split('\n')) t.diagnostic(line);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-/** Whether `pid` is a live process whose command line names `needle` (never someone else's). */
-function aliveWith(pid: number, needle: string): boolean {
-  try {
-    // A zombie has an empty command line: gone, for our purposes.
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(needle);
-  } catch {
-    return false;
-  }
-}
-
-async function waitGone(pid: number, needle: string, ceilingMs = 10_000): Promise<void> {
-  const deadline = Date.now() + ceilingMs;
-  while (aliveWith(pid, needle)) {
-    if (Date.now() > deadline) throw new Error(`process ${pid} still alive after ${ceilingMs} ms`);
-    await sleep(20);
-  }
-}
 
 // -------------------------------------------------------------------------------------------------
 // Server processes
 
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-}
-
-interface Proc {
-  pid: number;
-  child: ChildProcess;
-  output(): string;
-  exited: Promise<Exit>;
-  readonly hasExited: boolean;
-}
-
-interface Member {
-  /** Node name; the etcd member is `<name>-<server id prefix>`. */
-  name: string;
-  ip: string;
-  dataDir: string;
-  httpsPort: number;
+/** An all-in-one server: every one runs an etcd member, on ports fixed for all its runs. */
+interface Member extends ClusterServer {
   clientPort: number;
   peerPort: number;
-  proc?: Proc;
-  /** Every output of every run, for failure messages. */
-  runs: string[];
-}
-
-const procs = new Set<Proc>();
-/** Every etcd child seen, with the data dir its command line names. */
-const etcdPids = new Map<number, string>();
-const dirs: string[] = [];
-
-function url(m: Member): string {
-  return `https://${m.ip}:${m.httpsPort}`;
-}
-
-function file(m: Member, rel: string): string {
-  return fs.readFileSync(path.join(m.dataDir, rel), 'utf8');
 }
 
 function joinTokenOf(m: Member): string {
   return file(m, 'token').trim();
-}
-
-function etcdPidOf(m: Member): number | undefined {
-  const f = path.join(m.dataDir, 'server/etcd.pid');
-  if (!fs.existsSync(f)) return undefined;
-  const pid = Number(fs.readFileSync(f, 'utf8').trim());
-  if (!Number.isInteger(pid) || pid <= 0) return undefined;
-  etcdPids.set(pid, m.dataDir);
-  return pid;
 }
 
 /** The flags a server needs on every start: its data dir, addresses and ports (and node name). */
@@ -126,168 +80,14 @@ function baseArgs(m: Member): string[] {
   ];
 }
 
-function spawnDrover(args: string[]): Proc {
-  const child = spawn(process.execPath, [DROVER_BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
-  let hasExited = false;
-  const proc: Proc = {
-    pid: child.pid!,
-    child,
-    output: () => output,
-    exited: new Promise<Exit>((resolve) =>
-      child.once('exit', (code, signal) => {
-        hasExited = true;
-        output += `\n[test] process ${child.pid} exited at ${new Date().toISOString()}: code ${code}, signal ${signal}\n`;
-        procs.delete(proc);
-        resolve({ code, signal });
-      }),
-    ),
-    get hasExited() {
-      return hasExited;
-    },
-  };
-  procs.add(proc);
-  return proc;
-}
-
-function tail(text: string, lines = 40): string {
-  return text.trimEnd().split('\n').slice(-lines).join('\n');
-}
-
-function etcdLog(m: Member): string {
-  const f = path.join(m.dataDir, 'server/etcd.log');
-  return fs.existsSync(f) ? tail(fs.readFileSync(f, 'utf8'), 15) : '(no etcd.log)';
-}
-
 /** Start a server and wait for "Drover server is ready"; resolves with the time it took. */
-async function startMember(m: Member, extra: string[] = [], ceilingMs = START_CEILING_MS): Promise<number> {
-  assert.ok(!m.proc || m.proc.hasExited, `${m.name} is already running`);
-  const started = Date.now();
-  const proc = spawnDrover([...baseArgs(m), ...extra]);
-  m.proc = proc;
-  m.runs.push('');
-  const runIndex = m.runs.length - 1;
-  void proc.exited.then(() => (m.runs[runIndex] = proc.output()));
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      reject(new Error(`${m.name} was not ready after ${ceilingMs} ms; output:\n${tail(proc.output())}\netcd.log:\n${etcdLog(m)}`));
-    }, ceilingMs);
-    const check = (): void => {
-      if (!proc.output().includes('Drover server is ready')) return;
-      clearTimeout(timer);
-      proc.child.stdout!.off('data', check);
-      resolve();
-    };
-    proc.child.stdout!.on('data', check);
-    void proc.exited.then((e) => {
-      clearTimeout(timer);
-      reject(new Error(`${m.name} exited (code ${e.code}, signal ${e.signal}) before it was ready; output:\n${tail(proc.output())}\netcd.log:\n${etcdLog(m)}`));
-    });
-    check();
-  });
-  etcdPidOf(m);
-  return Date.now() - started;
+async function startMember(m: Member, extra: string[] = []): Promise<number> {
+  return (await startClusterServer(m, [...baseArgs(m), ...extra])).ms;
 }
 
-/**
- * Join through `via`. etcd (strict reconfiguration check) refuses to add a member until every
- * started member has been connected for a few seconds ("unhealthy cluster"), and Drover passes that
- * refusal on as a failed start: retry as a supervisor would, and count the refusals.
- */
-async function joinMember(m: Member, via: Member, ceilingMs = START_CEILING_MS): Promise<{ ms: number; refusals: number }> {
-  const started = Date.now();
-  let refusals = 0;
-  for (;;) {
-    try {
-      await startMember(m, ['--server', url(via), '--token', joinTokenOf(via)]);
-      return { ms: Date.now() - started, refusals };
-    } catch (error) {
-      if (!/unhealthy cluster/.test(String(error)) || Date.now() - started > ceilingMs) throw error;
-      refusals++;
-      await sleep(500);
-    }
-  }
-}
-
-/** Run a server that is expected to exit; resolves with its exit and output. */
-async function runToExit(args: string[], ceilingMs = 60_000): Promise<Exit & { output: string; ms: number }> {
-  const started = Date.now();
-  const proc = spawnDrover(args);
-  const timer = setTimeout(() => {
-    if (!proc.hasExited) process.kill(proc.pid, 'SIGKILL');
-  }, ceilingMs);
-  const exit = await proc.exited;
-  clearTimeout(timer);
-  return { ...exit, output: proc.output(), ms: Date.now() - started };
-}
-
-/** SIGTERM (planned stop): the server stops its etcd member itself. */
-async function stopMember(m: Member): Promise<Exit> {
-  const proc = m.proc!;
-  const etcdPid = etcdPidOf(m);
-  if (!proc.hasExited) process.kill(proc.pid, 'SIGTERM');
-  const timer = setTimeout(() => !proc.hasExited && process.kill(proc.pid, 'SIGKILL'), 30_000);
-  const exit = await proc.exited;
-  clearTimeout(timer);
-  if (etcdPid !== undefined) await waitGone(etcdPid, m.dataDir, 10_000);
-  return exit;
-}
-
-/** SIGKILL the server, and (unless told otherwise) its etcd child too. */
-async function killMember(m: Member, alsoEtcd = true): Promise<{ etcdPid: number | undefined }> {
-  const proc = m.proc!;
-  const etcdPid = etcdPidOf(m);
-  process.kill(proc.pid, 'SIGKILL');
-  if (alsoEtcd && etcdPid !== undefined && aliveWith(etcdPid, m.dataDir)) process.kill(etcdPid, 'SIGKILL');
-  await proc.exited;
-  if (alsoEtcd && etcdPid !== undefined) await waitGone(etcdPid, m.dataDir);
-  return { etcdPid };
-}
-
-/** Where a failed run leaves the servers' output and etcd logs (the temp dirs are removed). */
-function dumpLogs(members: Member[]): string {
-  const out = path.join(tempDir('managed-etcd-failure'), 'logs.txt');
-  const parts: string[] = [];
-  for (const m of members) {
-    m.runs.forEach((run, i) => parts.push(`===== ${m.name} run ${i + 1}\n${m.proc && i === m.runs.length - 1 ? m.proc.output() : run}`));
-    const log = path.join(m.dataDir, 'server/etcd.log');
-    parts.push(`===== ${m.name} etcd.log\n${fs.existsSync(log) ? fs.readFileSync(log, 'utf8') : '(none)'}`);
-  }
-  fs.writeFileSync(out, parts.join('\n'));
-  return out;
-}
-
-async function cleanupAll(): Promise<void> {
-  await Promise.all(
-    [...procs].map(async (p) => {
-      try {
-        process.kill(p.pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-      await p.exited;
-    }),
-  );
-  // Orphaned etcd members (their server was SIGKILLed, or the test failed midway).
-  for (const dir of dirs) {
-    const f = path.join(dir, 'server/etcd.pid');
-    if (fs.existsSync(f)) {
-      const pid = Number(fs.readFileSync(f, 'utf8').trim());
-      if (Number.isInteger(pid) && pid > 0) etcdPids.set(pid, dir);
-    }
-  }
-  for (const [pid, dir] of etcdPids) {
-    if (!aliveWith(pid, dir)) continue;
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-    await waitGone(pid, dir).catch(() => undefined);
-  }
-  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
+/** Join through `via`, retrying etcd's "unhealthy cluster" refusals. */
+function joinMember(m: Member, via: Member): Promise<{ ms: number; refusals: number }> {
+  return retryUnhealthyJoin(() => startMember(m, ['--server', url(via), '--token', joinTokenOf(via)]));
 }
 
 /** The `time` of the first pino line of `output` whose msg contains `msg`. */
@@ -305,70 +105,6 @@ function logTime(output: string, msg: string): number | undefined {
 
 // -------------------------------------------------------------------------------------------------
 // The API, on any member's address
-
-interface Res {
-  status: number;
-  text: string;
-  json: unknown;
-}
-
-function api(m: Member, method: string, urlPath: string, body?: unknown, timeoutMs = 5000): Promise<Res> {
-  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  const ca = file(m, 'server/tls/server-ca.crt');
-  const token = file(m, 'server/cred/admin.token').trim();
-  return new Promise((resolve, reject) => {
-    const req = https.request(
-      {
-        host: m.ip,
-        port: m.httpsPort,
-        method,
-        path: urlPath,
-        ca,
-        agent: false,
-        timeout: timeoutMs,
-        headers: {
-          Accept: 'application/json',
-          Authorization: `Bearer ${token}`,
-          ...(payload ? { 'Content-Type': 'application/json', 'Content-Length': String(payload.length) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let json: unknown;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            json = undefined;
-          }
-          resolve({ status: res.statusCode ?? 0, text, json });
-        });
-        res.on('error', reject);
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`${method} ${urlPath} on ${m.name}: timed out after ${timeoutMs} ms`)));
-    req.on('error', reject);
-    if (payload) req.write(payload);
-    req.end();
-  });
-}
-
-async function createLease(m: Member, name: string, timeoutMs = 5000): Promise<Res> {
-  return api(
-    m,
-    'POST',
-    LEASES,
-    { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name }, spec: { holderIdentity: m.name } },
-    timeoutMs,
-  );
-}
-
-async function mustCreateLease(m: Member, name: string): Promise<void> {
-  const res = await createLease(m, name);
-  assert.equal(res.status, 201, `create lease ${name} through ${m.name}: ${res.text}`);
-}
 
 async function leaseHolder(m: Member, name: string): Promise<string | undefined> {
   const res = await api(m, 'GET', `${LEASES}/${name}`);
@@ -419,93 +155,12 @@ async function allReady(through: Member[], names: string[], what: string, ceilin
 // -------------------------------------------------------------------------------------------------
 // etcdctl
 
-function etcdctl(certsOf: Member, endpoint: Member, args: string[], timeoutMs = 15_000): Promise<{ code: number; stdout: string; stderr: string }> {
-  const tls = path.join(certsOf.dataDir, 'server/tls/etcd');
-  return new Promise((resolve) => {
-    execFile(
-      'etcdctl',
-      [
-        '--endpoints', `https://127.0.0.1:${endpoint.clientPort}`,
-        '--cacert', path.join(tls, 'ca.crt'),
-        '--cert', path.join(tls, 'client.crt'),
-        '--key', path.join(tls, 'client.key'),
-        '--dial-timeout', '3s',
-        '--command-timeout', '5s',
-        ...args,
-      ],
-      { env: { ...process.env, ETCDCTL_API: '3' }, timeout: timeoutMs },
-      (error, stdout, stderr) => {
-        const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
-        resolve({ code, stdout, stderr });
-      },
-    );
-  });
-}
-
-interface EtcdMember {
-  id: string;
-  status: string;
-  name: string;
-  peerURL: string;
-  clientURL: string;
-  learner: string;
-}
-
-/** `etcdctl member list -w simple`: id, status, name, peer URLs, client URLs, is learner. */
-async function memberList(certsOf: Member, endpoint: Member): Promise<EtcdMember[]> {
-  const out = await etcdctl(certsOf, endpoint, ['member', 'list', '-w', 'simple']);
-  if (out.code !== 0) throw new Error(`etcdctl member list via ${endpoint.name}: ${out.stderr}`);
-  return out.stdout
-    .trim()
-    .split('\n')
-    .filter(Boolean)
-    .map((line) => {
-      const [id, status, name, peerURL, clientURL, learner] = line.split(', ');
-      return { id: id!, status: status!, name: name ?? '', peerURL: peerURL ?? '', clientURL: clientURL ?? '', learner: learner ?? '' };
-    });
-}
-
 /** `etcdctl endpoint health --cluster -w json`: every member's endpoint and whether it is healthy. */
 async function clusterHealth(certsOf: Member, endpoint: Member): Promise<Record<string, boolean>> {
-  const out = await etcdctl(certsOf, endpoint, ['endpoint', 'health', '--cluster', '-w', 'json']);
+  const out = await etcdctl(certsOf, [endpoint], ['endpoint', 'health', '--cluster', '-w', 'json']);
   // A non-zero exit when some member is unhealthy; the JSON still lists every endpoint.
   const parsed = JSON.parse(out.stdout || '[]') as { endpoint: string; health: boolean }[];
   return Object.fromEntries(parsed.map((e) => [e.endpoint, e.health]));
-}
-
-/** `etcdctl endpoint status --cluster -w simple`: which endpoint is the raft leader. */
-async function leaderEndpoint(certsOf: Member, endpoint: Member): Promise<string> {
-  const out = await etcdctl(certsOf, endpoint, ['endpoint', 'status', '--cluster', '-w', 'simple']);
-  // With a member down, etcdctl exits non-zero but still prints the status of the others.
-  for (const line of out.stdout.trim().split('\n')) {
-    const fields = line.split(', ');
-    if (fields[4] === 'true') return fields[0]!;
-  }
-  throw new Error(`etcdctl endpoint status: no leader in:\n${out.stdout}${out.stderr}`);
-}
-
-/** The member list shows exactly these servers, every one started, with their peer URLs. */
-async function expectMembers(certsOf: Member, endpoint: Member, members: Member[], what: string, ceilingMs = 30_000): Promise<EtcdMember[]> {
-  let last: EtcdMember[] = [];
-  try {
-    return await eventually(
-      async () => {
-        last = await memberList(certsOf, endpoint);
-        if (last.length !== members.length) return false;
-        for (const m of members) {
-          const found = last.find((e) => e.peerURL === `https://${m.ip}:${m.peerPort}`);
-          if (!found || found.status !== 'started' || !found.name.startsWith(`${m.name}-`) || found.learner !== 'false') return false;
-          if (found.clientURL !== `https://${m.ip}:${m.clientPort}`) return false;
-        }
-        return last;
-      },
-      what,
-      ceilingMs,
-      250,
-    );
-  } catch (error) {
-    throw new Error(`${String(error)}; last member list ${JSON.stringify(last)}`);
-  }
 }
 
 /** etcd reports every given member's endpoint healthy. */
@@ -536,8 +191,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
   const names = ['m1', 'm2', 'm3'];
 
   async function newMember(n: number): Promise<Member> {
-    const dataDir = tempDir(`managed-etcd-s${n}`);
-    dirs.push(dataDir);
+    const dataDir = clusterTempDir(`managed-etcd-s${n}`);
     return {
       name: `m${n}`,
       ip: `127.0.0.${n}`,
@@ -571,8 +225,8 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
     };
 
   after(async () => {
-    if (failed) process.stderr.write(`managed-etcd: logs of the failed run in ${dumpLogs(members)}\n`);
-    await cleanupAll();
+    if (failed) process.stderr.write(`managed-etcd: logs of the failed run in ${dumpLogs('managed-etcd', members)}\n`);
+    await cleanupCluster();
   });
 
   it('s1 --cluster-init, s2 and s3 join through s1: three Ready nodes, three started members, one identity', step(async (t) => {
@@ -594,10 +248,10 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
     await allReady(members, names, 'all three nodes Ready through every server');
     const readyMs = Date.now() - readyStart;
 
-    const list = await expectMembers(s1, s1, members, 'three started members');
+    const { list } = await expectMembers(s1, [s1], members, 'three started members');
     await expectHealthy(s1, s1, members, 'three healthy members');
     // Any member answers for the whole cluster, with the same list.
-    for (const m of [s2, s3]) assert.deepEqual((await memberList(s1, m)).map((e) => e.id).sort(), list.map((e) => e.id).sort());
+    for (const m of [s2, s3]) assert.deepEqual((await memberList(s1, [m])).map((e) => e.id).sort(), list.map((e) => e.id).sort());
 
     // One identity. The PEM files are compared up to trailing whitespace: s1 (--cluster-init) writes
     // its CA certificate without a final newline, joiners write it with one (the join pin is normalised).
@@ -626,14 +280,14 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
   }));
 
   it('SIGKILL the etcd leader’s server and its etcd child: the other two keep serving; the killed one restarts from its data dir and rejoins', step(async (t) => {
-    const leaderUrl = await leaderEndpoint(s1, s2);
+    const leaderUrl = await leaderEndpoint(s1, [s2]);
     const victim = members.find((m) => leaderUrl === `https://${m.ip}:${m.clientPort}`);
     assert.ok(victim, `leader ${leaderUrl} is one of our members`);
     const survivors = members.filter((m) => m !== victim);
     await mustCreateLease(victim, 'before-kill');
 
     const killedAt = Date.now();
-    const { etcdPid } = await killMember(victim);
+    const { etcdPid } = await killClusterServer(victim);
     assert.ok(etcdPid !== undefined && !aliveWith(etcdPid, victim.dataDir), 'the etcd child is gone');
 
     // Each survivor serves a write (and reads) — measured from the kill.
@@ -658,7 +312,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
       assert.equal(await leaseHolder(reader, 'before-kill'), victim.name);
       for (const m of survivors) assert.equal(await leaseHolder(reader, `during-kill-${m.name}`), m.name);
     }
-    const newLeader = await eventually(async () => leaderEndpoint(s1, survivors[0]!), 'a new etcd leader', 15_000, 200);
+    const newLeader = await eventually(async () => leaderEndpoint(s1, [survivors[0]!]), 'a new etcd leader', 15_000, 200);
     assert.notEqual(newLeader, leaderUrl, 'a surviving member leads');
     // More writes while the victim is down, through both.
     for (const m of survivors) await mustCreateLease(m, `while-down-${m.name}`);
@@ -670,7 +324,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
     const restartMs = await startMember(victim);
     assert.match(victim.proc!.output(), /"mode":"restart"[^\n]*managed etcd member is up/);
     assert.doesNotMatch(victim.proc!.output(), /added as an etcd member|created the cluster identity/);
-    await expectMembers(s1, survivors[0]!, members, 'three started members after the restart');
+    await expectMembers(s1, [survivors[0]!], members, 'three started members after the restart');
     await expectHealthy(s1, victim, members, 'three healthy members after the restart');
     const readyStart = Date.now();
     await allReady(members, names, `node ${victim.name} Ready again`);
@@ -700,13 +354,13 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
   }));
 
   it('a restart with data on disk needs no particular server: s1 stopped, s2 restarts and serves with s3; s1 comes back', step(async (t) => {
-    const s1Exit = await stopMember(s1);
+    const s1Exit = await stopClusterServer(s1);
     assert.equal(s1Exit.code, 0, `s1 stopped cleanly: ${tail(s1.proc!.output(), 10)}`);
     for (const m of [s2, s3]) {
       await eventually(async () => (await createLease(m, `s1-down-${m.name}`, 3000)).status === 201, `a write through ${m.name} with s1 stopped`, 30_000, 100);
     }
 
-    const s2Exit = await stopMember(s2);
+    const s2Exit = await stopClusterServer(s2);
     assert.equal(s2Exit.code, 0, `s2 stopped cleanly: ${tail(s2.proc!.output(), 10)}`);
     // s3 alone is one member of three: no quorum, so no write (nor linearizable read) succeeds.
     const alone = await createLease(s3, 'no-quorum', 3000).catch((e: unknown) => ({ status: 0, text: String(e), json: undefined }));
@@ -726,7 +380,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
 
     const backMs = await startMember(s1);
     assert.match(s1.proc!.output(), /"mode":"restart"[^\n]*managed etcd member is up/);
-    await expectMembers(s2, s3, members, 'three started members with s1 back');
+    await expectMembers(s2, [s3], members, 'three started members with s1 back');
     await expectHealthy(s2, s1, members, 'three healthy members with s1 back');
     await allReady(members, names, 'all three nodes Ready with s1 back');
     assert.equal(await leaseHolder(s1, 'quorum-back-m2'), 'm2');
@@ -735,7 +389,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
   }));
 
   it('the cluster-wide settings check applies on managed etcd: a different node-monitor-grace-period exits 78; a normal restart works', step(async (t) => {
-    const s3Exit = await stopMember(s3);
+    const s3Exit = await stopClusterServer(s3);
     assert.equal(s3Exit.code, 0);
 
     const refused = await runToExit([...baseArgs(s3), '--node-monitor-grace-period', '6s']);
@@ -745,7 +399,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
     const pid = etcdPidOf(s3);
     assert.ok(pid === undefined || !aliveWith(pid, s3.dataDir), `the refused server left its etcd child (pid ${pid}) running`);
     // The cluster was not changed by the refused start.
-    await expectMembers(s1, s1, members, 'still three members');
+    await expectMembers(s1, [s1], members, 'still three members');
 
     const restartMs = await startMember(s3);
     await expectHealthy(s1, s3, members, 'three healthy members after s3’s restart');
@@ -769,7 +423,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
     assert.match(pinned.output, /does not match the join token/);
 
     // No member was added; the joiner started no etcd and holds no cluster secrets.
-    await expectMembers(s1, s2, members, 'still exactly three members');
+    await expectMembers(s1, [s2], members, 'still exactly three members');
     assert.ok(!fs.existsSync(path.join(s4.dataDir, 'server/db/etcd/member')), 'no etcd data in the refused data dir');
     assert.ok(!fs.existsSync(path.join(s4.dataDir, 'server/etcd.pid')), 'no etcd started');
     assert.ok(!fs.existsSync(path.join(s4.dataDir, 'server/tls/server-ca.key')), 'no CA key written');
@@ -778,7 +432,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
   }));
 
   it('a server SIGKILLed alone leaves its etcd member running; its next start stops that orphan and starts a new member', step(async (t) => {
-    const { etcdPid: orphan } = await killMember(s2, false);
+    const { etcdPid: orphan } = await killClusterServer(s2, false);
     assert.ok(orphan !== undefined && aliveWith(orphan, s2.dataDir), 'the etcd child outlived its server');
     // The orphan is still a healthy member of the cluster.
     await expectHealthy(s1, s1, members, 'the orphan still counts as a healthy member');
@@ -788,7 +442,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
     await waitGone(orphan, s2.dataDir, 1000);
     const fresh = etcdPidOf(s2);
     assert.ok(fresh !== undefined && fresh !== orphan && aliveWith(fresh, s2.dataDir), 'a new etcd child runs');
-    await expectMembers(s1, s3, members, 'three started members after the reaping restart');
+    await expectMembers(s1, [s3], members, 'three started members after the reaping restart');
     await expectHealthy(s1, s2, members, 'three healthy members after the reaping restart');
     await allReady(members, names, 'all three nodes Ready after the reaping restart');
     await mustCreateLease(s2, 'after-reap');
@@ -804,7 +458,7 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
 
   it('no process survives a planned stop of all three', step(async () => {
     const pids = members.map((m) => ({ m, etcd: etcdPidOf(m) }));
-    for (const m of members) assert.equal((await stopMember(m)).code, 0, `${m.name} stopped cleanly`);
+    for (const m of members) assert.equal((await stopClusterServer(m)).code, 0, `${m.name} stopped cleanly`);
     for (const { m, etcd } of pids) assert.ok(etcd === undefined || !aliveWith(etcd, m.dataDir), `${m.name}'s etcd (${etcd}) is gone`);
   }));
 });

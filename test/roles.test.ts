@@ -1,11 +1,34 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import https from 'node:https';
-import net from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import { type AgentProcess, cleanupAgents, runDrover, STATE_LABEL, startAgent } from './helpers/agent.js';
+import {
+  aliveWith,
+  api,
+  type ClusterServer,
+  clusterTempDir,
+  cleanupCluster,
+  createLease,
+  dumpLogs,
+  etcdPidOf,
+  expectMembers,
+  file,
+  freePortOn,
+  killClusterServer,
+  LEASES,
+  leaderEndpoint,
+  memberList,
+  mustCreateLease,
+  report,
+  retryUnhealthyJoin,
+  runToExit,
+  sleep,
+  startClusterServer,
+  stopClusterServer,
+  tail,
+  url,
+} from './helpers/cluster.js';
 import { runKubectl, type KubectlClient } from './helpers/kubectl.js';
 import { DROVER_BIN, eventually, tempDir } from './helpers/server.js';
 
@@ -34,120 +57,24 @@ import { DROVER_BIN, eventually, tempDir } from './helpers/server.js';
  */
 
 const EXIT_CONFIG = 78;
-const LEASES = '/apis/coordination.k8s.io/v1/namespaces/default/leases';
-const START_CEILING_MS = 60_000;
 const READY_CEILING_MS = 60_000;
 const KUBECTL: KubectlClient = { name: 'kubectl (machine)', bin: 'kubectl', needsValidateFalse: false };
-
-function report(t: TestContext, message: string): void {
-  for (const line of message.trimEnd().split('\n')) t.diagnostic(line);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-function tail(text: string, lines = 40): string {
-  return text.trimEnd().split('\n').slice(-lines).join('\n');
-}
-
-/** Whether `pid` is a live process whose command line names `needle` (never someone else's). */
-function aliveWith(pid: number, needle: string): boolean {
-  try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(needle);
-  } catch {
-    return false;
-  }
-}
-
-async function waitGone(pid: number, needle: string, ceilingMs = 10_000): Promise<void> {
-  const deadline = Date.now() + ceilingMs;
-  while (aliveWith(pid, needle)) {
-    if (Date.now() > deadline) throw new Error(`process ${pid} still alive after ${ceilingMs} ms`);
-    await sleep(20);
-  }
-}
-
-/** A port free on both `ip` and 127.0.0.1 a moment ago (a managed etcd listens on both for clients). */
-async function freePortOn(ip: string): Promise<number> {
-  const probe = (host: string, port: number): Promise<number> =>
-    new Promise((resolve, reject) => {
-      const server = net.createServer();
-      server.unref();
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        const p = (server.address() as net.AddressInfo).port;
-        server.close(() => resolve(p));
-      });
-    });
-  for (let attempt = 0; ; attempt++) {
-    const port = await probe('127.0.0.1', 0);
-    try {
-      await probe(ip, port);
-      return port;
-    } catch (error) {
-      if (attempt > 20) throw error;
-    }
-  }
-}
 
 // -------------------------------------------------------------------------------------------------
 // Processes
 
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-}
-
-interface Proc {
-  pid: number;
-  child: ChildProcess;
-  output(): string;
-  exited: Promise<Exit>;
-  readonly hasExited: boolean;
-}
-
-interface Srv {
-  name: string;
-  ip: string;
-  dataDir: string;
+interface Srv extends ClusterServer {
   /** 0 until the first start has reported its port; later starts reuse it, so the URL is stable. */
   httpsPort: number;
-  /** Only etcd members. */
-  clientPort?: number;
-  peerPort?: number;
   role: 'etcd' | 'control-plane';
   clusterInit?: boolean;
   join?: { server: string; token: string };
   /** Node-scoped flags added along the way (e.g. --supervisor-metrics), kept for every later start. */
   extra: string[];
-  proc?: Proc;
-  runs: string[];
 }
 
-const procs = new Set<Proc>();
 /** Background loops (samplers, writers) a failed test may leave running: after() stops them. */
 const loops = new Set<{ stop(): Promise<void> }>();
-const etcdPids = new Map<number, string>();
-const dirs: string[] = [];
-
-function url(m: Srv): string {
-  assert.ok(m.httpsPort, `${m.name} has not reported its port yet`);
-  return `https://${m.ip}:${m.httpsPort}`;
-}
-
-function file(m: Srv, rel: string): string {
-  return fs.readFileSync(path.join(m.dataDir, rel), 'utf8');
-}
-
-function etcdPidOf(m: Srv): number | undefined {
-  const f = path.join(m.dataDir, 'server/etcd.pid');
-  if (!fs.existsSync(f)) return undefined;
-  const pid = Number(fs.readFileSync(f, 'utf8').trim());
-  if (!Number.isInteger(pid) || pid <= 0) return undefined;
-  etcdPids.set(pid, m.dataDir);
-  return pid;
-}
 
 /** The setting flags of a server (everything but `--server`, which `config show` takes from DROVER_SERVER). */
 function settingFlags(m: Srv): string[] {
@@ -170,240 +97,27 @@ function serverArgs(m: Srv, more: string[] = []): string[] {
   return ['server', ...settingFlags(m), ...(m.join ? ['--server', m.join.server] : []), ...more];
 }
 
-function spawnDrover(args: string[], env: NodeJS.ProcessEnv = process.env): Proc {
-  const child = spawn(process.execPath, [DROVER_BIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
-  let output = '';
-  child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
-  let hasExited = false;
-  const proc: Proc = {
-    pid: child.pid!,
-    child,
-    output: () => output,
-    exited: new Promise<Exit>((resolve) =>
-      child.once('exit', (code, signal) => {
-        hasExited = true;
-        procs.delete(proc);
-        resolve({ code, signal });
-      }),
-    ),
-    get hasExited() {
-      return hasExited;
-    },
-  };
-  procs.add(proc);
-  return proc;
-}
-
-function etcdLog(m: Srv): string {
-  const f = path.join(m.dataDir, 'server/etcd.log');
-  return fs.existsSync(f) ? tail(fs.readFileSync(f, 'utf8'), 15) : '(no etcd.log)';
-}
-
 /** Start a server and wait for "Drover server is ready"; learns its port. Resolves with the time it took. */
-async function startSrv(m: Srv, ceilingMs = START_CEILING_MS): Promise<number> {
-  assert.ok(!m.proc || m.proc.hasExited, `${m.name} is already running`);
-  const started = Date.now();
-  const proc = spawnDrover(serverArgs(m));
-  m.proc = proc;
-  m.runs.push('');
-  const runIndex = m.runs.length - 1;
-  void proc.exited.then(() => (m.runs[runIndex] = proc.output()));
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      reject(new Error(`${m.name} was not ready after ${ceilingMs} ms; output:\n${tail(proc.output())}\netcd.log:\n${etcdLog(m)}`));
-    }, ceilingMs);
-    const check = (): void => {
-      const line = proc.output().split('\n').find((l) => l.includes('Drover server is ready'));
-      if (!line) return;
-      clearTimeout(timer);
-      proc.child.stdout!.off('data', check);
-      resolve((JSON.parse(line) as { port: number }).port);
-    };
-    proc.child.stdout!.on('data', check);
-    void proc.exited.then((e) => {
-      clearTimeout(timer);
-      reject(new Error(`${m.name} exited (code ${e.code}, signal ${e.signal}) before it was ready; output:\n${tail(proc.output())}\netcd.log:\n${etcdLog(m)}`));
-    });
-    check();
-  });
+async function startSrv(m: Srv): Promise<number> {
+  const { port, ms } = await startClusterServer(m, serverArgs(m));
   if (m.httpsPort === 0) m.httpsPort = port;
   else assert.equal(port, m.httpsPort, `${m.name} came back on its port`);
-  etcdPidOf(m);
-  return Date.now() - started;
+  return ms;
 }
 
-/**
- * Join through `m.join.server`. etcd's strict reconfiguration check refuses to add a member until every
- * started member has been connected for a few seconds ("unhealthy cluster"). The server waits that out
- * itself for a while; should a join still be refused, retry as a supervisor would, and count it.
- */
-async function joinSrv(m: Srv, ceilingMs = START_CEILING_MS): Promise<{ ms: number; refusals: Record<string, number> }> {
-  const started = Date.now();
-  const refusals: Record<string, number> = {};
-  for (;;) {
-    try {
-      await startSrv(m);
-      return { ms: Date.now() - started, refusals };
-    } catch (error) {
-      const reason = /unhealthy cluster/.exec(String(error))?.[0];
-      if (!reason || Date.now() - started > ceilingMs) throw error;
-      refusals[reason] = (refusals[reason] ?? 0) + 1;
-      await sleep(500);
-    }
-  }
-}
-
-/** Run a drover command that is expected to exit. */
-async function runToExit(args: string[], ceilingMs = 60_000, env?: NodeJS.ProcessEnv): Promise<Exit & { output: string; ms: number }> {
-  const started = Date.now();
-  const proc = spawnDrover(args, env);
-  const timer = setTimeout(() => {
-    if (!proc.hasExited) process.kill(proc.pid, 'SIGKILL');
-  }, ceilingMs);
-  const exit = await proc.exited;
-  clearTimeout(timer);
-  return { ...exit, output: proc.output(), ms: Date.now() - started };
-}
-
-/** SIGTERM (planned stop): the server stops its etcd member itself. */
-async function stopSrv(m: Srv): Promise<Exit & { ms: number }> {
-  const proc = m.proc!;
-  const etcdPid = etcdPidOf(m);
-  const started = Date.now();
-  if (!proc.hasExited) process.kill(proc.pid, 'SIGTERM');
-  const timer = setTimeout(() => !proc.hasExited && process.kill(proc.pid, 'SIGKILL'), 30_000);
-  const exit = await proc.exited;
-  clearTimeout(timer);
-  if (etcdPid !== undefined) await waitGone(etcdPid, m.dataDir, 10_000);
-  return { ...exit, ms: Date.now() - started };
-}
-
-/** SIGKILL the server and its etcd child. */
-async function killSrv(m: Srv): Promise<{ etcdPid: number | undefined }> {
-  const proc = m.proc!;
-  const etcdPid = etcdPidOf(m);
-  process.kill(proc.pid, 'SIGKILL');
-  if (etcdPid !== undefined && aliveWith(etcdPid, m.dataDir)) process.kill(etcdPid, 'SIGKILL');
-  await proc.exited;
-  if (etcdPid !== undefined) await waitGone(etcdPid, m.dataDir);
-  return { etcdPid };
-}
-
-function dumpLogs(servers: Srv[], agent: AgentProcess | undefined): string {
-  const out = path.join(tempDir('roles-failure'), 'logs.txt');
-  const parts: string[] = [];
-  for (const m of servers) {
-    m.runs.forEach((run, i) => parts.push(`===== ${m.name} run ${i + 1}\n${m.proc && i === m.runs.length - 1 ? m.proc.output() : run}`));
-    const log = path.join(m.dataDir, 'server/etcd.log');
-    if (fs.existsSync(log)) parts.push(`===== ${m.name} etcd.log\n${fs.readFileSync(log, 'utf8')}`);
-  }
-  if (agent) parts.push(`===== agent a1\n${agent.output()}`);
-  fs.writeFileSync(out, parts.join('\n'));
-  return out;
+/** Join through `m.join.server`, retrying etcd's "unhealthy cluster" refusals (the server waits most of them out itself). */
+function joinSrv(m: Srv): Promise<{ ms: number; refusals: number }> {
+  return retryUnhealthyJoin(() => startSrv(m));
 }
 
 async function cleanupAll(): Promise<void> {
   await Promise.all([...loops].map((l) => l.stop()));
   await cleanupAgents();
-  await Promise.all(
-    [...procs].map(async (p) => {
-      try {
-        process.kill(p.pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-      await p.exited;
-    }),
-  );
-  for (const dir of dirs) {
-    const f = path.join(dir, 'server/etcd.pid');
-    if (fs.existsSync(f)) {
-      const pid = Number(fs.readFileSync(f, 'utf8').trim());
-      if (Number.isInteger(pid) && pid > 0) etcdPids.set(pid, dir);
-    }
-  }
-  for (const [pid, dir] of etcdPids) {
-    if (!aliveWith(pid, dir)) continue;
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-    await waitGone(pid, dir).catch(() => undefined);
-  }
-  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
+  await cleanupCluster();
 }
 
 // -------------------------------------------------------------------------------------------------
 // HTTPS
-
-interface Res {
-  status: number;
-  text: string;
-  json: unknown;
-}
-
-function api(
-  m: Srv,
-  method: string,
-  urlPath: string,
-  options: { body?: unknown; token?: string | null; timeoutMs?: number } = {},
-): Promise<Res> {
-  const payload = options.body === undefined ? undefined : Buffer.from(JSON.stringify(options.body));
-  const ca = file(m, 'server/tls/server-ca.crt');
-  const token = options.token === undefined ? file(m, 'server/cred/admin.token').trim() : options.token;
-  const timeoutMs = options.timeoutMs ?? 5000;
-  return new Promise((resolve, reject) => {
-    const req = https.request(
-      {
-        host: m.ip,
-        port: m.httpsPort,
-        method,
-        path: urlPath,
-        ca,
-        agent: false,
-        timeout: timeoutMs,
-        headers: {
-          Accept: 'application/json',
-          ...(token ? { Authorization: `Bearer ${token}` } : {}),
-          ...(payload ? { 'Content-Type': 'application/json', 'Content-Length': String(payload.length) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let json: unknown;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            json = undefined;
-          }
-          resolve({ status: res.statusCode ?? 0, text, json });
-        });
-        res.on('error', reject);
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`${method} ${urlPath} on ${m.name}: timed out after ${timeoutMs} ms`)));
-    req.on('error', reject);
-    if (payload) req.write(payload);
-    req.end();
-  });
-}
-
-function createLease(m: Srv, name: string, timeoutMs = 5000): Promise<Res> {
-  return api(m, 'POST', LEASES, {
-    body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name }, spec: { holderIdentity: m.name } },
-    timeoutMs,
-  });
-}
-
-async function mustCreateLease(m: Srv, name: string): Promise<void> {
-  const res = await createLease(m, name);
-  assert.equal(res.status, 201, `create lease ${name} through ${m.name}: ${res.text}`);
-}
 
 interface NodeObject {
   metadata: { name: string; labels?: Record<string, string> };
@@ -540,88 +254,6 @@ async function kubectl(cp: Srv, args: string[]): Promise<{ code: number | null; 
 }
 
 // -------------------------------------------------------------------------------------------------
-// etcdctl
-
-function etcdctl(certsOf: Srv, endpoints: Srv[], args: string[], timeoutMs = 15_000): Promise<{ code: number; stdout: string; stderr: string }> {
-  const tls = path.join(certsOf.dataDir, 'server/tls/etcd');
-  return new Promise((resolve) => {
-    execFile(
-      'etcdctl',
-      [
-        '--endpoints', endpoints.map((m) => `https://127.0.0.1:${m.clientPort}`).join(','),
-        '--cacert', path.join(tls, 'ca.crt'),
-        '--cert', path.join(tls, 'client.crt'),
-        '--key', path.join(tls, 'client.key'),
-        '--dial-timeout', '3s',
-        '--command-timeout', '5s',
-        ...args,
-      ],
-      { env: { ...process.env, ETCDCTL_API: '3' }, timeout: timeoutMs },
-      (error, stdout, stderr) => {
-        const code = error ? (typeof error.code === 'number' ? error.code : 1) : 0;
-        resolve({ code, stdout, stderr });
-      },
-    );
-  });
-}
-
-interface EtcdMember {
-  id: string;
-  status: string;
-  name: string;
-  peerURL: string;
-  clientURL: string;
-}
-
-async function memberList(certsOf: Srv, endpoints: Srv[]): Promise<EtcdMember[]> {
-  const out = await etcdctl(certsOf, endpoints, ['member', 'list', '-w', 'simple']);
-  if (out.code !== 0) throw new Error(`etcdctl member list: ${out.stderr}`);
-  return out.stdout
-    .trim()
-    .split('\n')
-    .filter(Boolean)
-    .map((line) => {
-      const [id, status, name, peerURL, clientURL] = line.split(', ');
-      return { id: id!, status: status!, name: name ?? '', peerURL: peerURL ?? '', clientURL: clientURL ?? '' };
-    });
-}
-
-/** The member list is exactly these servers, every one started, named after its node. */
-async function expectMembers(certsOf: Srv, endpoints: Srv[], members: Srv[], what: string, ceilingMs = 30_000): Promise<{ list: EtcdMember[]; ms: number }> {
-  const started = Date.now();
-  let last: EtcdMember[] = [];
-  try {
-    const list = await eventually(
-      async () => {
-        last = await memberList(certsOf, endpoints);
-        if (last.length !== members.length) return false;
-        for (const m of members) {
-          const found = last.find((e) => e.peerURL === `https://${m.ip}:${m.peerPort}`);
-          if (!found || found.status !== 'started' || !new RegExp(`^${m.name}-[0-9a-f]{8}$`).test(found.name)) return false;
-        }
-        return last;
-      },
-      what,
-      ceilingMs,
-      100,
-    );
-    return { list, ms: Date.now() - started };
-  } catch (error) {
-    throw new Error(`${String(error)}; last member list ${JSON.stringify(last)}`);
-  }
-}
-
-async function leaderEndpoint(certsOf: Srv, endpoints: Srv[]): Promise<string> {
-  const out = await etcdctl(certsOf, endpoints, ['endpoint', 'status', '--cluster', '-w', 'simple']);
-  if (out.code !== 0) throw new Error(`etcdctl endpoint status: ${out.stderr}`);
-  for (const line of out.stdout.trim().split('\n')) {
-    const fields = line.split(', ');
-    if (fields[4] === 'true') return fields[0]!;
-  }
-  throw new Error(`no leader in:\n${out.stdout}`);
-}
-
-// -------------------------------------------------------------------------------------------------
 
 describe('server roles: three etcd-only servers, one control-plane-only server, one agent', () => {
   let e1: Srv;
@@ -636,8 +268,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
   const agentIp = '127.0.0.45';
 
   function newSrv(name: string, ip: string, role: Srv['role']): Srv {
-    const dataDir = tempDir(`roles-${name}`);
-    dirs.push(dataDir);
+    const dataDir = clusterTempDir(`roles-${name}`);
     return { name, ip, dataDir, httpsPort: 0, role, extra: [], runs: [] };
   }
 
@@ -668,7 +299,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
     };
 
   after(async () => {
-    if (failed) process.stderr.write(`roles: logs of the failed run in ${dumpLogs(all ?? [], agent)}\n`);
+    if (failed) process.stderr.write(`roles: logs of the failed run in ${dumpLogs('roles', all ?? [], agent ? [{ name: 'agent a1', output: agent.output() }] : [])}\n`);
     await cleanupAll();
   });
 
@@ -771,7 +402,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
     report(
       t,
       `e1 (--cluster-init) ready in ${e1Ms} ms; e2 join ${j2.ms} ms, e3 join ${j3.ms} ms; cp ${cpMs} ms; agent ${agentMs} ms\n` +
-        `joins refused (retried): e2 ${JSON.stringify(j2.refusals)}, e3 ${JSON.stringify(j3.refusals)}\n` +
+        `joins refused (retried): e2 ${j2.refusals}, e3 ${j3.refusals}\n` +
         `all five nodes Ready per kubectl ${readyMs} ms after the agent ran\n` +
         `kubectl get nodes:\n${stdout.trimEnd()}\n` +
         `e1 /api/v1/nodes: 404 "${e1Nodes.message}"\n` +
@@ -808,7 +439,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
       const others = all.filter((o) => o !== m);
       const pids = pidsOf(others);
       const from = Date.now();
-      const stopped = await stopSrv(m);
+      const stopped = await stopClusterServer(m);
       assert.equal(stopped.code, 0, `${m.name} stopped cleanly: ${tail(m.proc!.output(), 10)}`);
       const ms = await startSrv(m);
       const first = await metrics(m);
@@ -873,7 +504,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
   it('the cluster-wide settings check holds on every role: a different node-monitor-grace-period exits 78 on an etcd-only and on the control-plane server', step(async (t) => {
     const lines: string[] = [];
     for (const m of [e2, cp]) {
-      const stopped = await stopSrv(m);
+      const stopped = await stopClusterServer(m);
       assert.equal(stopped.code, 0);
       const refused = await runToExit(serverArgs(m, ['--node-monitor-grace-period', '6s']));
       assert.equal(refused.code, EXIT_CONFIG, `${m.name}: exit 78; output:\n${tail(refused.output)}`);
@@ -940,8 +571,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
     ];
     const lines: string[] = [];
     for (const c of cases) {
-      const dataDir = path.join(tempDir('roles-bad'), 'data');
-      dirs.push(path.dirname(dataDir));
+      const dataDir = path.join(clusterTempDir('roles-bad'), 'data');
       const out = await runToExit(['server', '--data-dir', dataDir, '--bind-address', '127.0.0.46', '--https-listen-port', '0', '--disable-agent', ...c.args], 30_000);
       assert.equal(out.code, EXIT_CONFIG, `${c.args.join(' ')}: exit 78; output:\n${out.output}`);
       assert.match(out.output, /invalid configuration/);
@@ -992,7 +622,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
 
     await sleep(600);
     const killedAt = Date.now();
-    const { etcdPid } = await killSrv(victim);
+    const { etcdPid } = await killClusterServer(victim);
     assert.ok(etcdPid !== undefined && !aliveWith(etcdPid, victim.dataDir), 'the etcd child is gone');
 
     // Reads and writes through cp.
@@ -1035,7 +665,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
   }));
 
   it('deleting an etcd node’s Node removes its member: e3 stopped keeps its member; kubectl delete node e3 removes it; the API keeps working', step(async (t) => {
-    const stopped = await stopSrv(e3);
+    const stopped = await stopClusterServer(e3);
     assert.equal(stopped.code, 0);
     const still = await memberList(e1, [e1, e2]);
     assert.equal(still.length, 3, `e3's member stays while e3 is only stopped: ${JSON.stringify(still)}`);

@@ -68,26 +68,32 @@ export interface StartOptions {
 
 const running = new Set<ServerProcess>();
 
+/**
+ * The `drover server …` arguments startServer uses: loopback, an ephemeral port, no agent unless
+ * asked. For tests that run a start expected to be refused (through runDrover) with the same flags.
+ */
+export function serverArgs(
+  dataDir: string,
+  options: Pick<StartOptions, 'args' | 'embeddedAgent' | 'handMadeNodes'> = {},
+): string[] {
+  return [
+    'server',
+    '--data-dir',
+    dataDir,
+    '--https-listen-port',
+    '0',
+    '--bind-address',
+    '127.0.0.1',
+    ...(options.embeddedAgent ? ['--agent-port', '0', '--node-ip', '127.0.0.1'] : ['--disable-agent']),
+    ...(options.handMadeNodes ? ['--node-monitor-grace-period', '1h'] : []),
+    ...(options.args ?? []),
+  ];
+}
+
 export async function startServer(options: StartOptions = {}): Promise<ServerProcess> {
   if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
   const dataDir = options.dataDir ?? tempDir('server');
-  const child = spawn(
-    process.execPath,
-    [
-      DROVER_BIN,
-      'server',
-      '--data-dir',
-      dataDir,
-      '--https-listen-port',
-      '0',
-      '--bind-address',
-      '127.0.0.1',
-      ...(options.embeddedAgent ? ['--agent-port', '0', '--node-ip', '127.0.0.1'] : ['--disable-agent']),
-      ...(options.handMadeNodes ? ['--node-monitor-grace-period', '1h'] : []),
-      ...(options.args ?? []),
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const child = spawn(process.execPath, [DROVER_BIN, ...serverArgs(dataDir, options)], { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -162,7 +168,12 @@ export interface RequestOptions {
   body?: unknown;
   rawBody?: Buffer | string;
   ca?: string;
-  agent?: https.Agent;
+  /** `false`: a fresh connection, closed after the answer (no pooled socket to a server about to die). */
+  agent?: https.Agent | false;
+  /** Defaults to 127.0.0.1; servers of a multi-server test listen on 127.0.0.N. */
+  host?: string;
+  /** Fail the request (rather than hang) when no answer came within this time. */
+  timeoutMs?: number;
 }
 
 /** One HTTPS request to a server, with its admin token unless told otherwise. */
@@ -179,15 +190,17 @@ export function request(
       : options.body !== undefined
         ? Buffer.from(JSON.stringify(options.body))
         : undefined;
+  const host = options.host ?? '127.0.0.1';
   return new Promise((resolve, reject) => {
     const req = https.request(
       {
-        host: '127.0.0.1',
+        host,
         port: server.port,
         method,
         path: urlPath,
         ca: options.ca ?? server.caPem,
-        ...(options.agent ? { agent: options.agent } : {}),
+        ...(options.agent !== undefined ? { agent: options.agent } : {}),
+        ...(options.timeoutMs !== undefined ? { timeout: options.timeoutMs } : {}),
         headers: {
           Accept: 'application/json',
           ...(payload ? { 'Content-Type': 'application/json', 'Content-Length': String(payload.length) } : {}),
@@ -208,7 +221,11 @@ export function request(
           }
           resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
         });
+        res.on('error', reject);
       },
+    );
+    req.on('timeout', () =>
+      req.destroy(new Error(`${method} ${urlPath} on ${host}:${server.port}: timed out after ${options.timeoutMs} ms`)),
     );
     req.on('error', reject);
     if (payload) req.write(payload);
