@@ -355,25 +355,20 @@ function summarize(profile: CpuProfile): ProfileSummary {
     }
   }
   const pct = (ms: number): number => round((ms / busy) * 100, 1);
+  const heaviest = (byKey: Map<string, number>): [string, number][] => [...byKey.entries()].sort((a, b) => b[1] - a[1]);
+  /** The 30 heaviest functions, keyed by fnKey. */
+  const heaviestFunctions = (byKey: Map<string, number>): { function: string; location: string; ms: number }[] =>
+    heaviest(byKey)
+      .slice(0, 30)
+      .map(([k, ms]) => {
+        const [fn, location] = k.split('\t');
+        return { function: fn!, location: location!, ms };
+      });
   return {
     totalMs: round(busy, 0),
-    byFunction: [...byFn.entries()]
-      .sort((a, b) => b[1] - a[1])
-      .slice(0, 30)
-      .map(([k, ms]) => {
-        const [fn, location] = k.split('\t');
-        return { function: fn!, location: location!, selfMs: round(ms, 0), selfPercent: pct(ms) };
-      }),
-    byArea: [...byArea.entries()]
-      .sort((a, b) => b[1] - a[1])
-      .map(([a, ms]) => ({ area: a, selfMs: round(ms, 0), selfPercent: pct(ms) })),
-    inclusive: [...inclusive.entries()]
-      .sort((a, b) => b[1] - a[1])
-      .slice(0, 30)
-      .map(([k, ms]) => {
-        const [fn, location] = k.split('\t');
-        return { function: fn!, location: location!, totalMs: round(ms, 0), totalPercent: pct(ms) };
-      }),
+    byFunction: heaviestFunctions(byFn).map(({ ms, ...f }) => ({ ...f, selfMs: round(ms, 0), selfPercent: pct(ms) })),
+    byArea: heaviest(byArea).map(([a, ms]) => ({ area: a, selfMs: round(ms, 0), selfPercent: pct(ms) })),
+    inclusive: heaviestFunctions(inclusive).map(({ ms, ...f }) => ({ ...f, totalMs: round(ms, 0), totalPercent: pct(ms) })),
   };
 }
 
