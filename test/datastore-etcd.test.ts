@@ -21,9 +21,8 @@ import {
   type KeyValue,
   type WatchEvent,
 } from '../src/datastore/types.js';
-import { createCertificateAuthority, issueCertificate } from '../src/security/pki.js';
 import { runDatastoreConformance } from './datastore/conformance.js';
-import { startEtcd, type EtcdServer } from './helpers/etcd.js';
+import { startEtcd, type EtcdServer, writeEtcdTls } from './helpers/etcd.js';
 
 const buf = (s: string): Buffer => Buffer.from(s, 'utf8');
 
@@ -383,25 +382,7 @@ describe('etcd datastore specifics', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'drover-etcd-tls-'));
     let secure: EtcdServer | undefined;
     try {
-      const ca = await createCertificateAuthority('etcd-test-ca');
-      const server = await issueCertificate(ca, {
-        commonName: 'etcd',
-        subjectAltNames: ['127.0.0.1', 'localhost'],
-        usage: 'server',
-      });
-      const client = await issueCertificate(ca, { commonName: 'drover', usage: 'client' });
-      const file = (name: string, content: string): string => {
-        const p = path.join(dir, name);
-        fs.writeFileSync(p, content, { mode: 0o600 });
-        return p;
-      };
-      const tls = {
-        caFile: file('ca.pem', ca.certificatePem),
-        certFile: file('server.pem', server.certificatePem),
-        keyFile: file('server-key.pem', server.privateKeyPem),
-        clientCertFile: file('client.pem', client.certificatePem),
-        clientKeyFile: file('client-key.pem', client.privateKeyPem),
-      };
+      const tls = await writeEtcdTls(dir, 'etcd-test-ca');
       secure = await startEtcd({ tls });
       assert.match(secure.endpoint, /^https:/);
       const viaFiles = await openEtcdDatastore({
@@ -418,9 +399,9 @@ describe('etcd datastore specifics', () => {
       rec.cancel();
       const viaPem = await openEtcdDatastore({
         endpoints: [secure.endpoint],
-        ca: ca.certificatePem,
-        cert: client.certificatePem,
-        key: client.privateKeyPem,
+        ca: tls.caPem,
+        cert: tls.clientCertPem,
+        key: tls.clientKeyPem,
       });
       stores.push(viaPem);
       assert.equal((await viaPem.get('/tls'))?.value.toString(), 'secret');

@@ -1,11 +1,10 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { createCertificateAuthority, issueCertificate } from '../src/security/pki.js';
-import { type EtcdServer, startEtcd } from './helpers/etcd.js';
-import { cleanup, DROVER_BIN, request, startServer, tempDir } from './helpers/server.js';
+import { type EtcdServer, startEtcd, writeEtcdTls } from './helpers/etcd.js';
+import { runDrover } from './helpers/agent.js';
+import { cleanup, request, serverArgs, startServer, tempDir } from './helpers/server.js';
 
 /**
  * The server's etcd options end to end: --datastore-endpoint with --datastore-cafile/certfile/
@@ -22,21 +21,7 @@ describe('server etcd options', () => {
   });
 
   it('--datastore-endpoint with --datastore-cafile/certfile/keyfile talks mutual TLS to etcd', async () => {
-    const ca = await createCertificateAuthority('etcd-options-ca');
-    const serving = await issueCertificate(ca, { commonName: 'etcd', subjectAltNames: ['127.0.0.1', 'localhost'], usage: 'server' });
-    const client = await issueCertificate(ca, { commonName: 'drover', usage: 'client' });
-    const file = (name: string, content: string): string => {
-      const p = path.join(dir, name);
-      fs.writeFileSync(p, content, { mode: 0o600 });
-      return p;
-    };
-    const tls = {
-      caFile: file('ca.pem', ca.certificatePem),
-      certFile: file('server.pem', serving.certificatePem),
-      keyFile: file('server-key.pem', serving.privateKeyPem),
-      clientCertFile: file('client.pem', client.certificatePem),
-      clientKeyFile: file('client-key.pem', client.privateKeyPem),
-    };
+    const tls = await writeEtcdTls(dir, 'etcd-options-ca');
     etcd = await startEtcd({ tls });
     const hostPort = etcd.endpoint.replace(/^https:\/\//, '');
     const server = await startServer({
@@ -66,17 +51,13 @@ describe('server etcd options', () => {
     const binDir = path.join(dir, 'bin');
     fs.mkdirSync(binDir, { recursive: true });
     fs.symlinkSync(process.execPath, path.join(binDir, 'node'));
-    const child = spawn(
-      process.execPath,
-      [DROVER_BIN, 'server', '--cluster-init', '--data-dir', path.join(dir, 'no-etcd'), '--https-listen-port', '0',
-        '--bind-address', '127.0.0.1', '--disable-agent', '--etcd-client-port', '1', '--etcd-peer-port', '2'],
-      { env: { ...process.env, PATH: binDir }, stdio: ['ignore', 'pipe', 'pipe'] },
+    const result = await runDrover(
+      serverArgs(path.join(dir, 'no-etcd'), { args: ['--cluster-init', '--etcd-client-port', '1', '--etcd-peer-port', '2'] }),
+      30_000,
+      { env: { ...process.env, PATH: binDir } },
     );
-    let output = '';
-    child.stdout.on('data', (c: Buffer) => (output += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (output += c.toString()));
-    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    assert.notEqual(code, 0);
+    const output = result.stdout + result.stderr;
+    assert.notEqual(result.code, 0);
     assert.match(output, /etcd binary is not on PATH/);
     assert.match(output, /etcd-server/);
   });

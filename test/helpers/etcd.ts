@@ -13,6 +13,7 @@ import https from 'node:https';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { createCertificateAuthority, issueCertificate } from '../../src/security/pki.js';
 
 export interface EtcdServer {
   /** The client URL, e.g. `http://127.0.0.1:41234`. */
@@ -35,6 +36,38 @@ export interface EtcdTls {
   /** A client certificate, used only for the helper's own health checks. */
   clientCertFile: string;
   clientKeyFile: string;
+}
+
+/** EtcdTls as files, plus the PEMs behind them (for clients that take PEM strings). */
+export interface EtcdTlsFixture extends EtcdTls {
+  caPem: string;
+  clientCertPem: string;
+  clientKeyPem: string;
+}
+
+/**
+ * A fresh CA, a serving certificate for etcd on 127.0.0.1 and a client certificate, written to
+ * `dir` (mode 0600): what startEtcd({ tls }) needs for an etcd that demands client certificates.
+ */
+export async function writeEtcdTls(dir: string, caName: string): Promise<EtcdTlsFixture> {
+  const ca = await createCertificateAuthority(caName);
+  const serving = await issueCertificate(ca, { commonName: 'etcd', subjectAltNames: ['127.0.0.1', 'localhost'], usage: 'server' });
+  const client = await issueCertificate(ca, { commonName: 'drover', usage: 'client' });
+  const write = (name: string, content: string): string => {
+    const p = path.join(dir, name);
+    fs.writeFileSync(p, content, { mode: 0o600 });
+    return p;
+  };
+  return {
+    caFile: write('ca.pem', ca.certificatePem),
+    certFile: write('server.pem', serving.certificatePem),
+    keyFile: write('server-key.pem', serving.privateKeyPem),
+    clientCertFile: write('client.pem', client.certificatePem),
+    clientKeyFile: write('client-key.pem', client.privateKeyPem),
+    caPem: ca.certificatePem,
+    clientCertPem: client.certificatePem,
+    clientKeyPem: client.privateKeyPem,
+  };
 }
 
 export interface StartEtcdOptions {
