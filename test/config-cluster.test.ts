@@ -4,7 +4,7 @@ import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import parsePrometheusTextFormat, { type PrometheusFamily } from 'parse-prometheus-text-format';
 import { type AgentProcess, type CliResult, cleanupAgents, freePort, joinSecret, killRunningDrover, runDrover, startAgent } from './helpers/agent.js';
-import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
+import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
 /**
  * Cluster-wide configuration with real processes: the cluster record checked at every server
@@ -44,14 +44,9 @@ function drover(args: string[], env: NodeJS.ProcessEnv = cleanEnv(), timeoutMs =
   return runDrover(args, timeoutMs, { env, cwd: suiteDir });
 }
 
-/** The arguments the server helper uses, for a start that is expected to be refused. */
-function serverArgs(dataDir: string, extra: string[]): string[] {
-  return ['server', '--data-dir', dataDir, '--https-listen-port', '0', '--bind-address', '127.0.0.1', '--disable-agent', ...extra];
-}
-
 /** Start `drover server` on a data dir and expect it to refuse with exit 78; returns stderr. */
 async function expectRefused(dataDir: string, extra: string[], env: Record<string, string | undefined> = {}): Promise<string> {
-  const result = await drover(serverArgs(dataDir, extra), cleanEnv(env), 30_000);
+  const result = await drover(serverArgs(dataDir, { args: extra }), cleanEnv(env), 30_000);
   assert.equal(result.code, EXIT_CONFIG, `expected exit 78, got ${result.code} (signal ${result.signal}); stderr:\n${result.stderr}\nstdout:\n${result.stdout}`);
   assert.ok(!result.stdout.includes('Drover server is ready'), 'a refused server must not become ready');
   return result.stderr;

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type CliResult, cleanupAgents, joinToken, killRunningDrover, runDrover, startAgent, waitForState } from './helpers/agent.js';
-import { cleanup, DROVER_BIN, startServer, tempDir } from './helpers/server.js';
+import { cleanup, DROVER_BIN, serverArgs, startServer, tempDir } from './helpers/server.js';
 import { envName, settingsFor } from '../src/config/schema.js';
 
 /**
@@ -398,7 +398,7 @@ describe('drover config show: precedence and provenance', () => {
     assert.ok(stderrLines(byEnv.stderr).includes(`config file ${missing} does not exist (named by DROVER_CONFIG_FILE)`), byEnv.stderr);
 
     const dataDir = path.join(s.dir, 'fresh-data');
-    const server = await drover(serverArgs(dataDir, ['-c', missing]), cleanEnv());
+    const server = await drover(serverArgs(dataDir, { args: ['-c', missing] }), cleanEnv());
     assert.equal(server.code, EXIT_CONFIG, server.stderr);
     assert.ok(stderrLines(server.stderr).includes(`config file ${missing} does not exist (named by --config)`), server.stderr);
     assertNothingWritten(dataDir);
@@ -416,10 +416,6 @@ describe('drover config show: precedence and provenance', () => {
 
 function escape(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-}
-
-function serverArgs(dataDir: string, extra: string[]): string[] {
-  return ['server', '--data-dir', dataDir, '--https-listen-port', '0', '--bind-address', '127.0.0.1', '--disable-agent', ...extra];
 }
 
 /** The data dir a refused `drover server` was given: absent, or present and empty. */
@@ -586,7 +582,7 @@ describe('bad configuration: exit 78, a precise message, nothing written', () =>
       for (const line of expected) assert.ok(hasLine(showLines, line), `config show stderr lacks:\n  ${line}\ngot:\n${shown.stderr}`);
 
       const dataDir = path.join(s.dir, 'fresh-data-dir');
-      const server = await drover(serverArgs(dataDir, badCase.args ?? []), env, { timeoutMs: 20_000 });
+      const server = await drover(serverArgs(dataDir, { args: badCase.args ?? [] }), env, { timeoutMs: 20_000 });
       assert.equal(server.code, EXIT_CONFIG, `drover server: exit ${server.code} (signal ${server.signal}); stderr:\n${server.stderr}`);
       const serverLines = stderrLines(server.stderr);
       if (badCase.resolver !== false) assert.equal(serverLines[0], 'drover server: invalid configuration:', server.stderr);

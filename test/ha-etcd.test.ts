@@ -17,7 +17,7 @@ import { CLUSTER_RECORD_KEY } from '../src/config/cluster-record.js';
 import { openEtcdDatastore } from '../src/datastore/etcd.js';
 import { startEtcd, type EtcdServer } from './helpers/etcd.js';
 import { type KubectlClient, runKubectl } from './helpers/kubectl.js';
-import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
+import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
 /**
  * Several servers sharing one external etcd, end to end: real etcd, real `drover server` and
@@ -137,17 +137,8 @@ async function publishedIds(server: ApiTarget): Promise<string[]> {
 }
 
 /** Arguments for a `drover server` run to completion by runDrover (expected to be refused). */
-function serverArgs(etcd: EtcdServer, dataDir: string, nodeName: string, extra: string[] = []): string[] {
-  return [
-    'server',
-    '--data-dir', dataDir,
-    '--datastore-endpoint', etcdFlag(etcd),
-    '--https-listen-port', '0',
-    '--bind-address', '127.0.0.1',
-    '--disable-agent',
-    '--node-name', nodeName,
-    ...extra,
-  ];
+function etcdServerArgs(etcd: EtcdServer, dataDir: string, nodeName: string, extra: string[] = []): string[] {
+  return serverArgs(dataDir, { args: ['--datastore-endpoint', etcdFlag(etcd), '--node-name', nodeName, ...extra] });
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -307,7 +298,7 @@ describe('two servers sharing one etcd', () => {
 
   it('a third server without --token, or with a wrong token, exits 78', async (t) => {
     const c = dir('ha-c');
-    const noToken = await runDrover(serverArgs(etcd, c, 'ha-c'), 20_000);
+    const noToken = await runDrover(etcdServerArgs(etcd, c, 'ha-c'), 20_000);
     assert.equal(noToken.code, EXIT_CONFIG, `no token: ${noToken.stderr}`);
     assert.match(noToken.stderr, /this datastore already holds a cluster/);
     assert.match(noToken.stderr, /--token/);
@@ -324,7 +315,7 @@ describe('two servers sharing one etcd', () => {
     const lines: string[] = [`no token: exit ${noToken.code}: ${noToken.stderr.trim()}`];
     for (const [what, token] of wrong) {
       const d = dir('ha-c');
-      const res = await runDrover(serverArgs(etcd, d, 'ha-c', ['--token', token]), 20_000);
+      const res = await runDrover(etcdServerArgs(etcd, d, 'ha-c', ['--token', token]), 20_000);
       assert.equal(res.code, EXIT_CONFIG, `${what}: exit ${res.code}\n${res.stdout}\n${res.stderr}`);
       assert.match(res.stderr, /token/i, what);
       assert.doesNotMatch(res.stdout, /Drover server is ready/, what);
@@ -341,7 +332,7 @@ describe('two servers sharing one etcd', () => {
   it('a refused server leaves no trace in the cluster (drift view lists only A and B)', async () => {
     // ha-c was refused in the previous test already; once more in case this test runs alone.
     const d = dir('ha-c');
-    const res = await runDrover(serverArgs(etcd, d, 'ha-c'), 20_000);
+    const res = await runDrover(etcdServerArgs(etcd, d, 'ha-c'), 20_000);
     assert.equal(res.code, EXIT_CONFIG, res.stderr);
     assert.deepEqual(await publishedIds(a), ['ha-a/server', 'ha-b/server'], 'servers publishing their configuration to the cluster');
   });
@@ -349,7 +340,7 @@ describe('two servers sharing one etcd', () => {
   it('the cluster record is shared: a server with another node-monitor-grace-period exits 78 naming the key and both values', async (t) => {
     const d = dir('ha-d');
     const res = await runDrover(
-      serverArgs(etcd, d, 'ha-d', ['--token', joinToken(a), '--node-monitor-grace-period', '6s']),
+      etcdServerArgs(etcd, d, 'ha-d', ['--token', joinToken(a), '--node-monitor-grace-period', '6s']),
       20_000,
     );
     assert.equal(res.code, EXIT_CONFIG, `exit ${res.code}\n${res.stdout}\n${res.stderr}`);

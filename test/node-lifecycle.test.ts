@@ -22,7 +22,7 @@ import {
   watchNodes,
 } from './helpers/agent.js';
 import { type KubectlClient, runKubectl } from './helpers/kubectl.js';
-import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
+import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
 /**
  * Node lifecycle end to end: real `drover server` and `drover agent` processes, signals sent by
@@ -671,20 +671,9 @@ describe('cluster timing validation', () => {
     const empty = path.join(dir, 'empty');
     fs.mkdirSync(empty);
     for (const dataDir of [fresh, empty]) {
-      const result = await runDrover([
-        'server',
-        '--data-dir',
-        dataDir,
-        '--https-listen-port',
-        '0',
-        '--bind-address',
-        '127.0.0.1',
-        '--disable-agent',
-        '--node-monitor-grace-period',
-        '2s',
-        '--node-lease-renew-interval',
-        '1s',
-      ]);
+      const result = await runDrover(
+        serverArgs(dataDir, { args: ['--node-monitor-grace-period', '2s', '--node-lease-renew-interval', '1s'] }),
+      );
       assert.equal(result.code, 78, `exit code; stderr: ${result.stderr}`);
       assert.match(result.stderr, /node-monitor-grace-period/);
       assert.match(result.stderr, /node-lease-renew-interval/);
