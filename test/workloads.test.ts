@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type AgentProcess, cleanupAgents, joinSecret, startAgent, waitForState } from './helpers/agent.js';
-import { type KubectlClient, kubectlClients, runKubectl } from './helpers/kubectl.js';
+import { type KubectlClient, kubectlClients, runKubectl, MODERN_KUBECTL } from './helpers/kubectl.js';
 import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 import {
   alive,
@@ -24,7 +24,7 @@ import {
  * cordon and drain.
  */
 
-const KUBECTL: KubectlClient = { name: 'kubectl (machine)', bin: 'kubectl', needsValidateFalse: false };
+const KUBECTL = MODERN_KUBECTL;
 
 describe('workloads on real agents', { concurrency: false }, () => {
   let server: ServerProcess;
@@ -105,7 +105,7 @@ describe('workloads on real agents', { concurrency: false }, () => {
     const withContainer = await kubectl(['logs', pod, '-c', 'main', '--tail=1']);
     assert.match(withContainer.stdout, /^tick \d+\n$/);
     const followed = await new Promise<string[]>((resolve, reject) => {
-      const child = spawn('kubectl', ['--kubeconfig', server.kubeconfig, '--cache-dir', cacheDir, 'logs', '-f', '--tail=1', pod]);
+      const child = spawn(KUBECTL.bin, ['--kubeconfig', server.kubeconfig, '--cache-dir', cacheDir, 'logs', '-f', '--tail=1', pod]);
       let out = '';
       const timer = setTimeout(() => {
         child.kill('SIGKILL');

@@ -12,13 +12,22 @@ export interface KubectlClient {
 }
 
 export const KUBECTL_1_20 = path.join(REPO_ROOT, '.cache/kubectl-1.20/usr/bin/kubectl');
+/** A modern kubectl that ./test.sh fetched because the machine had none (>= 1.27) on PATH. */
+const KUBECTL_MODERN_CACHED = path.join(REPO_ROOT, '.cache/kubectl-1.32/kubectl');
+
+/** The modern client (>= 1.27): the one ./test.sh fetched when the machine had none, else the machine's. */
+export const MODERN_KUBECTL: KubectlClient = {
+  name: 'kubectl (modern)',
+  bin: fs.existsSync(KUBECTL_MODERN_CACHED) ? KUBECTL_MODERN_CACHED : 'kubectl',
+  needsValidateFalse: false,
+};
 
 export function kubectlClients(): KubectlClient[] {
   if (!fs.existsSync(KUBECTL_1_20)) {
     throw new Error(`${KUBECTL_1_20} is missing: ./test.sh fetches it (apt-get download kubernetes-client)`);
   }
   return [
-    { name: 'kubectl (machine)', bin: 'kubectl', needsValidateFalse: false },
+    MODERN_KUBECTL,
     { name: 'kubectl 1.20 (Debian)', bin: KUBECTL_1_20, needsValidateFalse: true },
   ];
 }
