@@ -3,6 +3,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import parsePrometheusTextFormat, { type PrometheusFamily } from 'parse-prometheus-text-format';
+import { pino } from 'pino';
+import { CLUSTER_RECORD_KEY, checkClusterRecord } from '../src/config/cluster-record.js';
+import { ConfigError, resolveConfig } from '../src/config/resolve.js';
+import { openEtcdDatastore } from '../src/datastore/etcd.js';
+import { openSqliteDatastore } from '../src/datastore/sqlite.js';
+import { startEtcd } from './helpers/etcd.js';
 import { type AgentProcess, type CliResult, cleanupAgents, freePort, joinSecret, killRunningDrover, runDrover, startAgent } from './helpers/agent.js';
 import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
@@ -220,6 +226,106 @@ describe('the cluster record is checked at every server start', () => {
     // Without the file at all, the defaults differ from the record too.
     const defaults = await expectRefused(dataDir, ['--node-name', 'srv-file']);
     assert.match(defaults, /node-monitor-grace-period: this server has 4s \(default\), but the cluster has 5s/, defaults);
+  });
+});
+
+/** Replace the cluster record in a stopped server's SQLite datastore; returns the old bytes. */
+async function rewriteRecord(dataDir: string, raw: string | Buffer): Promise<Buffer> {
+  const store = openSqliteDatastore(path.join(dataDir, 'server', 'db', 'state.db'));
+  try {
+    const kv = await store.get(CLUSTER_RECORD_KEY);
+    assert.ok(kv, 'the first start wrote the cluster record');
+    await store.update(CLUSTER_RECORD_KEY, Buffer.from(raw), kv.modRevision);
+    return kv.value;
+  } finally {
+    await store.close();
+  }
+}
+
+describe('the cluster-record check never fails open', () => {
+  it('a corrupt record refuses the start with exit 78 naming the record: no start with unchecked values, no endless wait', async () => {
+    const dataDir = path.join(suiteDir, 'corrupt-record');
+    const first = await startServer({ dataDir, args: ['--node-name', 'srv-corrupt'] });
+    await stopped(first);
+
+    const cases: { what: string; raw: string; reason: RegExp }[] = [
+      { what: 'not JSON', raw: '{"values": {"node-monitor-grace-period"', reason: /is corrupt: not JSON/ },
+      { what: 'JSON null', raw: 'null', reason: /is corrupt: it has no "values" object/ },
+      // Read leniently, this one looks like a record with nothing recorded: every value would pass.
+      { what: 'values is an array', raw: '{"values":[]}', reason: /is corrupt: it has no "values" object/ },
+      {
+        what: 'an entry that is not a recorded value',
+        raw: '{"values":{"node-monitor-grace-period":"4s"}}',
+        reason: /is corrupt: the entry for "node-monitor-grace-period" lacks a valid value, setBy, setAt, source/,
+      },
+    ];
+    let original: Buffer | undefined;
+    for (const { what, raw, reason } of cases) {
+      const previous = await rewriteRecord(dataDir, raw);
+      original ??= previous;
+      // A value that differs from the recorded 4s: a check that failed open would let it start.
+      const stderr = await expectRefused(dataDir, ['--node-name', 'srv-corrupt', '--node-monitor-grace-period', '6s']);
+      assert.match(stderr, /the cluster record \(\/drover\/cluster\/config in the datastore\) is corrupt/, `${what}: ${stderr}`);
+      assert.match(stderr, reason, `${what}: ${stderr}`);
+      assert.match(stderr, /so this server does not start/, `${what}: ${stderr}`);
+    }
+    // The recorded value itself is refused too: nothing can be checked against a corrupt record.
+    const same = await expectRefused(dataDir, ['--node-name', 'srv-corrupt']);
+    assert.match(same, /is corrupt/, same);
+
+    // The refusals were about the record alone: restored, it checks and starts as before.
+    await rewriteRecord(dataDir, original!);
+    const mismatch = await expectRefused(dataDir, ['--node-name', 'srv-corrupt', '--node-monitor-grace-period', '6s']);
+    assert.match(mismatch, /node-monitor-grace-period: this server has 6s/, mismatch);
+    await stopped(await startServer({ dataDir, args: ['--node-name', 'srv-corrupt'] }));
+  });
+
+  it('while the datastore cannot answer, the check waits (saying why) and neither passes nor fails; once it answers, a mismatch is refused and a match passes', async () => {
+    const etcd = await startEtcd();
+    // Short request deadlines, so reads against the frozen etcd fail (rather than hang) and the
+    // check goes round its retry loop.
+    const store = await openEtcdDatastore({ endpoints: [etcd.endpoint], requestTimeoutMs: 500 });
+    const logs: { msg: string; reason?: string }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line) as { msg: string }) });
+    const config = (flags: Record<string, string>) => resolveConfig({ command: 'server', flags, env: { DROVER_CONFIG_FILE: emptyConfig } });
+    let frozen = false;
+    try {
+      await checkClusterRecord(store, config({}), 'srv-etcd', logger);
+      process.kill(etcd.pid, 'SIGSTOP');
+      frozen = true;
+      const outcomes: Record<string, string> = {};
+      const settle = (name: string, check: Promise<unknown>): Promise<unknown> =>
+        check.then(
+          () => (outcomes[name] = 'passed'),
+          (error: unknown) => {
+            outcomes[name] = 'failed';
+            return error;
+          },
+        );
+      const differing = settle('differing', checkClusterRecord(store, config({ 'node-monitor-grace-period': '6s' }), 'srv-late', logger, 100));
+      const matching = settle('matching', checkClusterRecord(store, config({}), 'srv-same', logger, 100));
+      const waitLine = 'cannot read the cluster record yet; waiting (the check is never skipped)';
+      // Until both checks say they wait, or one of them settles (which must not happen).
+      await eventually(
+        () => Object.keys(outcomes).length > 0 || logs.filter((l) => l.msg === waitLine).length >= 2,
+        'both checks to log that they wait for the datastore',
+        30_000,
+      );
+      assert.deepEqual(outcomes, {}, 'neither check passed nor failed while the datastore could not answer');
+      assert.ok(logs.filter((l) => l.msg === waitLine).every((l) => l.reason), 'the wait says why');
+
+      process.kill(etcd.pid, 'SIGCONT');
+      frozen = false;
+      const error = await differing;
+      assert.ok(error instanceof ConfigError, `the differing value is refused once the record can be read: ${String(error)}`);
+      assert.match(error.message, /node-monitor-grace-period: this server has 6s \(flag:--node-monitor-grace-period\), but the cluster has 4s \(set by srv-etcd/);
+      await matching;
+      assert.deepEqual(outcomes, { differing: 'failed', matching: 'passed' });
+    } finally {
+      if (frozen) process.kill(etcd.pid, 'SIGCONT');
+      await store.close();
+      await etcd.stop();
+    }
   });
 });
 

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
-import { CLUSTER_RECORD_KEY, type ClusterRecord, setClusterValue } from '../config/cluster-record.js';
+import { CLUSTER_RECORD_KEY, type ClusterRecord, parseClusterRecord, setClusterValue } from '../config/cluster-record.js';
 import { readSealed } from './bootstrap-data.js';
 import { computeDrift, publication, publishConfig, readPublished } from '../config/drift.js';
 import { ConfigError } from '../config/resolve.js';
@@ -83,7 +83,7 @@ function requireAdmin(options: SupervisorOptions, req: IncomingMessage): UserInf
 
 async function readRecord(datastore: Datastore): Promise<ClusterRecord | undefined> {
   const kv = await datastore.get(CLUSTER_RECORD_KEY);
-  return kv ? (JSON.parse(kv.value.toString('utf8')) as ClusterRecord) : undefined;
+  return kv ? parseClusterRecord(kv.value) : undefined;
 }
 
 /** Cluster configuration endpoints: the record, live changes, drift, node publications. */

@@ -9,7 +9,8 @@ import { timingProblems } from './timings.js';
  * The cluster's record of its cluster-scoped settings, in the datastore. The first server writes
  * it; every server start (first bootstrap, join, restart with data on disk, any role) compares
  * its own local values with it before starting anything, and refuses to start on a mismatch.
- * It never fails open: if the record cannot be read, the server waits and retries.
+ * It never fails open: if the datastore cannot be read, the server waits and retries; if the
+ * record itself is corrupt, the server refuses to start (a corrupt record is not "no record").
  */
 
 export const CLUSTER_RECORD_KEY = '/drover/cluster/config';
@@ -63,13 +64,51 @@ export function mismatches(config: ResolvedConfig, record: ClusterRecord): strin
   return problems;
 }
 
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function corrupt(why: string): ConfigError {
+  return new ConfigError([
+    `the cluster record (${CLUSTER_RECORD_KEY} in the datastore) is corrupt: ${why}; ` +
+      'the cluster-wide settings cannot be checked against it, so this server does not start. ' +
+      'Repair the record, or delete that key to have the next server start record its own values',
+  ]);
+}
+
+/**
+ * The stored record, checked for the shape this code writes. Anything else is refused: read
+ * leniently, a damaged record (say `{"values": []}`) would look like a record with nothing in it,
+ * and every server would then start with whatever values it has, unchecked.
+ */
+export function parseClusterRecord(raw: Buffer): ClusterRecord {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw.toString('utf8'));
+  } catch (error) {
+    throw corrupt(`not JSON (${(error as Error).message})`);
+  }
+  if (!isObject(parsed) || !isObject(parsed.values)) throw corrupt('it has no "values" object');
+  for (const [name, entry] of Object.entries(parsed.values)) {
+    const fields = isObject(entry) ? entry : {};
+    const missing = ['value', 'setBy', 'setAt', 'source'].filter((f) => typeof fields[f] !== 'string');
+    const previous = fields.previous;
+    if (previous !== undefined && !(isObject(previous) && typeof previous.value === 'string' && typeof previous.changedAt === 'string')) {
+      missing.push('previous');
+    }
+    if (missing.length) throw corrupt(`the entry for "${name}" lacks a valid ${missing.join(', ')}`);
+  }
+  return parsed as unknown as ClusterRecord;
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /**
  * Compare this server's cluster-scoped settings with the record (writing it on first bootstrap).
- * Throws ConfigError on a mismatch; retries for as long as the record cannot be read.
+ * Throws ConfigError on a mismatch or a corrupt record; retries for as long as the datastore
+ * cannot be read.
  */
 export async function checkClusterRecord(
   datastore: Datastore,
@@ -93,7 +132,7 @@ export async function checkClusterRecord(
           throw error;
         }
       }
-      const record = JSON.parse(existing.value.toString('utf8')) as ClusterRecord;
+      const record = parseClusterRecord(existing.value);
       const problems = mismatches(config, record);
       if (problems.length) {
         throw new ConfigError([
@@ -148,7 +187,7 @@ export async function setClusterValue(
   for (;;) {
     const existing = await datastore.get(CLUSTER_RECORD_KEY);
     if (!existing) throw new ConfigError(['the cluster has no record of its settings yet; start a server first']);
-    const record = JSON.parse(existing.value.toString('utf8')) as ClusterRecord;
+    const record = parseClusterRecord(existing.value);
     const now = new Date().toISOString();
     const old = record.values[key];
     checkCombination(record, key, formatted, setting);
