@@ -54,6 +54,11 @@ export interface AgentOptions {
   supervisorMetrics: boolean;
   /** This agent's effective settings, published for `drover config drift` (standalone agents). */
   publishedConfig?: Record<string, string>;
+  /**
+   * Called after each registration of the Node (a new incarnation too). A server uses it to add
+   * the role labels that node restriction keeps from the node's own credential.
+   */
+  onNodeRegistered?: (node: KubeObject) => Promise<void>;
   logger: Logger;
 }
 
@@ -366,14 +371,16 @@ export class Agent {
         node = (await client.get(NODES, undefined, name))!;
       }
     }
-    // Coming back from a planned shutdown: withdraw the notice, and undo only our own cordon.
+    // Coming back from a planned shutdown: withdraw the notice, and undo only our own cordon, which
+    // the record on the Node proves (node restriction refuses an uncordon the Node does not record).
     const record = this.readShutdownRecord(node);
+    const ownCordon = parseShutdownRecord(node.metadata.annotations?.[SHUTDOWN_ANNOTATION])?.cordoned === true;
     node = await client.patch(NODES, undefined, name, 'merge', {
       metadata: {
         labels,
         annotations: { [NODE_ID_ANNOTATION]: this.identity.nodeId, [SHUTDOWN_ANNOTATION]: null },
       },
-      spec: { providerID, ...(record?.cordoned ? { unschedulable: null } : {}) },
+      spec: { providerID, ...(ownCordon ? { unschedulable: null } : {}) },
     });
     if (record) {
       this.logger.info({ cordoned: record.cordoned }, 'back from a planned shutdown: cleared the shutdown record');
@@ -381,21 +388,16 @@ export class Agent {
     }
     this.nodeUid = node.metadata.uid!;
     await this.postStatus();
+    await this.options.onNodeRegistered?.(node).catch((error: unknown) => {
+      this.logger.warn({ err: error }, 'the server could not label its own node');
+    });
   }
 
   private readShutdownRecord(node: KubeObject): ShutdownRecord | undefined {
-    for (const text of [
-      node.metadata.annotations?.[SHUTDOWN_ANNOTATION],
-      fs.existsSync(this.shutdownFile()) ? fs.readFileSync(this.shutdownFile(), 'utf8') : undefined,
-    ]) {
-      if (!text) continue;
-      try {
-        return JSON.parse(text) as ShutdownRecord;
-      } catch {
-        // an unreadable record is as good as none
-      }
-    }
-    return undefined;
+    return (
+      parseShutdownRecord(node.metadata.annotations?.[SHUTDOWN_ANNOTATION]) ??
+      parseShutdownRecord(fs.existsSync(this.shutdownFile()) ? fs.readFileSync(this.shutdownFile(), 'utf8') : undefined)
+    );
   }
 
   private async postStatus(): Promise<void> {
@@ -709,5 +711,15 @@ export class Agent {
       { emptied, replaced, ms: Date.now() - (deadline - Math.max(1000, this.options.shutdownGracePeriodMs - 1500)) },
       emptied && replaced ? 'drained: pods gone and running elsewhere' : 'drain incomplete at the deadline; stopping what is left',
     );
+  }
+}
+
+/** A shutdown record from its JSON text; an unreadable record is as good as none. */
+function parseShutdownRecord(text: string | undefined): ShutdownRecord | undefined {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text) as ShutdownRecord;
+  } catch {
+    return undefined;
   }
 }

@@ -63,7 +63,10 @@ export class TokenAuthenticator implements Authenticator {
 /** A write about to be stored, for checks that need to see the object (node restriction). */
 export interface AdmissionAttributes extends RequestAttributes {
   user: UserInfo;
+  /** The object the write would store (for deletes and evictions, the stored one). */
   object: KubeObject;
+  /** The stored object an update or patch replaces: decisions the caller must not steer are made on it. */
+  oldObject?: KubeObject;
 }
 
 export interface Admission {

@@ -619,7 +619,13 @@ export class ApiHandler {
     await this.admit(user, verb, request, current);
   }
 
-  private async admit(user: UserInfo, verb: string, request: ResourceRequest, obj: KubeObject): Promise<void> {
+  private async admit(
+    user: UserInfo,
+    verb: string,
+    request: ResourceRequest,
+    obj: KubeObject,
+    oldObject?: KubeObject,
+  ): Promise<void> {
     if (!this.options.admission) return;
     await this.options.admission.admit({
       user,
@@ -627,6 +633,7 @@ export class ApiHandler {
       group: request.def.group,
       resource: request.def.plural,
       object: obj,
+      ...(oldObject ? { oldObject } : {}),
       ...(request.subresource ? { subresource: request.subresource } : {}),
       ...(request.namespace ? { namespace: request.namespace } : {}),
       ...(request.name ? { name: request.name } : {}),
@@ -678,10 +685,10 @@ export class ApiHandler {
       throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
     }
     const uid = obj.metadata.uid;
-    await this.admit(user, 'update', request, obj);
-    const updated = await this.options.store.guaranteedUpdate(def, request.namespace, request.name!, (current) => {
+    const updated = await this.options.store.guaranteedUpdate(def, request.namespace, request.name!, async (current) => {
       // A uid in the body is a precondition, as in Kubernetes: it names one incarnation.
       checkPreconditions(def, request.name!, current, { uid });
+      await this.admit(user, 'update', request, obj, current);
       return obj;
     }, {
       dryRun,
@@ -710,6 +717,8 @@ export class ApiHandler {
       request.name!,
       async (current) => {
         const currentUid = current.metadata.uid;
+        // The patch consumes `current`; admission judges the stored object as it was.
+        const stored = this.options.admission ? admissionSnapshot(current) : undefined;
         const patched = asKubeObject(
           // `current` is this attempt's private copy: the patch may work in it directly.
           applyPatch(patchType, current as unknown as JsonObject, patch as JsonObject, def.kind, { consumeOriginal: true }),
@@ -727,7 +736,7 @@ export class ApiHandler {
           ]);
         }
         unknown = pruneUnknownFields(def, patched, mode);
-        await this.admit(user, 'patch', request, patched);
+        await this.admit(user, 'patch', request, patched, stored);
         return patched;
       },
       { dryRun, ...(request.subresource === 'status' ? { subresource: 'status' as const } : {}) },
@@ -1053,4 +1062,13 @@ export class ApiHandler {
       res,
     );
   }
+}
+
+/**
+ * What admission may read of a stored object that a patch is about to consume in place: a copy of
+ * all but its status (the bulk of a Node or Pod, which no admission rule judges), shared as is.
+ */
+function admissionSnapshot(current: KubeObject): KubeObject {
+  const { status, ...rest } = current;
+  return { ...structuredClone(rest), ...(status !== undefined ? { status } : {}) };
 }

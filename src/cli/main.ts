@@ -6,6 +6,7 @@ import { Agent } from '../agent/agent.js';
 import { JoinError } from '../agent/bootstrap.js';
 import { ApiError } from '../apiserver/errors.js';
 import { JoinTokenError } from '../cluster/join-token.js';
+import { nodeLabelViolation } from '../cluster/node-authorization.js';
 import { addSettingOptions, flagValues } from '../config/cli.js';
 import { ConfigError, EXIT_CONFIG, type ResolvedConfig, resolveConfig } from '../config/resolve.js';
 import { type Command as DroverCommand, defaultValue, SETTINGS_BY_NAME, type Taint } from '../config/schema.js';
@@ -58,8 +59,15 @@ function resolveFor(which: DroverCommand, command: Command, attributes: Map<stri
   }
 }
 
+/** `node-label`s, refusing at start the ones node restriction would refuse at registration. */
 function labels(config: ResolvedConfig): Record<string, string> {
-  return Object.fromEntries(config.get<{ key: string; value: string }[]>('node-label').map((l) => [l.key, l.value]));
+  const entries = config.get<{ key: string; value: string }[]>('node-label');
+  const problems = entries.flatMap((l) => {
+    const violation = nodeLabelViolation(l.key);
+    return violation ? [`node-label: a node ${violation} (${config.source('node-label')})`] : [];
+  });
+  if (problems.length) throw new ConfigError(problems);
+  return Object.fromEntries(entries.map((l) => [l.key, l.value]));
 }
 
 function serverOptions(config: ResolvedConfig): ServerOptions {
@@ -163,6 +171,7 @@ agentCommand.action(async () => {
   const dataDir = path.resolve(config.get<string>('data-dir'));
   let lock: ReturnType<typeof lockDataDir> | undefined;
   try {
+    const nodeLabels = labels(config);
     fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
     lock = lockDataDir(dataDir, 'agent');
     const nodeIp = config.get<string | undefined>('node-ip');
@@ -171,7 +180,7 @@ agentCommand.action(async () => {
       token: config.get('token'),
       nodeName: config.get('node-name'),
       dataDir,
-      labels: labels(config),
+      labels: nodeLabels,
       taints: config.get<Taint[]>('node-taint'),
       agentPort: config.get('agent-port'),
       ...(nodeIp ? { nodeIp } : {}),

@@ -9,7 +9,8 @@ import type {
 import { errors } from '../apiserver/errors.js';
 import { getString } from '../apiserver/objects.js';
 import { type ApiClient, NODES, PODS } from '../client/types.js';
-import { leaseHolderIdentity, NODE_LEASE_NAMESPACE } from '../controllers/node-lifecycle.js';
+import type { KubeObject } from '../apiserver/objects.js';
+import { leaseHolderIdentity, NODE_LEASE_NAMESPACE, SHUTDOWN_ANNOTATION, STATE_LABEL } from '../controllers/node-lifecycle.js';
 import { NODE_USER_PREFIX, NODES_GROUP } from './node-registry.js';
 
 /**
@@ -47,7 +48,9 @@ function decide(node: string, a: RequestAttributes): AuthorizationDecision {
     return deny('a node may only create and read events');
   }
   if (a.group === '' && (a.resource === 'pods' || a.resource === 'namespaces')) {
-    if (READ.has(a.verb)) return { allowed: true };
+    // Reading pods, not their logs: a node has no business with other pods' output (Kubernetes'
+    // node role has no pods/log either).
+    if (READ.has(a.verb) && (!a.subresource || a.subresource === 'status')) return { allowed: true };
     if (a.resource === 'pods' && a.subresource === 'status' && WRITE.has(a.verb)) return { allowed: true };
     // Finishing a graceful deletion and draining: admission checks the pod is bound to this node.
     if (a.resource === 'pods' && !a.subresource && a.verb === 'delete') return { allowed: true };
@@ -78,6 +81,8 @@ export class NodeRestrictionAdmission implements Admission {
     };
     if (a.group === '' && a.resource === 'nodes') {
       if (a.object.metadata.name !== node) forbid(`may only create or modify its own Node "${node}"`);
+      const violation = nodeSelfUpdateViolation(a.oldObject, a.object);
+      if (violation) forbid(violation);
       return;
     }
     if (a.group === 'coordination.k8s.io' && a.resource === 'leases') {
@@ -93,20 +98,115 @@ export class NodeRestrictionAdmission implements Admission {
       return;
     }
     if (a.group === '' && a.resource === 'pods') {
-      // Status writes, final deletes and evictions: only for pods bound to this node.
-      const boundTo = getString(a.object, ['spec', 'nodeName']);
-      if (boundTo !== node) forbid(`may only ${a.verb} pods bound to its own node "${node}" (this pod is bound to "${boundTo || 'no node'}")`);
+      // Status writes, final deletes and evictions: only for pods bound to this node, judged on
+      // the stored pod (which the caller cannot choose) and on the one it would leave behind.
+      for (const pod of [a.oldObject, a.object]) {
+        if (!pod) continue;
+        const boundTo = getString(pod, ['spec', 'nodeName']);
+        if (boundTo !== node) forbid(`may only ${a.verb} pods bound to its own node "${node}" (this pod is bound to "${boundTo || 'no node'}")`);
+      }
       return;
     }
     if (a.group === '' && a.resource === 'events') {
-      const kind = getString(a.object, ['involvedObject', 'kind']);
-      const name = getString(a.object, ['involvedObject', 'name']);
-      if (kind === 'Pod') {
-        const pod = await this.client.get(PODS, getString(a.object, ['involvedObject', 'namespace']) || undefined, name);
-        if (!pod || getString(pod, ['spec', 'nodeName']) !== node) forbid(`may only report events about pods bound to its own node "${node}"`);
-        return;
+      // Both the event it writes and the one it would overwrite must be about this node's things.
+      for (const event of [a.oldObject, a.object]) {
+        if (event) await this.checkEventSubject(node, event, forbid);
       }
-      if (kind !== 'Node' || name !== node) forbid(`may only report events about its own Node "${node}" or pods bound to it`);
     }
+  }
+
+  private async checkEventSubject(node: string, event: KubeObject, forbid: (why: string) => never): Promise<void> {
+    const kind = getString(event, ['involvedObject', 'kind']);
+    const name = getString(event, ['involvedObject', 'name']);
+    if (kind === 'Pod') {
+      const pod = await this.client.get(PODS, getString(event, ['involvedObject', 'namespace']) || undefined, name);
+      if (!pod || getString(pod, ['spec', 'nodeName']) !== node) forbid(`may only report events about pods bound to its own node "${node}"`);
+      return;
+    }
+    if (kind !== 'Node' || name !== node) forbid(`may only report events about its own Node "${node}" or pods bound to it`);
+  }
+}
+
+/** Label domains whose keys a node may set on itself, as kubelet's allowed labels in Kubernetes. */
+const NODE_SETTABLE_LABELS = new Set([
+  'kubernetes.io/hostname',
+  'kubernetes.io/os',
+  'kubernetes.io/arch',
+  'beta.kubernetes.io/os',
+  'beta.kubernetes.io/arch',
+  'beta.kubernetes.io/instance-type',
+  'node.kubernetes.io/instance-type',
+  'failure-domain.beta.kubernetes.io/region',
+  'failure-domain.beta.kubernetes.io/zone',
+  'topology.kubernetes.io/region',
+  'topology.kubernetes.io/zone',
+]);
+const NODE_SETTABLE_DOMAINS = ['kubelet.kubernetes.io', 'node.kubernetes.io'];
+
+/**
+ * Why a node may not set (or change, or remove) this label on itself, or undefined when it may.
+ * Roles and `node-restriction.kubernetes.io/` labels steer workloads and are the admin's; other
+ * `kubernetes.io`/`k8s.io` keys are reserved except kubelet's own; `drover.io/state` is the
+ * lifecycle controller's verdict, which the scheduler trusts.
+ */
+export function nodeLabelViolation(key: string): string | undefined {
+  if (key === STATE_LABEL) return `may not set label ${key}: it is the node lifecycle controller's verdict`;
+  const slash = key.indexOf('/');
+  if (slash < 0) return undefined;
+  const domain = key.slice(0, slash);
+  const reserved = (suffix: string): boolean => domain === suffix || domain.endsWith(`.${suffix}`);
+  if (reserved('node-restriction.kubernetes.io')) return `may not set label ${key}: node-restriction.kubernetes.io/ labels are for administrators`;
+  if (!reserved('kubernetes.io') && !reserved('k8s.io')) return undefined;
+  if (NODE_SETTABLE_LABELS.has(key) || NODE_SETTABLE_DOMAINS.some(reserved)) return undefined;
+  return `may not set label ${key}: of the kubernetes.io and k8s.io labels a node may set only its own (${[...NODE_SETTABLE_LABELS].join(', ')}, ${NODE_SETTABLE_DOMAINS.map((d) => `${d}/*`).join(', ')})`;
+}
+
+interface NodeSpecView {
+  taints?: unknown;
+  unschedulable?: boolean;
+}
+
+/**
+ * What NodeRestriction forbids a node to do to its own Node, or undefined. `previous` is the
+ * stored Node (absent on create). A node sets its taints only when it registers (as kubelet's
+ * --register-with-taints); it may cordon itself only for a planned stop, recorded in the shutdown
+ * annotation with `cordoned: true`, and uncordon itself only by withdrawing such a record of its
+ * own: an admin's cordon stays.
+ */
+export function nodeSelfUpdateViolation(previous: KubeObject | undefined, next: KubeObject): string | undefined {
+  const before = previous?.metadata.labels ?? {};
+  const after = next.metadata.labels ?? {};
+  for (const key of new Set([...Object.keys(before), ...Object.keys(after)])) {
+    if (before[key] === after[key]) continue;
+    const violation = nodeLabelViolation(key);
+    if (violation) return violation;
+  }
+  if (!previous) return undefined;
+  const oldSpec = (previous.spec ?? {}) as NodeSpecView;
+  const newSpec = (next.spec ?? {}) as NodeSpecView;
+  if (JSON.stringify(oldSpec.taints ?? []) !== JSON.stringify(newSpec.taints ?? [])) {
+    return 'may not modify its taints after registration';
+  }
+  const wasCordoned = oldSpec.unschedulable === true;
+  const isCordoned = newSpec.unschedulable === true;
+  const oldRecord = shutdownRecordOf(previous);
+  const newRecord = shutdownRecordOf(next);
+  // Claiming a cordon as its own is only possible in the write that makes it.
+  if (newRecord?.cordoned && !oldRecord?.cordoned && !(isCordoned && !wasCordoned)) {
+    return 'may record a cordon as its own only in the write that cordons it';
+  }
+  if (isCordoned && !wasCordoned && !newRecord) return 'may cordon itself only with a shutdown record (a planned stop)';
+  if (wasCordoned && !isCordoned && !oldRecord?.cordoned) return 'may not uncordon itself: an administrator cordoned it';
+  return undefined;
+}
+
+function shutdownRecordOf(node: KubeObject): { cordoned?: boolean } | undefined {
+  const text = node.metadata.annotations?.[SHUTDOWN_ANNOTATION];
+  if (!text) return undefined;
+  try {
+    const parsed: unknown = JSON.parse(text);
+    return typeof parsed === 'object' && parsed !== null ? (parsed as { cordoned?: boolean }) : {};
+  } catch {
+    return {};
   }
 }

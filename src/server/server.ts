@@ -13,7 +13,7 @@ import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js
 import { ApiServer } from '../apiserver/server.js';
 import { ObjectStore } from '../apiserver/storage.js';
 import { LocalClient } from '../client/local.js';
-import { PODS } from '../client/types.js';
+import { NODES, PODS } from '../client/types.js';
 import { CLUSTER_RECORD_KEY, checkClusterRecord } from '../config/cluster-record.js';
 import { computeDrift, publication, publishConfig, publishedValues, readPublished } from '../config/drift.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -375,13 +375,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           token: join.token,
           nodeName: options.nodeName,
           dataDir,
-          labels: { ...roleLabels, ...options.nodeLabels },
+          labels: options.nodeLabels,
           taints: options.nodeTaints,
           agentPort: options.agentPort,
           ...(options.nodeIp ? { nodeIp: options.nodeIp } : {}),
           shutdownGracePeriodMs: options.shutdownGracePeriodMs,
           supervisorMetrics: options.supervisorMetrics,
           logger: logger.child({ component: 'agent' }),
+          // Role labels are not the node's to set (node restriction): the server writes them itself.
+          onNodeRegistered: async (node) => {
+            if (Object.entries(roleLabels).every(([key, value]) => node.metadata.labels?.[key] === value)) return;
+            await client.patch(NODES, undefined, options.nodeName, 'merge', { metadata: { labels: roleLabels } });
+          },
         });
         await agent.start();
       })().catch((error: unknown) => logger.error({ err: error }, 'the embedded agent failed to start'));
