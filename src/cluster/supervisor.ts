@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
 import { CLUSTER_RECORD_KEY, type ClusterRecord, parseClusterRecord, setClusterValue } from '../config/cluster-record.js';
 import { readSealed } from './bootstrap-data.js';
-import { computeDrift, publication, publishConfig, readPublished } from '../config/drift.js';
+import { checkPublishedValues, computeDrift, publication, publishConfig, readPublished } from '../config/drift.js';
 import { ConfigError } from '../config/resolve.js';
 import type { EventRecorder } from '../controllers/events.js';
 import type { Datastore } from '../datastore/types.js';
@@ -150,9 +150,9 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
     const node = user ? nodeNameOf(user) : undefined;
     if (!node) throw errors.unauthorized();
     const body = await readJsonObject(req, 'node config');
-    const values = isJsonObject(body.values) ? body.values : {};
-    const strings = Object.fromEntries(Object.entries(values).filter((e): e is [string, string] => typeof e[1] === 'string'));
-    await publishConfig(options.datastore, publication(node, 'agent', strings));
+    const { values, problems } = checkPublishedValues(isJsonObject(body.values) ? body.values : {});
+    if (problems.length) throw errors.badRequest(`node config of ${node} refused: ${problems.join('; ')}`);
+    await publishConfig(options.datastore, publication(node, 'agent', values));
     sendJson(res, 200, { node });
     return;
   }
