@@ -9,6 +9,7 @@ import { HttpClient } from '../client/http.js';
 import { LEASES, NODES } from '../client/types.js';
 import type { TLSSocket } from 'node:tls';
 import { bearerToken } from '../apiserver/auth.js';
+import { queryBool } from '../apiserver/query.js';
 import { parseJoinToken, secretsEqual } from '../cluster/join-token.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { AgentMetrics } from '../metrics/metrics.js';
@@ -309,7 +310,6 @@ export class Agent {
     };
     const tailLines = number('tailLines');
     const limitBytes = number('limitBytes');
-    const truthy = (name: string): boolean => query.get(name) === 'true' || query.get(name) === '1';
     res.setHeader('Content-Type', 'text/plain; charset=utf-8');
     // A followed log with nothing new yet still answers promptly, so the client starts waiting.
     const flush = setTimeout(() => !res.headersSent && res.flushHeaders(), 200);
@@ -318,8 +318,8 @@ export class Agent {
         dir,
         container,
         {
-          follow: truthy('follow'),
-          previous: truthy('previous'),
+          follow: queryBool(query, 'follow'),
+          previous: queryBool(query, 'previous'),
           ...(tailLines !== undefined ? { tailLines } : {}),
           ...(limitBytes !== undefined ? { limitBytes } : {}),
         },

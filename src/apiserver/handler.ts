@@ -24,6 +24,7 @@ import {
 import { isJsonObject, type JsonObject } from './json.js';
 import { decodeKubernetesProtobuf } from './protobuf.js';
 import { type KubeObject, OBJECT_META_FIELDS } from './objects.js';
+import { queryBool } from './query.js';
 import type { OpenApiDocuments } from './openapi.js';
 import { applyPatch, PATCH_CONTENT_TYPES, PatchError, type PatchType, patchTypeFromContentType } from './patch/index.js';
 import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
@@ -105,6 +106,9 @@ const PUBLIC_PATHS = new Set(['/healthz', '/livez', '/readyz', '/version', '/cac
 const NAMESPACE_SUBRESOURCES = new Set(['status', 'finalize']);
 
 type FieldValidation = 'Ignore' | 'Warn' | 'Strict';
+
+/** How long before a watch's timeout its last bookmark is asked for (kube-apiserver: 2 s). */
+const PRE_TIMEOUT_BOOKMARK_MS = 2000;
 
 function fieldValidationParam(value: string | null): FieldValidation {
   if (value === null || value === '' || value === 'Warn') return 'Warn';
@@ -383,8 +387,7 @@ export class ApiHandler {
     if (request.subresource === 'log') return method === 'GET' || method === 'HEAD' ? 'get' : 'invalid';
     // A subresource is never deleted by itself (DELETE .../status must not remove the object).
     if (request.subresource !== undefined && method === 'DELETE') return 'invalid';
-    const watchParam = url.searchParams.get('watch');
-    const watching = request.legacyWatch || watchParam === 'true' || watchParam === '1';
+    const watching = request.legacyWatch || queryBool(url.searchParams, 'watch');
     switch (method) {
       case 'GET':
       case 'HEAD':
@@ -517,7 +520,7 @@ export class ApiHandler {
       selection.fieldSelector.push({ field: 'metadata.name', op: 'eq', value: request.name });
     }
     const include = includeObjectParam(url.searchParams.get('includeObject'));
-    const allowBookmarks = url.searchParams.get('allowWatchBookmarks') === 'true';
+    const allowBookmarks = queryBool(url.searchParams, 'allowWatchBookmarks');
     const fromVersion = url.searchParams.get('resourceVersion');
     if (fromVersion && !/^\d+$/.test(fromVersion)) throw errors.badRequest(`invalid resource version: ${fromVersion}`);
     const timeoutParam = Number(url.searchParams.get('timeoutSeconds') ?? '');
@@ -587,6 +590,11 @@ export class ApiHandler {
         timers.push(setTimeout(tick, this.bookmarkIntervalMs));
       };
       timers.push(setTimeout(tick, this.bookmarkIntervalMs));
+      // As kube-apiserver does: one more shortly before the server ends the watch, so the client
+      // re-watches from the latest revision rather than from its last event.
+      if (timeoutMs > PRE_TIMEOUT_BOOKMARK_MS) {
+        timers.push(setTimeout(() => handle?.requestProgress(), timeoutMs - PRE_TIMEOUT_BOOKMARK_MS));
+      }
     }
   }
 
@@ -1024,7 +1032,6 @@ export class ApiHandler {
       }
       return value;
     };
-    const flag = (name: string): boolean => params.get(name) === 'true' || params.get(name) === '1';
     const tailLines = integer('tailLines', 0);
     const limitBytes = integer('limitBytes', 1);
     const pod = await this.options.store.get(request.def, request.namespace, request.name!);
@@ -1053,8 +1060,8 @@ export class ApiHandler {
       pod,
       {
         ...(container !== undefined ? { container } : {}),
-        follow: flag('follow'),
-        previous: flag('previous'),
+        follow: queryBool(params, 'follow'),
+        previous: queryBool(params, 'previous'),
         ...(tailLines !== undefined ? { tailLines } : {}),
         ...(limitBytes !== undefined ? { limitBytes } : {}),
       },

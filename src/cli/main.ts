@@ -109,6 +109,7 @@ function serverOptions(config: ResolvedConfig): ServerOptions {
     ...(nodeIp ? { nodeIp } : {}),
     shutdownGracePeriodMs: config.get('shutdown-grace-period'),
     supervisorMetrics: config.get('supervisor-metrics'),
+    watchBookmarkIntervalMs: config.get('watch-bookmark-interval'),
   };
 }
 

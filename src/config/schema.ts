@@ -122,6 +122,14 @@ export const SETTINGS: readonly Setting[] = [
     default: [],
   },
   {
+    name: 'watch-bookmark-interval',
+    type: 'duration',
+    help: 'how often a watch that allows bookmarks (allowWatchBookmarks) gets a BOOKMARK with the latest resourceVersion, when it moved (kube-apiserver: about 1m; at least 100ms)',
+    commands: ['server'],
+    scope: 'node',
+    default: 15_000,
+  },
+  {
     name: 'write-kubeconfig',
     type: 'string',
     help: 'also write the admin kubeconfig to this path (mode 0600)',

@@ -100,7 +100,12 @@ export interface ServerOptions {
   agentPort: number;
   nodeIp?: string;
   shutdownGracePeriodMs: number;
+  /** How often a watch with allowWatchBookmarks gets a BOOKMARK (when its revision moved). */
+  watchBookmarkIntervalMs?: number;
 }
+
+/** Below this a bookmark timer would spin for nothing: a watch's revision cannot usefully move faster. */
+export const MIN_WATCH_BOOKMARK_INTERVAL_MS = 100;
 
 /**
  * What the controller adds to fencing-timeout before it replaces a singleton: the supervisor's
@@ -145,6 +150,11 @@ async function ensureBuiltInNamespaces(store: ObjectStore, registry: ResourceReg
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   validateTimings(options.nodeLeaseRenewIntervalMs, options.nodeMonitorGracePeriodMs, options.fencingTimeoutMs);
+  if (options.watchBookmarkIntervalMs !== undefined && options.watchBookmarkIntervalMs < MIN_WATCH_BOOKMARK_INTERVAL_MS) {
+    throw new ServerConfigError(
+      `watch-bookmark-interval (${options.watchBookmarkIntervalMs}ms) must be at least ${MIN_WATCH_BOOKMARK_INTERVAL_MS}ms`,
+    );
+  }
   const started = Date.now();
   const logger = createLogger(options.logLevel, 'drover-server');
   const dataDir = path.resolve(options.dataDir);
@@ -284,6 +294,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         logger,
         version: versionInfo(),
         caCertificatePem: tls.ca.certificatePem,
+        ...(options.watchBookmarkIntervalMs !== undefined ? { bookmarkIntervalMs: options.watchBookmarkIntervalMs } : {}),
         readiness: async () => {
           try {
             // A real read, so a datastore that stopped answering makes the server not ready.
