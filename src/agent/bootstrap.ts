@@ -19,6 +19,21 @@ export class JoinError extends Error {
   }
 }
 
+/**
+ * TLS verification errors that mean the server's certificate was not issued by the CA it was
+ * checked against: retrying cannot help, so joining stops (a name or validity-time problem is not
+ * in this list).
+ */
+const NOT_ISSUED_BY_CA = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_SIGNATURE_FAILURE',
+  'CERT_UNTRUSTED',
+]);
+
 interface RawResponse {
   status: number;
   body: string;
@@ -73,8 +88,20 @@ export async function fetchClusterCa(server: URL, token: JoinToken): Promise<{ c
       true,
     );
   }
-  // Prove the server holds a certificate issued by that CA before sending any secret.
-  const verified = await call(server, 'GET', '/cacerts', { ca: fetched.body });
+  // Prove the server holds a certificate issued by that CA before sending any secret. The CA
+  // certificate is public (anyone can copy it from /cacerts), so matching the pin proves nothing
+  // until the TLS handshake does.
+  let verified: RawResponse;
+  try {
+    verified = await call(server, 'GET', '/cacerts', { ca: fetched.body });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === undefined || !NOT_ISSUED_BY_CA.has(code)) throw error;
+    throw new JoinError(
+      `the server at ${server.origin} serves the ${token.caHash ? 'CA certificate the join token pins' : 'CA certificate'} but presents a TLS certificate not issued by it (${code}): wrong server, or a man in the middle`,
+      true,
+    );
+  }
   if (verified.status !== 200) throw new JoinError('CA certificate validation failed', true);
   return { caPem: fetched.body, pinned: Boolean(token.caHash) };
 }

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
@@ -65,6 +66,26 @@ export function joinToken(server: Pick<ServerProcess, 'dataDir'>): string {
 export function joinSecret(server: Pick<ServerProcess, 'dataDir'>): string {
   const token = joinToken(server);
   return token.slice(token.lastIndexOf(':') + 1);
+}
+
+/**
+ * Register a node by hand, as an agent would (`POST /drover/v1/register` with the join secret),
+ * and return the node credential it is given. The same password registers the same name again.
+ */
+export async function registerNode(
+  server: ApiTarget & Pick<ServerProcess, 'dataDir'>,
+  nodeName: string,
+  password: string,
+  nodeId: string = randomUUID(),
+): Promise<string> {
+  const res = await request(server, 'POST', '/drover/v1/register', {
+    token: joinSecret(server),
+    body: { nodeName, nodeId, password },
+  });
+  if (res.status !== 200) throw new Error(`registering ${nodeName}: HTTP ${res.status} ${res.text}`);
+  const token = (res.json as { token?: unknown }).token;
+  if (typeof token !== 'string' || !token) throw new Error(`registering ${nodeName}: no credential in ${res.text}`);
+  return token;
 }
 
 /** Spawn `drover agent` and return at once (the agent may still be joining, or about to fail). */
