@@ -835,12 +835,16 @@ describe('object semantics', () => {
     assert.equal((await get(server, `${pods}/status-pod`)).status.phase, 'Running');
   });
 
-  it('delete returns the object; a missing object is a 404 in the Kubernetes message format', async () => {
+  it('delete answers a Status of Success naming the uid (kube-apiserver, nodes); a missing object is a 404 in the Kubernetes message format', async () => {
     const created = await create(server, '/api/v1/nodes', node('doomed-node'));
     const deleted = expectCode(await request(server, 'DELETE', '/api/v1/nodes/doomed-node'), 200);
-    assert.equal(deleted.kind, 'Node');
-    assert.equal(deleted.metadata.name, 'doomed-node');
-    assert.equal(deleted.metadata.uid, created.metadata.uid);
+    assert.deepEqual(deleted, {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Success',
+      details: { name: 'doomed-node', kind: 'nodes', uid: created.metadata.uid },
+    });
 
     const missing = expectStatus(await request(server, 'GET', '/api/v1/nodes/doomed-node'), 404, 'NotFound');
     assert.equal(missing.message, 'nodes "doomed-node" not found');
@@ -1659,7 +1663,8 @@ describe('watch', () => {
     // The DELETED event carries the object at the deletion's resourceVersion.
     const deletedRv = events[2]!.object.metadata.resourceVersion as string;
     assert.ok(Number(deletedRv) > Number(modified.metadata.resourceVersion), `deleted rv ${deletedRv} > ${modified.metadata.resourceVersion}`);
-    assert.equal(deletedRv, deleted.metadata.resourceVersion, 'the DELETE response and the DELETED event agree');
+    assert.equal(deleted.status, 'Success', 'a lease is not returned by its DELETE: a Status is');
+    assert.equal(events[2]!.object.metadata.uid, deleted.details.uid, 'the DELETE response and the DELETED event agree');
     assert.equal(events[2]!.object.spec.holderIdentity, 'holder-b', 'the last state of the object');
     const listRv = (await get(server, base)).metadata.resourceVersion as string;
     assert.ok(Number(listRv) >= Number(deletedRv));
@@ -1675,13 +1680,15 @@ describe('watch', () => {
     record('ADDED', await create(server, base, lease('r-a')));
     record('MODIFIED', await patch(server, `${base}/r-a`, MERGE, { spec: { holderIdentity: 'x' } }));
     record('ADDED', await create(server, base, lease('r-b')));
-    record('DELETED', expectCode(await request(server, 'DELETE', `${base}/r-a`), 200));
+    // A DELETE answers a Status (no resourceVersion): the event's place is checked by the order below.
+    expectCode(await request(server, 'DELETE', `${base}/r-a`), 200);
+    writes.push(['DELETED', 'r-a', '']);
     record('MODIFIED', await patch(server, `${base}/r-b`, MERGE, { metadata: { labels: { l: 'v' } } }));
 
     const replay = await openWatch(server, `${base}?${q({ watch: '1', resourceVersion: rv0 })}`);
     const events = await waitForEvents(replay, writes.length, 'replayed events');
     assert.deepEqual(
-      events.map((e) => [e.type, e.object.metadata.name, e.object.metadata.resourceVersion]),
+      events.map((e) => [e.type, e.object.metadata.name, e.type === 'DELETED' ? '' : e.object.metadata.resourceVersion]),
       writes,
     );
     const rvs = events.map((e) => Number(e.object.metadata.resourceVersion));

@@ -1,6 +1,13 @@
 /**
  * API errors, rendered as Kubernetes `Status` objects so that kubectl and client libraries show
  * them the way users know (`Error from server (NotFound): nodes "x" not found`).
+ *
+ * The body has kube-apiserver's shape field for field: `kind`, `apiVersion`, `metadata: {}`,
+ * `status`, `message`, `reason`, `details` and `code`, in that order, with the empty `details`
+ * fields left out as Go's `omitempty` leaves them out. Whether `details` is there at all depends
+ * on the reason, as it does with the k8s.io/apimachinery constructor behind each one: clients read
+ * it without checking for nil where kube-apiserver always sends it (kubectl debug panics on a 404
+ * without it), so toStatus() adds at least `{}` for those reasons whoever built the error.
  */
 
 export interface StatusCause {
@@ -12,7 +19,9 @@ export interface StatusCause {
 export interface StatusDetails {
   name?: string;
   group?: string;
+  /** The resource (plural), as Kubernetes fills it in, or the kind for Invalid. */
   kind?: string;
+  uid?: string;
   causes?: StatusCause[];
   retryAfterSeconds?: number;
 }
@@ -40,11 +49,60 @@ export interface Status {
   kind: 'Status';
   apiVersion: 'v1';
   metadata: Record<string, never>;
-  status: 'Failure' | 'Success';
+  status: 'Failure';
   message: string;
   reason?: StatusReason;
   details?: StatusDetails;
   code: number;
+}
+
+/**
+ * What kube-apiserver answers to a DELETE that removed an object at once, for every kind but
+ * pods and namespaces (its registry's finalizeDelete): no message, reason or code.
+ */
+export interface SuccessStatus {
+  kind: 'Status';
+  apiVersion: 'v1';
+  metadata: Record<string, never>;
+  status: 'Success';
+  details: StatusDetails;
+}
+
+/**
+ * Reasons whose apimachinery constructor always fills in `details` (NewNotFound, NewAlreadyExists,
+ * NewConflict, NewInvalid, NewForbidden, NewInternalError, NewTooManyRequests, NewTimeoutError,
+ * and NewGenericServerResponse behind the 404 and 405 of unknown paths and methods). The others
+ * (NewBadRequest, NewUnauthorized, NewResourceExpired, NewServiceUnavailable, the negotiation
+ * errors, request-entity-too-large) have none.
+ */
+const REASONS_WITH_DETAILS: ReadonlySet<StatusReason> = new Set([
+  'NotFound',
+  'AlreadyExists',
+  'Conflict',
+  'Invalid',
+  'Forbidden',
+  'MethodNotAllowed',
+  'InternalError',
+  'TooManyRequests',
+  'Timeout',
+]);
+
+/** Details as Go serializes metav1.StatusDetails: fixed field order, empty values left out. */
+export function cleanDetails(details: StatusDetails): StatusDetails {
+  const out: StatusDetails = {};
+  if (details.name) out.name = details.name;
+  if (details.group) out.group = details.group;
+  if (details.kind) out.kind = details.kind;
+  if (details.uid) out.uid = details.uid;
+  if (details.causes?.length) {
+    out.causes = details.causes.map((c) => ({
+      ...(c.reason ? { reason: c.reason } : {}),
+      ...(c.message ? { message: c.message } : {}),
+      ...(c.field ? { field: c.field } : {}),
+    })) as StatusCause[];
+  }
+  if (details.retryAfterSeconds) out.retryAfterSeconds = details.retryAfterSeconds;
+  return out;
 }
 
 export class ApiError extends Error {
@@ -59,6 +117,7 @@ export class ApiError extends Error {
   }
 
   toStatus(): Status {
+    const details = this.details ?? (REASONS_WITH_DETAILS.has(this.reason) ? {} : undefined);
     return {
       kind: 'Status',
       apiVersion: 'v1',
@@ -66,10 +125,21 @@ export class ApiError extends Error {
       status: 'Failure',
       message: this.message,
       reason: this.reason,
-      ...(this.details ? { details: this.details } : {}),
+      ...(details ? { details: cleanDetails(details) } : {}),
       code: this.code,
     };
   }
+}
+
+/** The Status Success a DELETE answers when the object is gone at once (kinds that do not return it). */
+export function deletedStatus(resource: ResourceRef, name: string, uid: string | undefined): SuccessStatus {
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Success',
+    details: cleanDetails({ name, group: resource.group, kind: resource.plural, ...(uid ? { uid } : {}) }),
+  };
 }
 
 /** `group/resource` as Kubernetes prints it in messages: `nodes`, `leases.coordination.k8s.io`. */
@@ -89,8 +159,14 @@ export const errors = {
   unauthorized(): ApiError {
     return new ApiError(401, 'Unauthorized', 'Unauthorized');
   },
-  forbidden(message: string): ApiError {
-    return new ApiError(403, 'Forbidden', message);
+  /** `resource` (and `name`) fill in details, as NewForbidden does; without them details are `{}`. */
+  forbidden(message: string, resource?: ResourceRef, name?: string): ApiError {
+    return new ApiError(
+      403,
+      'Forbidden',
+      message,
+      resource ? { ...(name ? { name } : {}), group: resource.group, kind: resource.plural } : undefined,
+    );
   },
   notFound(resource: ResourceRef, name: string): ApiError {
     return new ApiError(404, 'NotFound', `${qualified(resource)} "${name}" not found`, {
@@ -99,8 +175,13 @@ export const errors = {
       kind: resource.plural,
     });
   },
-  pathNotFound(path: string): ApiError {
-    return new ApiError(404, 'NotFound', `the server could not find the requested resource (${path})`);
+  /**
+   * A path the server does not serve (an unknown group, version, resource or subresource), worded
+   * as kube-apiserver answers it, details `{}`. kubectl tells this from a missing object by the
+   * empty details.name (kubectl debug: "ephemeral containers are disabled for this cluster").
+   */
+  pathNotFound(): ApiError {
+    return new ApiError(404, 'NotFound', 'the server could not find the requested resource', {});
   },
   alreadyExists(resource: ResourceRef, name: string): ApiError {
     return new ApiError(409, 'AlreadyExists', `${qualified(resource)} "${name}" already exists`, {
@@ -127,17 +208,21 @@ export const errors = {
   expired(message: string): ApiError {
     return new ApiError(410, 'Expired', message);
   },
+  /** NewInvalid: `Kind.group "name" is invalid: field: why` (several causes in `[…]`). */
   invalid(kind: string, name: string, group: string, causes: StatusCause[]): ApiError {
-    const summary = causes.map((c) => (c.field ? `${c.field}: ${c.message}` : c.message)).join(', ');
-    return new ApiError(422, 'Invalid', `${kind} "${name}" is invalid: ${summary}`, {
+    const each = causes.map((c) => (c.field ? `${c.field}: ${c.message}` : c.message));
+    const summary = each.length === 1 ? each[0] : `[${each.join(', ')}]`;
+    const qualifiedKind = group ? `${kind}.${group}` : kind;
+    return new ApiError(422, 'Invalid', `${qualifiedKind} "${name}" is invalid: ${summary}`, {
       name,
       group,
       kind,
       causes,
     });
   },
-  methodNotAllowed(method: string, what: string): ApiError {
-    return new ApiError(405, 'MethodNotAllowed', `${method} is not supported on ${what}`);
+  /** A method the path does not take, worded as kube-apiserver's answer for it. */
+  methodNotAllowed(): ApiError {
+    return new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource', {});
   },
   notAcceptable(accept: string): ApiError {
     return new ApiError(
@@ -164,7 +249,19 @@ export const errors = {
     return new ApiError(429, 'TooManyRequests', message, { retryAfterSeconds });
   },
   internal(message: string): ApiError {
-    return new ApiError(500, 'InternalError', `Internal error occurred: ${message}`);
+    return new ApiError(500, 'InternalError', `Internal error occurred: ${message}`, {
+      causes: [{ reason: '', message }],
+    });
+  },
+  /**
+   * A list or watch at a resourceVersion the store has not reached: client-go's reflector knows it
+   * by the ResourceVersionTooLarge cause (IsTooLargeResourceVersion) and waits instead of failing.
+   */
+  tooLargeResourceVersion(requested: number, current: number): ApiError {
+    return new ApiError(504, 'Timeout', `Timeout: Too large resource version: ${requested}, current: ${current}`, {
+      causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }],
+      retryAfterSeconds: 1,
+    });
   },
   unavailable(message: string): ApiError {
     return new ApiError(503, 'ServiceUnavailable', message);

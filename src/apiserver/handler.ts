@@ -9,7 +9,7 @@ import {
   apiResourceList,
   apiVersions,
 } from './discovery.js';
-import { ApiError, errors } from './errors.js';
+import { ApiError, deletedStatus, errors } from './errors.js';
 import {
   decodeBody,
   includeObjectParam,
@@ -30,7 +30,16 @@ import { applyPatch, PATCH_CONTENT_TYPES, PatchError, type PatchType, patchTypeF
 import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
 import { scaleOf, validateReplicas } from './workloads.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from './selectors.js';
-import { checkPreconditions, type DeleteOptions, type ObjectStore, parseSelection, type Selection, type WatchEventType } from './storage.js';
+import {
+  checkPreconditions,
+  type DeleteOptions,
+  type DeleteResult,
+  type ObjectStore,
+  parseSelection,
+  type Selection,
+  type WatchEventType,
+} from './storage.js';
+import { dependentsChoiceOf } from './deletion.js';
 import { type IncludeObject, toTable } from './table.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -257,7 +266,7 @@ export class ApiHandler {
     if (!user) throw errors.unauthorized();
 
     if (path === '/api' || path === '/apis') {
-      this.requireMethod(method, 'GET', path);
+      this.requireMethod(method, 'GET');
       const negotiated = negotiate(req.headers.accept);
       if (negotiated.aggregatedDiscovery) {
         const version = negotiated.aggregatedDiscovery;
@@ -286,38 +295,38 @@ export class ApiHandler {
       rest = parts.slice(3);
       if (version === undefined) {
         const info = this.options.registry.groups().find((g) => g.name === group);
-        if (!info) throw errors.pathNotFound(path);
+        if (!info) throw errors.pathNotFound();
         sendJson(res, 200, apiGroup(info.name, info.versions));
         return;
       }
     } else {
-      throw errors.pathNotFound(path);
+      throw errors.pathNotFound();
     }
-    if (!version || !this.options.registry.hasGroupVersion(group, version)) throw errors.pathNotFound(path);
+    if (!version || !this.options.registry.hasGroupVersion(group, version)) throw errors.pathNotFound();
     if (rest.length === 0) {
       sendJson(res, 200, apiResourceList(this.options.registry, group, version));
       return;
     }
-    const request = this.parseResourcePath(group, version, rest, path);
+    const request = this.parseResourcePath(group, version, rest);
     await this.serveResource(req, res, url, request, user);
   }
 
   /** 404 unless this node's own supervisor-metrics is on; any authenticated caller may read. */
   private async serveMetrics(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const metrics = this.options.metrics;
-    if (!metrics) throw errors.pathNotFound('/metrics');
+    if (!metrics) throw errors.pathNotFound();
     if (!this.options.authenticator.authenticate(req)) throw errors.unauthorized();
     const text = await metrics.registry.metrics();
     res.writeHead(200, { 'Content-Type': METRICS_CONTENT_TYPE, 'Content-Length': Buffer.byteLength(text) });
     res.end(text);
   }
 
-  private requireMethod(method: string, expected: string, path: string): void {
-    if (method !== expected) throw errors.methodNotAllowed(method, path);
+  private requireMethod(method: string, expected: string): void {
+    if (method !== expected) throw errors.methodNotAllowed();
   }
 
   private async servePublic(path: string, method: string, res: ServerResponse): Promise<void> {
-    if (method !== 'GET' && method !== 'HEAD') throw errors.methodNotAllowed(method, path);
+    if (method !== 'GET' && method !== 'HEAD') throw errors.methodNotAllowed();
     switch (path) {
       case '/version':
         sendJson(res, 200, this.options.version);
@@ -349,12 +358,12 @@ export class ApiHandler {
       return;
     }
     const doc = this.options.openapi.document(path.slice('/openapi/v3/'.length));
-    if (!doc) throw errors.pathNotFound(path);
+    if (!doc) throw errors.pathNotFound();
     res.writeHead(200, { 'Content-Type': 'application/json', ETag: `"${doc.hash}"` });
     res.end(doc.body);
   }
 
-  private parseResourcePath(group: string, version: string, input: string[], path: string): ResourceRequest {
+  private parseResourcePath(group: string, version: string, input: string[]): ResourceRequest {
     let parts = input;
     let legacyWatch = false;
     if (parts[0] === 'watch') {
@@ -370,9 +379,9 @@ export class ApiHandler {
     }
     const [plural, name, subresource, ...extra] = parts;
     const def = plural ? this.options.registry.lookup(group, version, plural) : undefined;
-    if (!def || extra.length || (namespace !== undefined && !def.namespaced)) throw errors.pathNotFound(path);
+    if (!def || extra.length || (namespace !== undefined && !def.namespaced)) throw errors.pathNotFound();
     if (subresource !== undefined && !(def.subresources as readonly string[]).includes(subresource)) {
-      throw errors.pathNotFound(path);
+      throw errors.pathNotFound();
     }
     return {
       def,
@@ -415,7 +424,7 @@ export class ApiHandler {
   ): Promise<void> {
     const method = req.method ?? 'GET';
     const verb = this.verbOf(method, request, url);
-    if (verb === 'invalid') throw errors.methodNotAllowed(method, url.pathname);
+    if (verb === 'invalid') throw errors.methodNotAllowed();
     const { def } = request;
     this.requestKinds.set(res, { verb, resource: request.subresource ? `${def.plural}/${request.subresource}` : def.plural });
     const decision = this.options.authorizer.authorize(user, {
@@ -429,10 +438,12 @@ export class ApiHandler {
     if (!decision.allowed) {
       throw errors.forbidden(
         `${def.group ? `${def.plural}.${def.group}` : def.plural}${request.name ? ` "${request.name}"` : ''} is forbidden: User "${user.name}" cannot ${verb} resource "${def.plural}${request.subresource ? `/${request.subresource}` : ''}"${request.namespace ? ` in the namespace "${request.namespace}"` : ''}: ${decision.reason}`,
+        def,
+        request.name,
       );
     }
     const dryRun = url.searchParams.getAll('dryRun').includes('All');
-    if (request.subresource === 'scale') return this.serveScale(req, res, url, request, user, verb, dryRun);
+    if (request.subresource === 'scale') return this.serveScale(req, res, request, user, verb, dryRun);
     if (request.subresource === 'log') return this.serveLog(req, res, url, request);
     switch (verb) {
       case 'get':
@@ -482,7 +493,7 @@ export class ApiHandler {
   private async serveGet(req: IncomingMessage, res: ServerResponse, url: URL, request: ResourceRequest): Promise<void> {
     const negotiated = negotiate(req.headers.accept);
     const obj = await this.options.store.get(request.def, request.namespace, request.name!);
-    if (request.subresource === 'eviction') throw errors.methodNotAllowed('GET', url.pathname);
+    if (request.subresource === 'eviction') throw errors.methodNotAllowed();
     this.respondObject(res, 200, negotiated, request.def, obj, includeObjectParam(url.searchParams.get('includeObject')));
   }
 
@@ -661,7 +672,7 @@ export class ApiHandler {
     const mode = fieldValidationParam(url.searchParams.get('fieldValidation'));
     const { obj, unknown } = await this.readObject(req, def, mode);
     if (def.namespaced) {
-      if (!request.namespace) throw errors.methodNotAllowed('POST', url.pathname);
+      if (!request.namespace) throw errors.methodNotAllowed();
       const bodyNamespace = obj.metadata.namespace;
       if (bodyNamespace && bodyNamespace !== request.namespace) {
         throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
@@ -798,27 +809,36 @@ export class ApiHandler {
     const wantsDryRun = dryRun || (Array.isArray(options.dryRun) && options.dryRun.includes('All'));
     const name = request.name!;
     if (def.undeletable?.has(name)) {
-      throw errors.forbidden(`${def.plural} "${name}" is forbidden: this ${def.singular} may not be deleted`);
+      throw errors.forbidden(`${def.plural} "${name}" is forbidden: this ${def.singular} may not be deleted`, def, name);
     }
     const preconditions = this.preconditionsOf(options);
     const gracePeriodSeconds = this.gracePeriodOf(options, url);
-    const deleteOptions = {
+    const choice = dependentsChoiceOf(options);
+    const deleteOptions: DeleteOptions = {
       dryRun: wantsDryRun,
+      ...choice,
       ...(preconditions ? { preconditions } : {}),
       ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
     };
-    const deleted = await this.deleteObject(def, request.namespace, name, deleteOptions);
-    this.respondObject(res, 200, negotiated, def, deleted, 'Metadata');
+    const { object, removed } = await this.deleteObject(def, request.namespace, name, deleteOptions);
+    // As kube-apiserver: gone at once is a Status of Success (uid included, for kubectl's --wait),
+    // except for kinds that return the deleted object; still there (finalizers, a grace period)
+    // is the object, with 202 instead of 200 when the deprecated orphanDependents was false.
+    if (removed && !def.returnsDeletedObject) {
+      sendJson(res, 200, deletedStatus(def, name, object.metadata.uid));
+      return;
+    }
+    this.respondObject(res, !removed && choice.orphanDependents === false ? 202 : 200, negotiated, def, object, 'Metadata');
   }
 
   /** The store's delete, except that a namespace (not a dry run) takes its contents with it. */
-  private deleteObject(def: ResourceDefinition, namespace: string | undefined, name: string, options: DeleteOptions): Promise<KubeObject> {
+  private deleteObject(def: ResourceDefinition, namespace: string | undefined, name: string, options: DeleteOptions): Promise<DeleteResult> {
     if (def.kind === 'Namespace' && def.group === '' && !options.dryRun) return this.deleteNamespace(def, name, options);
     return this.options.store.delete(def, namespace, name, options);
   }
 
   /** A namespace goes Terminating, its contents are deleted, then the namespace itself. */
-  private async deleteNamespace(def: ResourceDefinition, name: string, options: DeleteOptions): Promise<KubeObject> {
+  private async deleteNamespace(def: ResourceDefinition, name: string, options: DeleteOptions): Promise<DeleteResult> {
     const store = this.options.store;
     checkPreconditions(def, name, await store.get(def, undefined, name), options.preconditions);
     // Terminating first: from here on, creates in this namespace are refused.
@@ -844,13 +864,17 @@ export class ApiHandler {
     const { def } = request;
     const options = await this.readDeleteOptions(req);
     const gracePeriodSeconds = this.gracePeriodOf(options, url);
-    const deleteOptions = { dryRun, ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}) };
+    const deleteOptions: DeleteOptions = {
+      dryRun,
+      ...dependentsChoiceOf(options),
+      ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
+    };
     const { items } = await this.options.store.list(def, request.namespace, this.selection(url, def));
     const deleted: KubeObject[] = [];
     for (const item of items) {
       if (def.undeletable?.has(item.metadata.name ?? '')) continue;
       try {
-        deleted.push(await this.deleteObject(def, item.metadata.namespace, item.metadata.name!, deleteOptions));
+        deleted.push((await this.deleteObject(def, item.metadata.namespace, item.metadata.name!, deleteOptions)).object);
       } catch (error) {
         if (!(error instanceof ApiError && error.code === 404)) throw error;
       }
@@ -959,7 +983,6 @@ export class ApiHandler {
   private async serveScale(
     req: IncomingMessage,
     res: ServerResponse,
-    url: URL,
     request: ResourceRequest,
     user: UserInfo,
     verb: string,
@@ -972,7 +995,7 @@ export class ApiHandler {
       sendJson(res, 200, scaleOf(await this.options.store.get(def, request.namespace, name)));
       return;
     }
-    if (verb !== 'update' && verb !== 'patch') throw errors.methodNotAllowed(req.method ?? 'GET', url.pathname);
+    if (verb !== 'update' && verb !== 'patch') throw errors.methodNotAllowed();
     const body = await readBody(req);
     let input: unknown;
     let patchType: PatchType | undefined;
@@ -1054,7 +1077,7 @@ export class ApiHandler {
       throw errors.badRequest(`container ${container} is not valid for pod ${request.name}`);
     }
     if (!this.options.podLogs) {
-      throw errors.pathNotFound(`${url.pathname}: this server does not serve container logs`);
+      throw new ApiError(404, 'NotFound', 'this server does not serve container logs', {});
     }
     await this.options.podLogs(
       pod,

@@ -71,6 +71,17 @@ export interface ResourceDefinition {
   deletionGracePeriod?(obj: KubeObject, requested: number | undefined): number;
   /** Names that may not be deleted (the built-in namespaces). */
   undeletable?: ReadonlySet<string>;
+  /**
+   * Kinds the garbage collector watches (owners and dependents it knows): a DELETE's
+   * propagationPolicy Orphan or Foreground puts its finalizer on them (src/apiserver/deletion.ts).
+   * Other kinds ignore the policy, since no controller would ever take such a finalizer off.
+   */
+  garbageCollected?: true;
+  /**
+   * A DELETE that removes the object at once answers with the object (kube-apiserver's
+   * ReturnDeletedObject: pods, namespaces); other kinds answer a Status of Success.
+   */
+  returnsDeletedObject?: true;
 }
 
 export function apiVersionOf(def: Pick<ResourceDefinition, 'group' | 'version'>): string {
@@ -378,6 +389,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
     },
     validate: validateSpecAndStatus,
     undeletable: new Set(['default', 'kube-system', 'kube-public']),
+    returnsDeletedObject: true,
   },
   {
     group: '',
@@ -427,6 +439,8 @@ export const RESOURCES: readonly ResourceDefinition[] = [
     validate: validatePod,
     validateUpdate: validatePodUpdate,
     deletionGracePeriod: podDeletionGracePeriod,
+    garbageCollected: true,
+    returnsDeletedObject: true,
   },
   {
     group: '',
@@ -520,6 +534,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
     nameRule: 'dns-subdomain',
     applyDefaults: defaultDeployment,
     validate: validateWorkload,
+    garbageCollected: true,
   },
   {
     group: 'apps',
@@ -538,6 +553,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
     nameRule: 'dns-subdomain',
     applyDefaults: defaultReplicaSet,
     validate: validateWorkload,
+    garbageCollected: true,
   },
   {
     group: 'apps',
@@ -556,6 +572,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
     nameRule: 'dns-subdomain',
     applyDefaults: defaultStatefulSet,
     validate: validateWorkload,
+    garbageCollected: true,
   },
   {
     group: 'policy',

@@ -23,6 +23,7 @@ import {
   parseLabelSelector,
 } from './selectors.js';
 import { validateObjectMeta } from './validation.js';
+import { type DependentsChoice, finalizersForDeletion } from './deletion.js';
 
 /**
  * The generic object store: Kubernetes object semantics (uid, resourceVersion, generation,
@@ -92,7 +93,7 @@ export interface UpdateOptions extends WriteOptions {
   markDeleted?: { deletionTimestamp: string; gracePeriodSeconds: number };
 }
 
-export interface DeleteOptions extends WriteOptions {
+export interface DeleteOptions extends WriteOptions, DependentsChoice {
   preconditions?: { uid?: string; resourceVersion?: string };
   /**
    * For kinds deleted gracefully (pods): 0 removes the object at once; unset uses the object's
@@ -100,6 +101,23 @@ export interface DeleteOptions extends WriteOptions {
    */
   gracePeriodSeconds?: number;
 }
+
+/** What a delete did: `removed` when the object is gone now, else it waits (finalizers, grace). */
+export interface DeleteResult {
+  /** The object as removed, or as it stays marked for deletion. */
+  object: KubeObject;
+  removed: boolean;
+}
+
+/**
+ * How a delete proceeds: `remove` now; `pending` leaves an object already going away as it is;
+ * `mark` writes a deletionTimestamp (and, when set, new finalizers) and the object stays until
+ * its finalizers and grace period are done.
+ */
+type DeletionPlan =
+  | { action: 'remove' }
+  | { action: 'pending' }
+  | { action: 'mark'; mark: NonNullable<UpdateOptions['markDeleted']>; finalizers?: string[] };
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
 
@@ -299,7 +317,7 @@ export class ObjectStore {
         );
       }
       if (error instanceof FutureRevisionError) {
-        throw new ApiError(504, 'Timeout', `Too large resource version: ${error.requestedRevision}, current: ${error.currentRevision}`);
+        throw errors.tooLargeResourceVersion(error.requestedRevision, error.currentRevision);
       }
       throw error;
     }
@@ -381,6 +399,8 @@ export class ObjectStore {
     if (ns.metadata.deletionTimestamp || (ns.status as { phase?: string } | undefined)?.phase === 'Terminating') {
       throw errors.forbidden(
         `unable to create new content in namespace ${namespace} because it is being terminated`,
+        { group: '', plural: 'namespaces' },
+        namespace,
       );
     }
   }
@@ -489,24 +509,45 @@ export class ObjectStore {
     namespace: string | undefined,
     name: string,
     options: DeleteOptions = {},
-  ): Promise<KubeObject> {
+  ): Promise<DeleteResult> {
     const key = this.key(def, namespace, name);
     for (let attempt = 0; attempt < MAX_UPDATE_ATTEMPTS; attempt++) {
       const kv = await this.datastore.get(key);
       if (!kv) throw errors.notFound(def, name);
       const current = this.decode(def, kv);
       checkPreconditions(def, name, current, options.preconditions);
-      const marking = this.deletionMark(def, current, options);
-      if (marking === 'pending') return current;
-      if (marking) {
-        if (options.dryRun) return current;
-        return this.guaranteedUpdate(def, namespace, name, (obj) => obj, { markDeleted: marking });
+      const plan = this.deletionPlan(def, current, options);
+      if (plan.action === 'pending') return { object: current, removed: false };
+      if (plan.action === 'mark') {
+        if (options.dryRun) return { object: current, removed: false };
+        const { mark, finalizers } = plan;
+        const marked = await this.guaranteedUpdate(
+          def,
+          namespace,
+          name,
+          (obj) => {
+            // Written against the version the plan was made for (a resourceVersion on the result
+            // is a precondition): a change in between is a 409, and the plan is made again.
+            obj.metadata.resourceVersion = current.metadata.resourceVersion;
+            if (finalizers?.length) obj.metadata.finalizers = finalizers;
+            else if (finalizers) delete obj.metadata.finalizers;
+            return obj;
+          },
+          { markDeleted: mark },
+        ).catch((error: unknown) => {
+          if (error instanceof ApiError && error.code === 409) return undefined;
+          throw error;
+        });
+        if (!marked) continue;
+        // Taking the last finalizer off (a Background DELETE of an object waiting to be orphaned)
+        // removes it in the same write.
+        return { object: marked, removed: shouldDeleteOnWrite(marked) };
       }
-      if (options.dryRun) return current;
+      if (options.dryRun) return { object: current, removed: true };
       try {
         const deleted = await this.datastore.delete(key, kv.modRevision);
         current.metadata.resourceVersion = String(deleted.modRevision);
-        return current;
+        return { object: current, removed: true };
       } catch (error) {
         if (error instanceof ConflictError) continue;
         if (error instanceof KeyNotFoundError) throw errors.notFound(def, name);
@@ -517,33 +558,40 @@ export class ObjectStore {
   }
 
   /**
-   * How a delete proceeds, as kube-apiserver's BeforeDelete decides: `undefined` removes the
-   * object now; `pending` leaves an object already going away as it is; a mark is written to
-   * the object (a deletionTimestamp) and it stays until its finalizers and grace period are done.
+   * How a delete proceeds, as kube-apiserver's BeforeDelete and updateForGracefulDeletionAndFinalizers
+   * decide: graceful kinds (pods) get a grace period; the garbage collection finalizers follow
+   * the DELETE's propagation choice (kinds whose dependents Drover collects); an object with
+   * finalizers is only marked; anything else is removed now.
    */
-  private deletionMark(
-    def: ResourceDefinition,
-    current: KubeObject,
-    options: DeleteOptions,
-  ): UpdateOptions['markDeleted'] | 'pending' | undefined {
+  private deletionPlan(def: ResourceDefinition, current: KubeObject, options: DeleteOptions): DeletionPlan {
     const meta = current.metadata;
-    const hasFinalizers = Boolean(meta.finalizers?.length);
+    const finalizers = def.garbageCollected ? finalizersForDeletion(meta.finalizers, options) : undefined;
+    const hasFinalizers = Boolean((finalizers ?? meta.finalizers)?.length);
+    const withFinalizers = finalizers ? { finalizers } : {};
     if (meta.deletionTimestamp) {
-      // Already going away: a caller may only shorten the grace period (the agent's final
-      // delete, or kubectl delete --force --grace-period=0).
-      const requested = options.gracePeriodSeconds;
       const granted = meta.deletionGracePeriodSeconds;
-      if (!def.deletionGracePeriod || requested === undefined || granted === undefined) return 'pending';
+      if (!granted) {
+        // Waiting for finalizers only: a DELETE may still change the collection finalizers
+        // (Background after Orphan lets the object go), nothing else.
+        if (!finalizers) return { action: 'pending' };
+        return { action: 'mark', mark: { deletionTimestamp: meta.deletionTimestamp, gracePeriodSeconds: 0 }, ...withFinalizers };
+      }
+      // Being stopped gracefully: a caller may only shorten the grace period (the agent's final
+      // delete, or kubectl delete --force --grace-period=0); finalizers stay as they are.
+      const requested = options.gracePeriodSeconds;
+      if (!def.deletionGracePeriod || requested === undefined) return { action: 'pending' };
       const period = Math.max(requested, 0);
-      if (period >= granted) return 'pending';
-      if (period === 0 && !hasFinalizers) return undefined;
+      if (period >= granted) return { action: 'pending' };
+      if (period === 0 && !meta.finalizers?.length) return { action: 'remove' };
       const shifted = Date.parse(meta.deletionTimestamp) + (period - granted) * 1000;
-      return { deletionTimestamp: kubeTime(shifted), gracePeriodSeconds: period };
+      return { action: 'mark', mark: { deletionTimestamp: kubeTime(shifted), gracePeriodSeconds: period } };
     }
     const period = def.deletionGracePeriod ? def.deletionGracePeriod(current, options.gracePeriodSeconds) : 0;
-    if (period > 0) return { deletionTimestamp: kubeTime(Date.now() + period * 1000), gracePeriodSeconds: period };
-    if (hasFinalizers) return { deletionTimestamp: kubeTime(), gracePeriodSeconds: 0 };
-    return undefined;
+    if (period > 0) {
+      return { action: 'mark', mark: { deletionTimestamp: kubeTime(Date.now() + period * 1000), gracePeriodSeconds: period }, ...withFinalizers };
+    }
+    if (hasFinalizers) return { action: 'mark', mark: { deletionTimestamp: kubeTime(), gracePeriodSeconds: 0 }, ...withFinalizers };
+    return { action: 'remove' };
   }
 
   /**

@@ -125,6 +125,13 @@ export function validateObjectMeta(
   if (meta.finalizers !== undefined) {
     if (!Array.isArray(meta.finalizers) || !meta.finalizers.every((f) => typeof f === 'string')) {
       causes.push({ reason: 'FieldValueInvalid', message: 'must be a list of strings', field: 'metadata.finalizers' });
+    } else if (meta.finalizers.includes('orphan') && meta.finalizers.includes('foregroundDeletion')) {
+      // The garbage collector could not do both (docs/api.md, deletion).
+      causes.push({
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: ${JSON.stringify(meta.finalizers)}: finalizer orphan and foregroundDeletion cannot be both set`,
+        field: 'metadata.finalizers',
+      });
     }
   }
   if (meta.ownerReferences !== undefined && !Array.isArray(meta.ownerReferences)) {

@@ -146,6 +146,7 @@ export class HttpClient implements ApiClient {
       apiVersion: 'v1',
       ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
       ...(options.preconditions ? { preconditions: options.preconditions } : {}),
+      ...(options.propagationPolicy ? { propagationPolicy: options.propagationPolicy } : {}),
     });
   }
 

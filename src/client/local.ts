@@ -1,4 +1,4 @@
-import { ApiError, errors } from '../apiserver/errors.js';
+import { ApiError } from '../apiserver/errors.js';
 import type { JsonObject } from '../apiserver/json.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { applyPatch } from '../apiserver/patch/index.js';
@@ -15,7 +15,7 @@ export class LocalClient implements ApiClient {
 
   private def(ref: ResourceRef): ResourceDefinition {
     const def = this.registry.lookup(ref.group, ref.version, ref.plural);
-    if (!def) throw errors.pathNotFound(`${ref.group}/${ref.version}/${ref.plural}`);
+    if (!def) throw new ApiError(404, 'NotFound', `the server could not find the requested resource (${ref.group}/${ref.version}/${ref.plural})`, {});
     return def;
   }
 
@@ -72,6 +72,7 @@ export class LocalClient implements ApiClient {
     await this.store.delete(this.def(ref), namespace, name, {
       ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
       ...(options.preconditions ? { preconditions: options.preconditions } : {}),
+      ...(options.propagationPolicy ? { propagationPolicy: options.propagationPolicy } : {}),
     });
   }
 

@@ -33,6 +33,8 @@ export interface DeleteOptions {
   /** 0 deletes at once (force); unset uses the object's own grace (pods: terminationGracePeriodSeconds). */
   gracePeriodSeconds?: number;
   preconditions?: { uid?: string; resourceVersion?: string };
+  /** What becomes of the dependents (docs/api.md, deletion); unset is Background. */
+  propagationPolicy?: 'Orphan' | 'Background' | 'Foreground';
 }
 
 export type PatchKind = 'merge' | 'strategic' | 'json';

@@ -114,7 +114,7 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
     // Servers only: the join secret (a server token). The record stays sealed; the caller opens it.
     requireJoinSecret(options, req);
     const sealed = await readSealed(options.datastore, options.joinSecret);
-    if (!sealed) throw errors.pathNotFound(path);
+    if (!sealed) throw errors.pathNotFound();
     res.writeHead(200, { 'Content-Type': 'application/json' });
     res.end(sealed);
     return;
@@ -156,7 +156,7 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
     sendJson(res, 200, { node });
     return;
   }
-  throw errors.pathNotFound(path);
+  throw errors.pathNotFound();
 }
 
 export function supervisorRoutes(options: SupervisorOptions) {
@@ -171,7 +171,7 @@ export function supervisorRoutes(options: SupervisorOptions) {
       return true;
     }
     try {
-      if (req.method !== 'POST') throw errors.methodNotAllowed(req.method ?? '', path);
+      if (req.method !== 'POST') throw errors.methodNotAllowed();
       const token = bearerToken(req);
       if (!token || !(secretsEqual(token, options.joinSecret) || secretsEqual(token, options.agentSecret))) {
         throw errors.unauthorized();

@@ -17,6 +17,7 @@ import {
   rollingUpdateStep,
   type RsCounts,
   sameStatus,
+  selectorMatches,
   templateHash,
 } from './workload-logic.js';
 import { controllerOf, POD_TEMPLATE_HASH_LABEL } from './workloads.js';
@@ -73,6 +74,14 @@ export class DeploymentController {
       if (type === 'DELETED') this.written.delete(objectKey(rs));
       const owner = controllerOf(rs);
       if (owner?.kind === 'Deployment') this.queue.add(`${rs.metadata.namespace ?? ''}/${owner.name}`);
+      else if (!owner && type !== 'DELETED') {
+        // An orphan: any Deployment whose selector matches it may adopt it.
+        for (const d of informers.get(DEPLOYMENTS).items()) {
+          if (d.metadata.namespace === rs.metadata.namespace && selectorMatches((d.spec as DeploymentSpec | undefined)?.selector, rs.metadata.labels)) {
+            this.queue.add(objectKey(d));
+          }
+        }
+      }
     });
     // Recreate waits for the old pods to be gone; their deletion is what lets it go on.
     informers.on(PODS, (type, pod) => {
@@ -115,6 +124,7 @@ export class DeploymentController {
     const replicas = spec.replicas ?? 1;
     const involved = { kind: 'Deployment', name, namespace, uid: d.metadata.uid!, apiVersion: 'apps/v1' };
     const hash = templateHash(spec.template);
+    await this.adoptOrphans(d);
     const owned = this.ownedReplicaSets(d);
     let newRs = owned.find((rs) => rs.metadata.labels?.[POD_TEMPLATE_HASH_LABEL] === hash);
     const old = owned
@@ -255,6 +265,44 @@ export class DeploymentController {
       await this.client.patch(DEPLOYMENTS, namespace, name, 'merge', { status }, 'status');
     }
     return undefined;
+  }
+
+  /**
+   * As Kubernetes' ClaimReplicaSets: ReplicaSets with no controller (left by a Deployment deleted
+   * with propagationPolicy Orphan, say) whose labels this Deployment's selector matches become
+   * its own, the newest if their template is this Deployment's. Only a Deployment the API still
+   * shows, not being deleted, adopts. Pods are not adopted by ReplicaSets (docs/workloads.md).
+   */
+  private async adoptOrphans(d: KubeObject): Promise<void> {
+    const selector = (d.spec as DeploymentSpec | undefined)?.selector;
+    const orphans = this.informers
+      .get(REPLICASETS)
+      .items()
+      .filter(
+        (rs) =>
+          rs.metadata.namespace === d.metadata.namespace &&
+          !controllerOf(rs) &&
+          !rs.metadata.deletionTimestamp &&
+          selectorMatches(selector, rs.metadata.labels),
+      );
+    if (orphans.length === 0) return;
+    const live = await this.client.get(DEPLOYMENTS, d.metadata.namespace, d.metadata.name!);
+    if (!live || live.metadata.uid !== d.metadata.uid || live.metadata.deletionTimestamp) return;
+    for (const rs of orphans) {
+      try {
+        const adopted = await this.client.patch(REPLICASETS, rs.metadata.namespace, rs.metadata.name!, 'merge', {
+          metadata: {
+            ownerReferences: [...(rs.metadata.ownerReferences ?? []), ownerReferenceTo(d, 'Deployment')],
+            // Against the version seen: a ReplicaSet claimed or changed since is looked at again.
+            resourceVersion: rs.metadata.resourceVersion,
+          },
+        });
+        this.written.set(objectKey(adopted), adopted);
+        this.logger.info({ deployment: objectKey(d), replicaSet: rs.metadata.name }, 'adopted an orphaned replica set');
+      } catch (error) {
+        if (!(error instanceof ApiError && (error.code === 404 || error.code === 409))) throw error;
+      }
+    }
   }
 
   /** Old ReplicaSets at 0 with no pods left, beyond revisionHistoryLimit, oldest first. */

@@ -1,32 +1,83 @@
+import { FOREGROUND_FINALIZER, ORPHAN_FINALIZER } from '../apiserver/deletion.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, DEPLOYMENTS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import {
+  decideDependent,
+  decideOwner,
+  type OwnerState,
+  ownerRefsOf,
+  ownerStateOf,
+  withoutFinalizer,
+  withoutOwners,
+} from './garbage-collector-logic.js';
 import { errorMessage } from './replicaset.js';
 import { type SharedInformers, WorkQueue } from './work-queue.js';
 import type { OwnerReference } from './workloads.js';
 
 /**
- * The garbage collector for workloads: when a Deployment, ReplicaSet or StatefulSet is gone, its
- * dependents go too (a Deployment's ReplicaSets, the pods of a ReplicaSet or StatefulSet). Pods
- * are deleted normally, so a pod on a node terminates gracefully. It acts on the owner's DELETED
- * event and, as a safety net for events missed while no controller ran, sweeps for dependents
- * whose owners no longer exist.
+ * The garbage collector for workloads, as kube-controller-manager's: a Deployment's ReplicaSets
+ * and a ReplicaSet's or StatefulSet's pods (found by `ownerReferences` uid) follow their owner,
+ * the way the owner's DELETE asked (its propagationPolicy, recorded by the API as a finalizer,
+ * src/apiserver/deletion.ts):
+ *
+ * - Background: the owner is gone at once; its DELETED event sends the dependents here, and each
+ *   is deleted once none of its owners exists any more.
+ * - Orphan (`orphan` finalizer): the owner's reference is taken off every dependent, then the
+ *   finalizer, which lets the API remove the owner. The dependents keep running, unowned.
+ * - Foreground (`foregroundDeletion` finalizer): the dependents are deleted (in the foreground
+ *   too when they have dependents, so a Deployment's pods go before its ReplicaSets), and the
+ *   finalizer comes off once no dependent with `blockOwnerDeletion` is left, even a pod still
+ *   terminating on its node.
+ *
+ * The pure decisions are in garbage-collector-logic.ts. Every decision is made on objects read
+ * from the API, not the caches, and every write is preconditioned on the version it was made
+ * for: a dependent whose reference was just taken off (orphaning) is never deleted because a
+ * cache had not seen that yet. A sweep when the controllers start and every 30 s catches what
+ * events were missed while no leader ran.
  */
 
-const OWNER_KINDS: Record<string, ResourceRef> = {
+/** Kinds whose objects own dependents, by ownerReference kind. */
+const OWNER_KINDS: Readonly<Record<string, ResourceRef>> = {
   Deployment: DEPLOYMENTS,
   ReplicaSet: REPLICASETS,
   StatefulSet: STATEFULSETS,
 };
-const DEPENDENT_REFS: Record<string, ResourceRef> = { pods: PODS, replicasets: REPLICASETS };
+/** Kinds whose objects are dependents, by plural (the queue keys). */
+const DEPENDENT_KINDS: Readonly<Record<string, ResourceRef>> = { pods: PODS, replicasets: REPLICASETS };
+/**
+ * Kinds whose deletion finalizers this collector takes off: every kind the API puts them on
+ * (ResourceDefinition.garbageCollected). A pod has no dependents, so its finalizer just comes off.
+ */
+const FINALIZED_KINDS: Readonly<Record<string, ResourceRef>> = {
+  deployments: DEPLOYMENTS,
+  replicasets: REPLICASETS,
+  statefulsets: STATEFULSETS,
+  pods: PODS,
+};
 
-function ownerRefs(obj: KubeObject): OwnerReference[] {
-  return (obj.metadata.ownerReferences as OwnerReference[] | undefined) ?? [];
+function hasDeletionFinalizer(obj: KubeObject): boolean {
+  const finalizers = obj.metadata.finalizers ?? [];
+  return Boolean(obj.metadata.deletionTimestamp) && (finalizers.includes(ORPHAN_FINALIZER) || finalizers.includes(FOREGROUND_FINALIZER));
+}
+
+function at(plural: string, obj: KubeObject): string {
+  return `${plural}/${obj.metadata.namespace ?? ''}/${obj.metadata.name}`;
+}
+
+function parseKey(key: string): { role: string; plural: string; namespace: string; name: string } {
+  const [role, plural, namespace, ...rest] = key.split('/');
+  return { role: role!, plural: plural!, namespace: namespace!, name: rest.join('/') };
+}
+
+/** 404 (gone already) and 409 (changed since it was read: the key is looked at again) are not failures here. */
+function isGoneOrChanged(error: unknown): boolean {
+  return error instanceof ApiError && (error.code === 404 || error.code === 409);
 }
 
 export class GarbageCollector {
-  /** Keys are `<plural>/<namespace>/<name>` of candidate dependents. */
+  /** Keys: `dependent/<plural>/<namespace>/<name>` and `owner/<plural>/<namespace>/<name>`. */
   private readonly queue: WorkQueue;
 
   constructor(
@@ -34,10 +85,23 @@ export class GarbageCollector {
     private readonly informers: SharedInformers,
     private readonly logger: Logger,
   ) {
-    this.queue = new WorkQueue('garbage-collector', (key) => this.collect(key), logger);
-    for (const ref of Object.values(OWNER_KINDS)) {
-      informers.on(ref, (type, owner) => {
-        if (type === 'DELETED') this.enqueueDependentsOf(owner.metadata.uid!);
+    this.queue = new WorkQueue('garbage-collector', (key) => this.process(key), logger);
+    const refs = new Map<ResourceRef, string>([
+      [DEPLOYMENTS, 'deployments'],
+      [REPLICASETS, 'replicasets'],
+      [STATEFULSETS, 'statefulsets'],
+      [PODS, 'pods'],
+    ]);
+    for (const [ref, plural] of refs) {
+      informers.on(ref, (type, obj, old) => {
+        if (type === 'DELETED') {
+          if (ref !== PODS) this.enqueueDependentsOf(obj.metadata.uid!);
+        } else if (hasDeletionFinalizer(obj)) this.queue.add(`owner/${at(plural, obj)}`);
+        // A dependent that changed or went may be what an owner deleting in the foreground, or
+        // orphaning, waits for.
+        if (DEPENDENT_KINDS[plural]) {
+          for (const r of [...ownerRefsOf(obj), ...(old ? ownerRefsOf(old) : [])]) this.enqueueOwnerIfFinalizing(obj.metadata.namespace, r);
+        }
       });
     }
   }
@@ -47,10 +111,19 @@ export class GarbageCollector {
   }
 
   private enqueueDependentsOf(uid: string): void {
-    for (const [plural, ref] of Object.entries(DEPENDENT_REFS)) {
+    for (const [plural, ref] of Object.entries(DEPENDENT_KINDS)) {
       for (const obj of this.informers.get(ref).items()) {
-        if (ownerRefs(obj).some((r) => r.uid === uid)) this.queue.add(`${plural}/${obj.metadata.namespace ?? ''}/${obj.metadata.name}`);
+        if (ownerRefsOf(obj).some((r) => r.uid === uid)) this.queue.add(`dependent/${at(plural, obj)}`);
       }
+    }
+  }
+
+  private enqueueOwnerIfFinalizing(namespace: string | undefined, ref: OwnerReference): void {
+    const ownerRef = OWNER_KINDS[ref.kind];
+    if (!ownerRef) return;
+    const owner = this.informers.get(ownerRef).get(namespace, ref.name);
+    if (owner && owner.metadata.uid === ref.uid && hasDeletionFinalizer(owner)) {
+      this.queue.add(`owner/${ownerRef.plural}/${namespace ?? ''}/${ref.name}`);
     }
   }
 
@@ -58,50 +131,143 @@ export class GarbageCollector {
     return Object.values(OWNER_KINDS).every((ref) => this.informers.get(ref).hasSynced);
   }
 
-  /** Is some owner in the cache under this uid? Unknown kinds are assumed alive: not ours to judge. */
+  /** Whether the cache holds this owner, alive: a cheap "solid" before asking the API. */
   private ownerLiveInCache(namespace: string | undefined, ref: OwnerReference): boolean {
     const ownerRef = OWNER_KINDS[ref.kind];
     if (!ownerRef) return true;
-    return this.informers.get(ownerRef).get(namespace, ref.name)?.metadata.uid === ref.uid;
+    const cached = this.informers.get(ownerRef).get(namespace, ref.name);
+    return cached?.metadata.uid === ref.uid && !cached.metadata.deletionTimestamp;
   }
 
-  /** Every dependent whose owners are all missing from the caches (only once the caches are complete). */
+  /**
+   * Owners being deleted with a deletion finalizer, and dependents whose owners are all missing
+   * from the caches (only once the caches are complete).
+   */
   sweep(): void {
+    for (const [plural, ref] of Object.entries(FINALIZED_KINDS)) {
+      for (const obj of this.informers.get(ref).items()) if (hasDeletionFinalizer(obj)) this.queue.add(`owner/${at(plural, obj)}`);
+    }
     if (!this.ownersSynced()) return;
-    for (const [plural, ref] of Object.entries(DEPENDENT_REFS)) {
+    for (const [plural, ref] of Object.entries(DEPENDENT_KINDS)) {
       for (const obj of this.informers.get(ref).items()) {
-        const refs = ownerRefs(obj);
+        const refs = ownerRefsOf(obj);
         if (refs.length === 0 || obj.metadata.deletionTimestamp) continue;
-        if (refs.every((r) => !this.ownerLiveInCache(obj.metadata.namespace, r))) {
-          this.queue.add(`${plural}/${obj.metadata.namespace ?? ''}/${obj.metadata.name}`);
-        }
+        if (refs.some((r) => !this.ownerLiveInCache(obj.metadata.namespace, r))) this.queue.add(`dependent/${at(plural, obj)}`);
       }
     }
   }
 
-  private async collect(key: string): Promise<void> {
-    const [plural, namespace, ...rest] = key.split('/');
-    const name = rest.join('/');
-    const ref = DEPENDENT_REFS[plural!]!;
-    const obj = this.informers.get(ref).get(namespace, name);
-    if (!obj || obj.metadata.deletionTimestamp) return;
-    const refs = ownerRefs(obj);
-    if (refs.length === 0) return;
-    for (const owner of refs) {
-      if (this.ownerLiveInCache(namespace, owner)) return;
-      // The cache may lag behind an owner created a moment ago: ask the API before deleting.
-      const live = await this.client.get(OWNER_KINDS[owner.kind]!, namespace, owner.name);
-      if (live && live.metadata.uid === owner.uid && !live.metadata.deletionTimestamp) return;
+  private async process(key: string): Promise<void> {
+    const { role, plural, namespace, name } = parseKey(key);
+    if (role === 'owner') await this.processOwner(FINALIZED_KINDS[plural]!, namespace, name, key);
+    else await this.processDependent(plural, DEPENDENT_KINDS[plural]!, namespace, name);
+  }
+
+  /** How a dependent sees one owner; the API decides whatever the cache cannot vouch for. */
+  private async ownerState(namespace: string, ref: OwnerReference): Promise<OwnerState | undefined> {
+    const ownerRef = OWNER_KINDS[ref.kind];
+    if (!ownerRef) return undefined;
+    if (this.ownerLiveInCache(namespace, ref)) return 'solid';
+    return ownerStateOf(ref, await this.client.get(ownerRef, namespace, ref.name));
+  }
+
+  /** Whether anything in the caches names this object as its owner. */
+  private hasDependents(uid: string): boolean {
+    return Object.values(DEPENDENT_KINDS).some((ref) => this.informers.get(ref).items().some((o) => ownerRefsOf(o).some((r) => r.uid === uid)));
+  }
+
+  private async processDependent(plural: string, ref: ResourceRef, namespace: string, name: string): Promise<void> {
+    const obj = await this.client.get(ref, namespace, name);
+    if (!obj) return;
+    const states = new Map<string, OwnerState>();
+    for (const owner of ownerRefsOf(obj)) {
+      const state = await this.ownerState(namespace, owner);
+      if (state) states.set(owner.uid, state);
     }
+    const decision = decideDependent(obj, states, this.hasDependents(obj.metadata.uid!));
+    const what = `${plural}/${namespace}/${name}`;
     try {
-      await this.client.delete(ref, namespace, name, { preconditions: { uid: obj.metadata.uid! } });
-      this.logger.info(
-        { object: `${plural}/${namespace}/${name}`, owners: refs.map((r) => `${r.kind}/${r.name}`) },
-        'deleted a dependent whose owner is gone',
-      );
+      if (decision.action === 'unlink') {
+        await this.unlink(ref, obj, decision.ownerUids);
+        this.logger.info({ object: what, owners: decision.ownerUids }, 'removed references to owners that are gone');
+      } else if (decision.action === 'delete') {
+        await this.client.delete(ref, namespace, name, {
+          // The version judged: had an orphaning taken the reference off since, this is a 409.
+          preconditions: { uid: obj.metadata.uid!, resourceVersion: obj.metadata.resourceVersion! },
+          propagationPolicy: decision.propagationPolicy,
+        });
+        this.logger.info(
+          { object: what, owners: ownerRefsOf(obj).map((r) => `${r.kind}/${r.name}`), propagationPolicy: decision.propagationPolicy },
+          'deleted a dependent whose owners are gone or deleting in the foreground',
+        );
+      }
     } catch (error) {
-      if (error instanceof ApiError && (error.code === 404 || error.code === 409)) return;
-      throw new Error(`could not delete ${plural}/${namespace}/${name} after its owner was deleted: ${errorMessage(error)}`);
+      if (!isGoneOrChanged(error)) throw new Error(`could not collect ${what}: ${errorMessage(error)}`);
+      // Changed under us: judge it again on its new version.
+      if (error instanceof ApiError && error.code === 409) this.queue.add(`dependent/${what}`);
     }
+  }
+
+  /** Every dependent that names this uid, read from the API (the decision to remove a finalizer rests on it). */
+  private async liveDependents(namespace: string, uid: string): Promise<{ ref: ResourceRef; plural: string; obj: KubeObject }[]> {
+    const found: { ref: ResourceRef; plural: string; obj: KubeObject }[] = [];
+    for (const [plural, ref] of Object.entries(DEPENDENT_KINDS)) {
+      for (const obj of (await this.client.list(ref, namespace)).items) {
+        if (ownerRefsOf(obj).some((r) => r.uid === uid)) found.push({ ref, plural, obj });
+      }
+    }
+    return found;
+  }
+
+  private async processOwner(ref: ResourceRef, namespace: string, name: string, key: string): Promise<void> {
+    const owner = await this.client.get(ref, namespace, name);
+    if (!owner || !hasDeletionFinalizer(owner)) return;
+    const dependents = await this.liveDependents(namespace, owner.metadata.uid!);
+    const decision = decideOwner(owner, dependents.map((d) => d.obj));
+    const where = new Map(dependents.map((d) => [d.obj, d]));
+    const what = `${ref.plural}/${namespace}/${name}`;
+    if (decision.action === 'orphan') {
+      for (const dependent of decision.unlink) {
+        try {
+          await this.unlink(where.get(dependent)!.ref, dependent, [owner.metadata.uid!]);
+        } catch (error) {
+          if (!isGoneOrChanged(error)) throw error;
+        }
+      }
+      if (decision.unlink.length) {
+        this.logger.info({ owner: what, dependents: decision.unlink.map((d) => at(where.get(d)!.plural, d)) }, 'orphaned the dependents of a deleted owner');
+        // Look again: the finalizer comes off only once the API shows no dependent left.
+        this.queue.add(key);
+        return;
+      }
+      await this.removeFinalizer(ref, owner, ORPHAN_FINALIZER, key);
+      return;
+    }
+    if (decision.action === 'foreground') {
+      for (const dependent of decision.judge) this.queue.add(`dependent/${at(where.get(dependent)!.plural, dependent)}`);
+      if (decision.removeFinalizer) await this.removeFinalizer(ref, owner, FOREGROUND_FINALIZER, key);
+    }
+  }
+
+  /** Take these owners' references off a dependent, against the version read. */
+  private async unlink(ref: ResourceRef, obj: KubeObject, ownerUids: readonly string[]): Promise<void> {
+    await this.client.patch(ref, obj.metadata.namespace, obj.metadata.name!, 'merge', {
+      metadata: { ownerReferences: withoutOwners(obj, ownerUids) ?? null, resourceVersion: obj.metadata.resourceVersion },
+    });
+  }
+
+  /** Take a deletion finalizer off, against the version read; the API removes an object left with none. */
+  private async removeFinalizer(ref: ResourceRef, owner: KubeObject, finalizer: string, key: string): Promise<void> {
+    try {
+      await this.client.patch(ref, owner.metadata.namespace, owner.metadata.name!, 'merge', {
+        metadata: { finalizers: withoutFinalizer(owner, finalizer) ?? null, resourceVersion: owner.metadata.resourceVersion },
+      });
+    } catch (error) {
+      if (!isGoneOrChanged(error)) throw error;
+      // Changed since it was judged (a pod's status, say): judge it again.
+      if (error instanceof ApiError && error.code === 409) this.queue.add(key);
+      return;
+    }
+    this.logger.info({ owner: `${ref.plural}/${owner.metadata.namespace}/${owner.metadata.name}`, finalizer }, 'removed a deletion finalizer');
   }
 }
