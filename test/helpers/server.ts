@@ -48,8 +48,8 @@ export interface ServerProcess {
   pid: number;
   process: ChildProcess;
   output(): string;
-  /** SIGTERM (or the given signal), then wait for exit; SIGKILL after the ceiling. */
-  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** SIGTERM (or the given signal), then wait for exit; SIGKILL after the ceiling (15 s unless told). */
+  stop(signal?: NodeJS.Signals, ceilingMs?: number): Promise<number | null>;
   exited: Promise<number | null>;
 }
 
@@ -130,10 +130,10 @@ export async function startServer(options: StartOptions = {}): Promise<ServerPro
     process: child,
     output: () => output,
     exited,
-    stop: async (signal: NodeJS.Signals = 'SIGTERM') => {
+    stop: async (signal: NodeJS.Signals = 'SIGTERM', ceilingMs = 15_000) => {
       if (child.exitCode === null && child.signalCode === null) {
         process.kill(child.pid!, signal);
-        const timer = setTimeout(() => child.exitCode === null && child.kill('SIGKILL'), 15_000);
+        const timer = setTimeout(() => child.exitCode === null && child.kill('SIGKILL'), ceilingMs);
         const code = await exited;
         clearTimeout(timer);
         running.delete(server);
@@ -252,6 +252,25 @@ export async function eventually<T>(
     if (Date.now() > deadline) {
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
     }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/**
+ * The counterpart of eventually() for "never" and "throughout" claims: check every `intervalMs`
+ * for `durationMs` and fail at the first check that does not hold (false, or a throw). A claim that
+ * something does not happen needs a window of time; this checks the whole window, not its end.
+ */
+export async function always(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  durationMs: number,
+  intervalMs = 50,
+): Promise<void> {
+  const started = Date.now();
+  for (;;) {
+    if (!(await check())) throw new Error(`${what} no longer held ${Date.now() - started} ms into a ${durationMs} ms window`);
+    if (Date.now() - started >= durationMs) return;
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
