@@ -22,6 +22,7 @@ import {
   watchNodes,
 } from './helpers/agent.js';
 import { runKubectl, MODERN_KUBECTL } from './helpers/kubectl.js';
+import { delayingProxy } from './helpers/proxy.js';
 import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
 /**
@@ -29,10 +30,20 @@ import { cleanup, eventually, request, serverArgs, type ServerProcess, startServ
  * PID, and node states read back through the API and kubectl. Timings are the defaults (lease
  * renewal every 1 s, grace 4 s). Where the claim is "never" or "throughout", a sampler lists the
  * nodes every 200 ms for the whole scenario and every sample is checked.
+ *
+ * How fast a verdict comes (Unavailable after a kill, Down after a planned stop, Ready after
+ * SIGCONT) is a figure: bench/detection.ts measures it (docs/benchmarks.md, docs/node-lifecycle.md).
+ * Here it is only held to a generous ceiling, so a loaded machine cannot fail the test; what the
+ * tests prove is which verdict comes, in which order, and that none comes that must not.
  */
 
 const RENEW_MS = 1000;
 const GRACE_MS = 4000;
+/** Ceiling on kill/freeze → Unavailable (measured: grace minus up to one renewal, ~3-4.2 s). */
+const DETECTION_CEILING_MS = 5 * GRACE_MS;
+/** Ceiling on agent exit → Down, and on SIGCONT → Ready (measured: well under a second). */
+const VERDICT_CEILING_MS = 15_000;
+const RELEASED_ANNOTATION = 'drover.io/released';
 const UNREACHABLE = 'node.kubernetes.io/unreachable';
 const SHUTDOWN_ANNOTATION = 'drover.io/shutdown';
 const NODE_ID_ANNOTATION = 'drover.io/node-id';
@@ -77,6 +88,12 @@ async function assertNoEvent(server: ApiTarget, node: string, reason: string, si
     [],
     `no ${reason} event may exist for ${node}`,
   );
+}
+
+async function leaseAnnotations(server: ApiTarget, name: string): Promise<Record<string, string>> {
+  const res = await request(server, 'GET', `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${name}`);
+  assert.equal(res.status, 200, res.text);
+  return (res.json as { metadata: { annotations?: Record<string, string> } }).metadata.annotations ?? {};
 }
 
 async function leaseRenewTime(server: ApiTarget, name: string): Promise<number | undefined> {
@@ -147,7 +164,7 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
     await cleanup(server?.dataDir ?? '', kubectlCache);
   });
 
-  it('SIGTERM: Down within 2 s of the exit, never Unavailable; the others stay Ready; a restart brings it back uncordoned', async (t) => {
+  it('SIGTERM: the lease released and Down, never Unavailable; the others stay Ready; a restart brings it back uncordoned', async (t) => {
     const sampler = new NodeSampler(server).start();
     try {
       const from = Date.now();
@@ -156,10 +173,12 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
       const a = agents.get('node-a')!;
       const exit = await a.stop('SIGTERM');
       assert.equal(exit.code, 0, `a SIGTERM'd agent exits 0; output:\n${a.output()}`);
-      const down = await waitForState(server, 'node-a', 'Down', 10_000);
+      // Down comes from the released lease, not from the renewals running late.
+      assert.equal((await leaseAnnotations(server, 'node-a'))[RELEASED_ANNOTATION], 'true', 'the agent released its lease before it exited');
+      const down = await waitForState(server, 'node-a', 'Down', VERDICT_CEILING_MS);
       const detection = down.at - exit.at;
       report(t, `node-a Down ${detection} ms after the agent exited`);
-      assert.ok(detection <= 2000, `Down ${detection} ms after the exit (limit 2000 ms)`);
+      assert.ok(detection <= VERDICT_CEILING_MS, `Down ${detection} ms after the exit (ceiling ${VERDICT_CEILING_MS} ms)`);
       const ready = readyCondition(down.node);
       assert.equal(ready?.status, 'False');
       assert.equal(ready?.reason, 'NodeShutdown');
@@ -168,10 +187,11 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
       assert.deepEqual(unreachableTaints(down.node), [], 'a planned shutdown does not taint the node unreachable');
 
       // Down must hold past the grace period, not decay into Unavailable.
-      await sampledUntil(sampler, exit.at + GRACE_MS + 1500);
+      const holdUntil = Math.max(exit.at + GRACE_MS + 1500, down.at + 1000);
+      await sampledUntil(sampler, holdUntil);
       const stillDown = await getNode(server, 'node-a');
       assert.equal(nodeState(stillDown!), 'Down');
-      assertStayed(sampler, 'node-a', 'Down', down.at, exit.at + GRACE_MS + 1500);
+      assertStayed(sampler, 'node-a', 'Down', down.at, holdUntil);
 
       // Same data dir: the same host comes back.
       const restarted = await startAgent({ server, name: 'node-a', dataDir: a.dataDir });
@@ -201,7 +221,7 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
     }
   });
 
-  it('SIGKILL → Unavailable within grace + 1 s, tainted, with an event; SIGSTOP → Unavailable, SIGCONT → Ready within 2 s; no other node leaves Ready', async (t) => {
+  it('SIGKILL → Unavailable, tainted, with an event; SIGSTOP → Unavailable, SIGCONT → Ready; no other node leaves Ready', async (t) => {
     const sampler = new NodeSampler(server).start();
     try {
       const from = Date.now();
@@ -213,11 +233,11 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
       process.kill(b.pid, 'SIGKILL');
       const bExit = await b.exited;
       assert.equal(bExit.signal, 'SIGKILL');
-      const bUnavailable = await waitForState(server, 'node-b', 'Unavailable', GRACE_MS + 10_000);
+      const bUnavailable = await waitForState(server, 'node-b', 'Unavailable', DETECTION_CEILING_MS);
       const bDetection = bUnavailable.at - killedAt;
       report(t, `node-b Unavailable ${bDetection} ms after SIGKILL (Unknown first seen at +${(sampler.firstSeen('node-b', 'Unknown', killedAt) ?? NaN) - killedAt} ms)`);
-      assert.ok(bDetection <= GRACE_MS + 1000, `Unavailable ${bDetection} ms after SIGKILL (limit ${GRACE_MS + 1000} ms)`);
-      const bTainted = await waitForNode(server, 'node-b', (n) => unreachableTaints(n).length === 2, 'both unreachable taints', 5000);
+      assert.ok(bDetection <= DETECTION_CEILING_MS, `Unavailable ${bDetection} ms after SIGKILL (ceiling ${DETECTION_CEILING_MS} ms)`);
+      const bTainted = await waitForNode(server, 'node-b', (n) => unreachableTaints(n).length === 2, 'both unreachable taints', VERDICT_CEILING_MS);
       assert.deepEqual(unreachableTaints(bTainted.node), ['NoExecute', 'NoSchedule']);
       const bReady = readyCondition(bTainted.node);
       assert.equal(bReady?.status, 'Unknown');
@@ -240,11 +260,11 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
       const c = agents.get('node-c')!;
       const stoppedAt = Date.now();
       process.kill(c.pid, 'SIGSTOP');
-      const cUnavailable = await waitForState(server, 'node-c', 'Unavailable', GRACE_MS + 10_000);
+      const cUnavailable = await waitForState(server, 'node-c', 'Unavailable', DETECTION_CEILING_MS);
       const cDetection = cUnavailable.at - stoppedAt;
       report(t, `node-c Unavailable ${cDetection} ms after SIGSTOP`);
-      assert.ok(cDetection <= GRACE_MS + 1000, `Unavailable ${cDetection} ms after SIGSTOP (limit ${GRACE_MS + 1000} ms)`);
-      const cTainted = await waitForNode(server, 'node-c', (n) => unreachableTaints(n).length === 2, 'both unreachable taints', 5000);
+      assert.ok(cDetection <= DETECTION_CEILING_MS, `Unavailable ${cDetection} ms after SIGSTOP (ceiling ${DETECTION_CEILING_MS} ms)`);
+      const cTainted = await waitForNode(server, 'node-c', (n) => unreachableTaints(n).length === 2, 'both unreachable taints', VERDICT_CEILING_MS);
       assert.deepEqual(unreachableTaints(cTainted.node), ['NoExecute', 'NoSchedule']);
 
       const continuedAt = Date.now();
@@ -254,11 +274,11 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
         'node-c',
         (n) => nodeState(n) === 'Ready' && unreachableTaints(n).length === 0,
         'Ready with the unreachable taints gone',
-        10_000,
+        VERDICT_CEILING_MS,
       );
       const recovery = cBack.at - continuedAt;
       report(t, `node-c Ready (taints gone) ${recovery} ms after SIGCONT`);
-      assert.ok(recovery <= 2000, `Ready ${recovery} ms after SIGCONT (limit 2000 ms)`);
+      assert.ok(recovery <= VERDICT_CEILING_MS, `Ready ${recovery} ms after SIGCONT (ceiling ${VERDICT_CEILING_MS} ms)`);
       assert.equal(readyCondition(cBack.node)?.status, 'True');
       assert.equal(readyCondition(cBack.node)?.reason, 'NodeReady');
       assert.equal(c.hasExited, false, 'the frozen agent survived');
@@ -338,6 +358,15 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
     await eventually(() => Date.now() > exit.at + GRACE_MS + 500, 'node-a silent for longer than the grace period', GRACE_MS + 5000, 100);
     const leaseBefore = await leaseRenewTime(server, 'node-a');
 
+    // The returning agent talks to the server over a slow link: every answer reaches it
+    // LINK_DELAY_MS late. Its withdrawal of the shutdown record lands on the server (and this
+    // test's watch) at once, but it cannot send its first renewal before it has heard back twice
+    // (the withdrawal, then its status report). So the freeze below always falls in that window,
+    // instead of racing the agent's next request. The delay stays well under the agent's request
+    // timeout (grace / 3), so no request of its start is given up.
+    const LINK_DELAY_MS = 300;
+    const FREEZE_MS = 600;
+    const link = await delayingProxy(server, LINK_DELAY_MS);
     const sampler = new NodeSampler(server).start();
     let restarted: AgentProcess | undefined;
     let frozenAt: number | undefined;
@@ -351,31 +380,38 @@ describe('node lifecycle: three agents, stopped, killed and frozen', () => {
     });
     try {
       const from = Date.now();
-      restarted = spawnAgent({ server, name: 'node-a', dataDir: a.dataDir });
+      restarted = spawnAgent({ server: { url: link.url, dataDir: server.dataDir }, name: 'node-a', dataDir: a.dataDir });
       agents.set('node-a', restarted);
       history.push(restarted);
-      await eventually(() => frozenAt, 'the restarted agent to withdraw its shutdown record', 20_000, 5);
-      const leaseAtFreeze = await leaseRenewTime(server, 'node-a');
-      const inWindow = leaseAtFreeze === leaseBefore;
-      report(t, `froze node-a ${inWindow ? 'before' : 'after'} its first lease renewal`);
-      await sampledUntil(sampler, frozenAt! + 1000);
+      await eventually(() => frozenAt, 'the restarted agent to withdraw its shutdown record', 60_000, 5);
+      // The scenario happened: frozen with the record withdrawn and the lease as old as before.
+      const node = await getNode(server, 'node-a');
+      assert.equal(node?.metadata.annotations?.[SHUTDOWN_ANNOTATION], undefined, 'the shutdown record is withdrawn');
+      assert.equal(await leaseRenewTime(server, 'node-a'), leaseBefore, 'node-a was frozen before its first lease renewal');
+      assert.ok(leaseBefore !== undefined && Date.now() - leaseBefore > GRACE_MS, 'the lease the controller sees is older than the grace period');
+      // The stall lasts several controller ticks (250 ms): each one judges a node with no record
+      // and a lapsed lease. (A scenario length, not a wait for a result: the verdicts are checked below.)
+      await new Promise((r) => setTimeout(r, FREEZE_MS));
+      link.setDelay(0);
       process.kill(restarted.pid, 'SIGCONT');
       const back = await waitForNode(
         server,
         'node-a',
         (n) => nodeState(n) === 'Ready' && unreachableTaints(n).length === 0,
         'Ready after the stall',
-        10_000,
+        VERDICT_CEILING_MS,
       );
+      await eventually(async () => ((await leaseRenewTime(server, 'node-a')) ?? 0) > leaseBefore, 'node-a to renew its lease after the stall', VERDICT_CEILING_MS);
       await sampledUntil(sampler, back.at + 400);
       const to = Date.now();
-      report(t, `node-a transitions: ${sampler.transitions('node-a', from, to).join(' → ')}`);
+      report(t, `node-a frozen ${FREEZE_MS} ms right after withdrawing its shutdown record; transitions: ${sampler.transitions('node-a', from, to).join(' → ')}`);
       assertNever(sampler, 'node-a', 'Unavailable', from, to);
       await assertNoEvent(server, 'node-a', 'NodeUnavailable', from);
     } finally {
       watch.close();
       if (restarted && !restarted.hasExited) process.kill(restarted.pid, 'SIGCONT');
       await sampler.stop();
+      await link.close();
     }
   });
 });
@@ -413,9 +449,9 @@ describe('node identity: same IP, name claims, node authorization', () => {
       await sampledUntil(sampler, from + 600);
       const killedAt = Date.now();
       process.kill(one.pid, 'SIGKILL');
-      const unavailable = await waitForState(server, 'same-ip-1', 'Unavailable', GRACE_MS + 10_000);
+      const unavailable = await waitForState(server, 'same-ip-1', 'Unavailable', DETECTION_CEILING_MS);
       report(t, `same-ip-1 Unavailable ${unavailable.at - killedAt} ms after SIGKILL`);
-      assert.ok(unavailable.at - killedAt <= GRACE_MS + 1000);
+      assert.ok(unavailable.at - killedAt <= DETECTION_CEILING_MS, `Unavailable ${unavailable.at - killedAt} ms after SIGKILL (ceiling ${DETECTION_CEILING_MS} ms)`);
       await sampledUntil(sampler, unavailable.at + 2 * RENEW_MS);
       const to = Date.now();
       assertStayed(sampler, 'same-ip-2', 'Ready', from, to);
@@ -646,6 +682,8 @@ describe('server restarts and pauses with five agents running', () => {
   });
 
   it('SIGSTOP the server for 2 × grace, then SIGCONT: no node becomes Unavailable, all Ready afterwards', async (t) => {
+    const pauses = (): number => server.output().split('controller loop was paused').length - 1;
+    const pausesBefore = pauses();
     await scenario(t, 'SIGSTOP 2×grace', async () => {
       process.kill(server.pid, 'SIGSTOP');
       try {
@@ -655,8 +693,9 @@ describe('server restarts and pauses with five agents running', () => {
         process.kill(server.pid, 'SIGCONT');
       }
     });
-    const paused = server.output().includes('controller loop was paused');
-    report(t, `server logged "controller loop was paused": ${paused}`);
+    // The scenario happened as intended: the controller noticed it had been stopped (rather than
+    // the nodes merely renewing in time), and restarted every grace period.
+    assert.ok(pauses() > pausesBefore, 'the paused server logged "controller loop was paused"');
   });
 });
 

@@ -50,6 +50,7 @@ export interface StartAgentOptions {
   args?: string[];
   /** Join token; defaults to the contents of `<server.dataDir>/token`. */
   token?: string;
+  /** How long startAgent waits for "agent is running" (60 s: a ceiling for a loaded machine, not a figure). */
   timeoutMs?: number;
 }
 
@@ -164,7 +165,7 @@ export async function startAgent(options: StartAgentOptions): Promise<AgentProce
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
       reject(new Error(`agent ${options.name} did not start in time; output:\n${agent.output()}`));
-    }, options.timeoutMs ?? 30_000);
+    }, options.timeoutMs ?? 60_000);
     const check = (): void => {
       if (!agent.output().includes('agent is running')) return;
       clearTimeout(timer);
