@@ -20,6 +20,7 @@ import { killPodProcesses, launchSupervisor, liveSupervisor, podDir, processAliv
 import type { PodRunSpec, PodRunState } from '../src/agent/pods/run-spec.js';
 import { createCertificateAuthority, issueCertificate } from '../src/security/pki.js';
 import { always, eventually, tempDir } from './helpers/server.js';
+import { LAUNCH_CEILING_MS } from './helpers/pods.js';
 
 /**
  * Fencing of atMostOne pods: the pure outage rule, and real supervisors killing (or sparing)
@@ -90,7 +91,7 @@ async function startPod(
   fs.mkdirSync(dir, { recursive: true });
   writeRunSpec(dir, spec);
   pods.push(dir);
-  const supervisorPid = await launchSupervisor(dir);
+  const supervisorPid = await launchSupervisor(dir, LAUNCH_CEILING_MS);
   const pid = await eventually(() => runningPid(readRunState(dir)), `${name} running`, 10_000, 20);
   return { dir, pid, supervisorPid };
 }
@@ -241,7 +242,7 @@ describe('fencing atMostOne pods', () => {
     // The relaunched supervisor reads the record and exits without starting anything; once it is
     // gone, nothing can start the pod again, so its state is final.
     feed.start();
-    const relaunched = await launchSupervisor(fenced.dir);
+    const relaunched = await launchSupervisor(fenced.dir, LAUNCH_CEILING_MS);
     await eventually(() => !alive(relaunched), 'the relaunched supervisor to exit at once', 15_000, 20);
     feed.stop();
     const again = readRunState(fenced.dir)!;

@@ -21,6 +21,7 @@ import {
 import { PodLogError, streamContainerLog } from '../src/agent/pods/logs.js';
 import type { ContainerRunSpec, PodRunSpec, PodRunState } from '../src/agent/pods/run-spec.js';
 import { eventually, tempDir } from './helpers/server.js';
+import { LAUNCH_CEILING_MS } from './helpers/pods.js';
 
 /**
  * The pod supervisor as real processes: containers are process groups, restarts back off, stop
@@ -102,8 +103,8 @@ describe('pod supervisor', () => {
     const { dir, podsDir } = newPod([container('main', 'echo hi; echo oops >&2; sleep 30')]);
     // Launch from a separate node process that exits right away, as a crashing agent would.
     const launcher = fileURLToPath(new URL('../src/agent/pods/launch.ts', import.meta.url));
-    const script = `const { launchSupervisor } = await import(${JSON.stringify(launcher)}); console.log(await launchSupervisor(${JSON.stringify(dir)}));`;
-    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { timeout: 15_000 });
+    const script = `const { launchSupervisor } = await import(${JSON.stringify(launcher)}); console.log(await launchSupervisor(${JSON.stringify(dir)}, ${LAUNCH_CEILING_MS}));`;
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { timeout: LAUNCH_CEILING_MS + 15_000 });
     const supervisorPid = Number(stdout.trim());
     assert.ok(supervisorPid > 1, `launcher printed the supervisor pid (${stdout})`);
     assert.equal(liveSupervisor(dir), supervisorPid);
@@ -144,7 +145,7 @@ describe('pod supervisor', () => {
 
   it('restarts a crashing container (Always) with growing back-off and keeps the last termination', async () => {
     const { dir } = newPod([container('crash', 'echo crashing; exit 3')]);
-    await launchSupervisor(dir);
+    await launchSupervisor(dir, LAUNCH_CEILING_MS);
     const messages: string[] = [];
     const state = await eventually(
       () => {
@@ -172,7 +173,7 @@ describe('pod supervisor', () => {
 
   it('OnFailure: exit 0 completes the pod without a restart and the supervisor exits', async () => {
     const { dir } = newPod([container('job', 'echo done; exit 0')], { restartPolicy: 'OnFailure' });
-    const pid = await launchSupervisor(dir);
+    const pid = await launchSupervisor(dir, LAUNCH_CEILING_MS);
     const state = await waitState(dir, (s) => s.finished, 'finished');
     assert.equal(state.finishReason, 'Completed');
     const c = state.containers[0]!;
@@ -186,7 +187,7 @@ describe('pod supervisor', () => {
 
   it('Never: a failure is final', async () => {
     const { dir } = newPod([container('once', 'exit 2')], { restartPolicy: 'Never' });
-    await launchSupervisor(dir);
+    await launchSupervisor(dir, LAUNCH_CEILING_MS);
     const state = await waitState(dir, (s) => s.finished, 'finished');
     assert.equal(state.finishReason, 'Completed');
     const c = state.containers[0]!;
@@ -206,7 +207,7 @@ describe('pod supervisor', () => {
       { restartPolicy: 'Never' },
     );
     try {
-      await launchSupervisor(dir);
+      await launchSupervisor(dir, LAUNCH_CEILING_MS);
     } finally {
       delete process.env.DROVER_TEST_AGENT_ONLY;
     }
@@ -217,7 +218,7 @@ describe('pod supervisor', () => {
 
   it('a command that cannot be spawned is CreateContainerError, retried with back-off', async () => {
     const { dir } = newPod([{ name: 'missing', command: ['/nonexistent/drover-no-such-binary'], args: ['x'], env: {} }]);
-    await launchSupervisor(dir);
+    await launchSupervisor(dir, LAUNCH_CEILING_MS);
     const state = await waitState(
       dir,
       (s) => 'waiting' in s.containers[0]!.state && s.containers[0]!.state.waiting.reason === 'CreateContainerError',
@@ -243,9 +244,10 @@ describe('pod supervisor', () => {
       ],
       { terminationGracePeriodSeconds: graceSeconds },
     );
-    const supervisorPid = await launchSupervisor(dir);
+    const supervisorPid = await launchSupervisor(dir, LAUNCH_CEILING_MS);
     const running = await waitState(dir, (s) => s.containers.every((c) => 'running' in c.state), 'both running');
     const pids = running.containers.map((c) => runningPid(running, c.name)!);
+    assert.equal(pids.length, 2, 'both containers have a PID');
     await eventually(() => fs.readFileSync(path.join(dir, 'logs/stubborn/0.log'), 'utf8').includes('ready'), 'traps installed');
     await eventually(() => fs.readFileSync(path.join(dir, 'logs/polite/0.log'), 'utf8').includes('ready'), 'traps installed');
 
@@ -254,7 +256,10 @@ describe('pod supervisor', () => {
     const tookMs = Date.now() - started;
     console.log(`# graceful stop with ${graceSeconds}s grace took ${tookMs} ms`);
     assert.ok(tookMs >= graceSeconds * 1000 - 100, `the stubborn container had its grace period (${tookMs} ms)`);
-    assert.ok(tookMs < graceSeconds * 1000 + 1500, `and was killed right after it (${tookMs} ms)`);
+    // That the supervisor itself killed it when the grace ran out (and not stopSupervisor's
+    // fallback, grace + 2 s later) is shown by the state below: finished, Stopped, SIGKILL.
+    // The time is held only to a ceiling a loaded machine cannot miss.
+    assert.ok(tookMs < graceSeconds * 1000 + 15_000, `and was killed after it (${tookMs} ms)`);
     assert.equal(alive(supervisorPid), false);
     for (const pid of pids) assert.equal(alive(pid), false, `container ${pid} is gone`);
 
@@ -272,7 +277,7 @@ describe('pod supervisor', () => {
 
   it('a SIGKILLed supervisor leaves its workload running until killPodProcesses reaps it', async () => {
     const { dir } = newPod([container('orphan', 'sleep 30 & wait')]);
-    const supervisorPid = await launchSupervisor(dir);
+    const supervisorPid = await launchSupervisor(dir, LAUNCH_CEILING_MS);
     const state = await waitState(dir, (s) => runningPid(s, 'orphan') !== undefined, 'running');
     const pid = runningPid(state, 'orphan')!;
     process.kill(supervisorPid, 'SIGKILL');
@@ -288,7 +293,7 @@ describe('pod supervisor', () => {
       restartPolicy: 'Never',
       logMaxBytes: 1000,
     });
-    await launchSupervisor(dir);
+    await launchSupervisor(dir, LAUNCH_CEILING_MS);
     await waitState(dir, (s) => s.finished, 'finished');
     const current = fs.readFileSync(path.join(dir, 'logs/chatty/0.log'), 'utf8');
     const rotated = fs.readFileSync(path.join(dir, 'logs/chatty/0.log.1'), 'utf8');
@@ -303,7 +308,7 @@ describe('pod supervisor', () => {
 
   it('streams logs: tail, previous, follow until the instance ends, and typed errors', async () => {
     const { dir } = newPod([container('ticker', 'echo start; for i in 0 1 2; do echo tick-$i; sleep 0.3; done; exit 1')]);
-    await launchSupervisor(dir);
+    await launchSupervisor(dir, LAUNCH_CEILING_MS);
     await waitState(dir, (s) => runningPid(s, 'ticker') !== undefined && s.containers[0]!.restartCount === 0, 'first instance running');
     await assert.rejects(logText(dir, 'ticker', { previous: true }), (error: unknown) => error instanceof PodLogError && error.code === 'NoPreviousInstance');
     await assert.rejects(logText(dir, 'nope'), (error: unknown) => error instanceof PodLogError && error.code === 'NoSuchContainer' && /ticker/.test(error.message));

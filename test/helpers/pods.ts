@@ -3,6 +3,13 @@ import path from 'node:path';
 import { killPodProcesses, listPodDirs } from '../../src/agent/pods/launch.js';
 
 /**
+ * How long a test lets launchSupervisor() wait for a supervisor started from the TypeScript
+ * source: tsx makes it slow to start, and a loaded machine slower (the agent's own 5 s is for the
+ * compiled build). A ceiling, not a figure.
+ */
+export const LAUNCH_CEILING_MS = 60_000;
+
+/**
  * Pod supervisors outlive their agent on purpose, so a test that kills an agent or a server must
  * reap the pods it left: by PID, from the pod directories under the node's data dir.
  */

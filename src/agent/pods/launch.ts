@@ -87,8 +87,12 @@ function supervisorExecArgv(): string[] {
   return result;
 }
 
-/** Spawns the supervisor detached; resolves once state.json exists (or rejects after 5 s with its log). */
-export async function launchSupervisor(dir: string): Promise<number> {
+/**
+ * Spawns the supervisor detached; resolves once state.json exists (or rejects after `timeoutMs`,
+ * 5 s by default, with its log). Tests that launch supervisors from the TypeScript source (slow to
+ * start under tsx, and slower on a loaded machine) pass a generous ceiling.
+ */
+export async function launchSupervisor(dir: string, timeoutMs = LAUNCH_TIMEOUT_MS): Promise<number> {
   const absolute = path.resolve(dir);
   const existing = supervisorAlive(absolute);
   if (existing !== undefined) throw new SupervisorLaunchError(`pod ${absolute} already has a live supervisor (pid ${existing})`);
@@ -113,7 +117,7 @@ export async function launchSupervisor(dir: string): Promise<number> {
   });
   child.unref();
   const pid = child.pid;
-  const deadline = Date.now() + LAUNCH_TIMEOUT_MS;
+  const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (pid !== undefined && readRunState(absolute)?.supervisorPid === pid) return pid;
     if (exit !== undefined || Date.now() > deadline) {
@@ -124,7 +128,7 @@ export async function launchSupervisor(dir: string): Promise<number> {
           // already gone
         }
       }
-      const why = exit ? `it ended (${exit})` : `it wrote no state within ${LAUNCH_TIMEOUT_MS} ms`;
+      const why = exit ? `it ended (${exit})` : `it wrote no state within ${timeoutMs} ms`;
       throw new SupervisorLaunchError(`pod supervisor for ${absolute} did not start: ${why}. supervisor.log:\n${supervisorLogTail(absolute)}`);
     }
     await sleep(POLL_MS);
