@@ -201,6 +201,52 @@ describe('deletion propagation: orphan, foreground, background (server process, 
     assert.equal(await client.get(PODS, NS, name), undefined);
   });
 
+  it('a StatefulSet deleted in the foreground waits for its pods; one deleted with Orphan leaves them running', async () => {
+    const statefulSet = (name: string): KubeObject => ({
+      apiVersion: 'apps/v1',
+      kind: 'StatefulSet',
+      metadata: { name },
+      spec: {
+        replicas: 1,
+        serviceName: name,
+        selector: { matchLabels: { app: name } },
+        template: { metadata: { labels: { app: name } }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] } },
+      },
+    });
+    const sts = '/apis/apps/v1/namespaces/default/statefulsets';
+    for (const name of ['sts-fg', 'sts-orphan']) {
+      assert.equal((await request(server, 'POST', sts, { body: statefulSet(name) })).status, 201);
+    }
+    const ready = (name: string): Promise<KubeObject> =>
+      eventually(async () => {
+        const [pod] = await podsOf(name);
+        return pod && isRunningAndReady(pod) && pod;
+      }, `${name}-0 running`, 30_000);
+    const fgPod = await ready('sts-fg');
+    const orphanPod = await ready('sts-orphan');
+
+    kubelet.held.add(fgPod.metadata.name!);
+    try {
+      const marked = await request(server, 'DELETE', `${sts}/sts-fg`, { body: { propagationPolicy: 'Foreground' } });
+      assert.equal(marked.status, 200, marked.text);
+      assert.deepEqual((marked.json as KubeObject).metadata.finalizers, ['foregroundDeletion']);
+      await eventually(async () => (await podsOf('sts-fg'))[0]?.metadata.deletionTimestamp, 'sts-fg-0 terminating');
+      const waiting = await request(server, 'GET', `${sts}/sts-fg`);
+      assert.equal(waiting.status, 200, 'the StatefulSet waits for its terminating pod');
+    } finally {
+      kubelet.release(fgPod.metadata.name!);
+    }
+    await eventually(async () => (await request(server, 'GET', `${sts}/sts-fg`)).status === 404 && (await podsOf('sts-fg')).length === 0, 'sts-fg and its pod gone');
+
+    const orphaned = await request(server, 'DELETE', `${sts}/sts-orphan`, { body: { propagationPolicy: 'Orphan' } });
+    assert.equal(orphaned.status, 200, orphaned.text);
+    await eventually(async () => (await request(server, 'GET', `${sts}/sts-orphan`)).status === 404, 'sts-orphan gone');
+    const [left] = await podsOf('sts-orphan');
+    assert.equal(left?.metadata.uid, orphanPod.metadata.uid);
+    assert.ok(!left!.metadata.deletionTimestamp && isRunningAndReady(left!));
+    assert.equal(left!.metadata.ownerReferences, undefined);
+  });
+
   it('the deprecated orphanDependents: true orphans, as propagationPolicy Orphan does', async () => {
     const { rs } = await running('legacy', 1);
     const res = await request(server, 'DELETE', `/apis/apps/v1/namespaces/${NS}/deployments/legacy`, { body: { orphanDependents: true } });

@@ -184,7 +184,9 @@ export class GarbageCollector {
       const state = await this.ownerState(namespace, owner);
       if (state) states.set(owner.uid, state);
     }
-    const decision = decideDependent(obj, states, this.hasDependents(obj.metadata.uid!));
+    // Whether it has dependents matters only under an owner waiting in the foreground.
+    const waiting = [...states.values()].includes('waiting');
+    const decision = decideDependent(obj, states, waiting && this.hasDependents(obj.metadata.uid!));
     const what = `${plural}/${namespace}/${name}`;
     try {
       if (decision.action === 'unlink') {
