@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
-import { describe, it } from 'node:test';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
 import { dependentsChoiceOf, finalizersForDeletion } from '../src/apiserver/deletion.js';
 import { ApiError } from '../src/apiserver/errors.js';
 import type { KubeObject, OwnerReference } from '../src/apiserver/objects.js';
@@ -11,11 +13,16 @@ import {
   withoutFinalizer,
   withoutOwners,
 } from '../src/controllers/garbage-collector-logic.js';
+import { ResourceRegistry } from '../src/apiserver/resources.js';
+import { ObjectStore } from '../src/apiserver/storage.js';
+import { SqliteDatastore } from '../src/datastore/sqlite.js';
+import { tempDir } from './helpers/server.js';
 
 /**
  * The pure decisions behind deletion propagation: which finalizers a DELETE leaves on an object
  * (kube-apiserver's store.go rules), and what the garbage collector does with an owner being
- * deleted and with each dependent (kube-controller-manager's garbagecollector rules).
+ * deleted and with each dependent (kube-controller-manager's garbagecollector rules); and the
+ * object store applying the finalizer rules, in process with no collector to race.
  */
 
 const T = '2025-01-01T00:00:00Z';
@@ -162,5 +169,68 @@ describe('decideOwner: what the collector does for an owner being deleted', () =
     assert.deepEqual(withoutOwners(two, ['a'])?.map((r) => r.uid), ['b']);
     assert.equal(withoutFinalizer(owner(['orphan']), 'orphan'), undefined);
     assert.deepEqual(withoutFinalizer(owner(['x', 'orphan']), 'orphan'), ['x']);
+  });
+});
+
+describe('the object store applies the finalizer rules (no collector running)', () => {
+  let dir: string;
+  let datastore: SqliteDatastore;
+  let store: ObjectStore;
+  const registry = new ResourceRegistry();
+  const deployments = registry.lookup('apps', 'v1', 'deployments')!;
+  const leases = registry.lookup('coordination.k8s.io', 'v1', 'leases')!;
+  const deployment = (name: string): KubeObject => ({
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name },
+    spec: {
+      replicas: 0,
+      selector: { matchLabels: { app: name } },
+      template: { metadata: { labels: { app: name } }, spec: { containers: [{ name: 'main', command: ['sleep', '1'] }] } },
+    },
+  });
+
+  before(async () => {
+    dir = tempDir('gc-store');
+    datastore = new SqliteDatastore(path.join(dir, 'state.db'));
+    store = new ObjectStore(datastore);
+    await store.create(registry.lookup('', 'v1', 'namespaces')!, undefined, { metadata: { name: 'default' } });
+  });
+
+  after(async () => {
+    await datastore.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('Orphan marks, Foreground swaps the finalizer, Background takes it off and the object goes', async () => {
+    await store.create(deployments, 'default', deployment('d'));
+    const orphaned = await store.delete(deployments, 'default', 'd', { propagationPolicy: 'Orphan' });
+    assert.equal(orphaned.removed, false);
+    assert.deepEqual(orphaned.object.metadata.finalizers, ['orphan']);
+    assert.ok(orphaned.object.metadata.deletionTimestamp);
+    assert.equal(orphaned.object.metadata.deletionGracePeriodSeconds, 0);
+
+    const again = await store.delete(deployments, 'default', 'd', {});
+    assert.equal(again.removed, false, 'no policy: the finalizer already there decides');
+    assert.equal(again.object.metadata.resourceVersion, orphaned.object.metadata.resourceVersion, 'and nothing is written');
+
+    const foreground = await store.delete(deployments, 'default', 'd', { propagationPolicy: 'Foreground' });
+    assert.deepEqual(foreground.object.metadata.finalizers, ['foregroundDeletion']);
+    assert.equal(foreground.object.metadata.deletionTimestamp, orphaned.object.metadata.deletionTimestamp, 'still the first deletion');
+
+    const background = await store.delete(deployments, 'default', 'd', { propagationPolicy: 'Background' });
+    assert.equal(background.removed, true);
+    await assert.rejects(store.get(deployments, 'default', 'd'), (error: unknown) => error instanceof ApiError && error.code === 404);
+  });
+
+  it('a dry run marks nothing; kinds the collector does not know ignore the policy', async () => {
+    await store.create(deployments, 'default', deployment('dry'));
+    const dry = await store.delete(deployments, 'default', 'dry', { propagationPolicy: 'Orphan', dryRun: true });
+    assert.equal(dry.removed, false);
+    assert.equal((await store.get(deployments, 'default', 'dry')).metadata.deletionTimestamp, undefined);
+
+    await store.create(leases, 'default', { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'l' }, spec: {} });
+    const lease = await store.delete(leases, 'default', 'l', { propagationPolicy: 'Foreground' });
+    assert.equal(lease.removed, true);
   });
 });
