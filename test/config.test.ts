@@ -654,7 +654,7 @@ describe('agents and server-only settings', () => {
     assert.equal(result.code, EXIT_CONFIG, result.stderr);
     const lines = stderrLines(result.stderr);
     assert.ok(lines.includes('the agent needs "server": pass --server, set DROVER_SERVER, or put "server:" in the config file'), result.stderr);
-    assert.ok(lines.includes('the agent needs "token": pass --token, set DROVER_TOKEN, or put "token:" in the config file'), result.stderr);
+    assert.ok(lines.includes('the agent needs "token": pass --token-file (or --token), set DROVER_TOKEN_FILE (or DROVER_TOKEN), or put "token-file:" (or "token:") in the config file'), result.stderr);
   });
 
   it('secrets are redacted in config show, whatever their source', async () => {

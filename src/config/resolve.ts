@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
 import { timingProblems } from './timings.js';
+import { readTokenFile, TokenFileError } from './token-file.js';
 import {
   type Command,
   defaultValue,
@@ -31,7 +32,9 @@ export type Source =
   | { kind: 'default' }
   | { kind: 'file' | 'drop-in'; file: string; line: number }
   | { kind: 'env'; name: string }
-  | { kind: 'flag'; name: string };
+  | { kind: 'flag'; name: string }
+  /** The token's value read from the file named by token-file. */
+  | { kind: 'token-file'; file: string };
 
 export function formatSource(source: Source): string {
   switch (source.kind) {
@@ -44,6 +47,8 @@ export function formatSource(source: Source): string {
       return `env:${source.name}`;
     case 'flag':
       return `flag:--${source.name}`;
+    case 'token-file':
+      return `token-file:${source.file}`;
   }
 }
 
@@ -224,9 +229,36 @@ export function resolveConfig(input: ResolveInput): ResolvedConfig {
   }
 
   const config = new ResolvedConfig(input.command, resolved, warnings, main, filesRead);
+  if (!problems.length) problems.push(...tokenFromFile(config, resolved, warnings));
   if (!problems.length) problems.push(...combinationProblems(config));
   if (problems.length) throw new ConfigError(problems);
   return config;
+}
+
+/**
+ * With token-file set, the token is what that file holds (source `token-file:<path>`), so every
+ * consumer of `token` and `config show` see it as they would a token given directly. Giving both
+ * is refused rather than ranked: two sources of one secret are a mistake waiting to surprise.
+ */
+function tokenFromFile(config: ResolvedConfig, resolved: Map<string, ResolvedSetting>, warnings: string[]): string[] {
+  const file = config.get<string | undefined>('token-file');
+  if (file === undefined) return [];
+  if (!file) return [`token-file (${config.source('token-file')}) is empty: name the file that holds the token`];
+  const token = resolved.get('token')!;
+  if (token.value) {
+    return [
+      `token (${config.source('token')}) and token-file (${config.source('token-file')}) are both set: give the token one way (token-file keeps it off the command line)`,
+    ];
+  }
+  try {
+    const read = readTokenFile(file, config.source('token-file'));
+    warnings.push(...read.warnings);
+    resolved.set('token', { setting: token.setting, value: read.token, sources: [{ kind: 'token-file', file: path.resolve(file) }] });
+    return [];
+  } catch (error) {
+    if (error instanceof TokenFileError) return [error.message];
+    throw error;
+  }
 }
 
 /** Rules across settings, each naming every key involved. */
@@ -266,10 +298,13 @@ function combinationProblems(config: ResolvedConfig): string[] {
     }
   }
   if (config.command === 'agent') {
-    for (const name of ['server', 'token']) {
-      if (!config.get<string | undefined>(name)) {
-        problems.push(`the agent needs "${name}": pass --${name}, set ${envName({ name })}, or put "${name}:" in the config file`);
-      }
+    if (!config.get<string | undefined>('server')) {
+      problems.push(`the agent needs "server": pass --server, set ${envName({ name: 'server' })}, or put "server:" in the config file`);
+    }
+    if (!config.get<string | undefined>('token')) {
+      problems.push(
+        `the agent needs "token": pass --token-file (or --token), set DROVER_TOKEN_FILE (or DROVER_TOKEN), or put "token-file:" (or "token:") in the config file`,
+      );
     }
   }
   return problems;

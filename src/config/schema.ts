@@ -188,10 +188,17 @@ export const SETTINGS: readonly Setting[] = [
   {
     name: 'token',
     type: 'string',
-    help: 'cluster token (drover token show on a server): agents join with it; a server needs it to share an existing datastore',
+    help: 'cluster token (drover token show on a server): agents join with it; a server needs it to share an existing datastore. A flag shows in ps to every local user: prefer token-file or the environment',
     commands: ['server', 'agent'],
     scope: 'node',
     secret: true,
+  },
+  {
+    name: 'token-file',
+    type: 'string',
+    help: 'file holding the cluster token (what token takes, read at start; unlike a flag it does not show in ps); must not be readable by others',
+    commands: ['server', 'agent'],
+    scope: 'node',
   },
   {
     name: 'datastore-endpoint',

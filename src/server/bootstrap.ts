@@ -53,7 +53,7 @@ export async function establishClusterIdentity(options: {
   if (!secret) {
     if (await clusterExists(datastore)) {
       throw new ClusterJoinError(
-        'this datastore already holds a cluster: start this server with that cluster’s token (--token; `drover token show` on one of its servers)',
+        'this datastore already holds a cluster: start this server with that cluster’s token (--token-file or --token; `drover token show` on one of its servers)',
       );
     }
     secret = generateSecret(24);

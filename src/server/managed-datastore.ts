@@ -77,7 +77,7 @@ function call(server: URL, ca: string, secret: string, method: string, route: st
 
 /** Fetch the cluster identity from a server and write it into this server's data dir. */
 async function joinIdentity(options: ManagedDatastoreOptions): Promise<{ ca: KeyPair; server: URL; caPem: string; secret: string }> {
-  if (!options.token) throw new ClusterJoinError('joining a cluster with --server needs its --token (drover token show on a server)');
+  if (!options.token) throw new ClusterJoinError('joining a cluster with --server needs its token (--token-file or --token; drover token show on a server)');
   const token = parseJoinToken(options.token);
   const server = new URL(options.joinServer!);
   let caPem: string;

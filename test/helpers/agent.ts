@@ -50,6 +50,10 @@ export interface StartAgentOptions {
   args?: string[];
   /** Join token; defaults to the contents of `<server.dataDir>/token`. */
   token?: string;
+  /** Pass `--token-file <file>` instead of a `--token` (which every local user can read in ps). */
+  tokenFile?: string;
+  /** The agent's environment (default: this process's). */
+  env?: NodeJS.ProcessEnv;
   /** How long startAgent waits for "agent is running" (60 s: a ceiling for a loaded machine, not a figure). */
   timeoutMs?: number;
 }
@@ -105,8 +109,7 @@ export function spawnAgent(options: StartAgentOptions): AgentProcess {
       'agent',
       '--server',
       options.server.url,
-      '--token',
-      options.token ?? joinToken(options.server),
+      ...(options.tokenFile ? ['--token-file', options.tokenFile] : ['--token', options.token ?? joinToken(options.server)]),
       '--data-dir',
       dataDir,
       '--node-name',
@@ -117,7 +120,7 @@ export function spawnAgent(options: StartAgentOptions): AgentProcess {
       '127.0.0.1',
       ...(options.args ?? []),
     ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+    { stdio: ['ignore', 'pipe', 'pipe'], ...(options.env ? { env: options.env } : {}) },
   );
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
