@@ -189,7 +189,10 @@ export async function startManagedEtcd(options: ManagedEtcdOptions): Promise<Man
   reapOrphan(path.join(options.dataDir, 'server', 'etcd.pid'), dataDir, options.logger);
   const logFile = path.join(options.dataDir, 'server', 'etcd.log');
   const log = fs.openSync(logFile, 'a', 0o600);
-  const child: ChildProcess = spawn(bin, args, { stdio: ['ignore', log, log] });
+  // The server's own settings (DROVER_TOKEN among them) are none of etcd's business: the member
+  // gets the server's environment without them (its ETCD_* and Go runtime variables still apply).
+  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('DROVER_')));
+  const child: ChildProcess = spawn(bin, args, { env, stdio: ['ignore', log, log] });
   fs.closeSync(log);
   writeFileAtomic(path.join(options.dataDir, 'server', 'etcd.pid'), `${child.pid}\n`, 0o644);
   let exited = false;

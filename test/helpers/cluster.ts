@@ -173,10 +173,11 @@ export async function startClusterServer(
   m: ClusterServer,
   args: string[],
   ceilingMs = START_CEILING_MS,
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<{ port: number; ms: number }> {
   assert.ok(!m.proc || m.proc.hasExited, `${m.name} is already running`);
   const started = Date.now();
-  const proc = spawnDrover(args);
+  const proc = spawnDrover(args, env);
   m.proc = proc;
   m.runs.push('');
   const runIndex = m.runs.length - 1;

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { supervisorEnvironment } from './environment.js';
 import { SUPERVISOR_LOG_FILE, readRunState, supervisorAlive } from './run-spec.js';
 
 /**
@@ -102,6 +103,8 @@ export async function launchSupervisor(dir: string, timeoutMs = LAUNCH_TIMEOUT_M
   try {
     child = spawn(process.execPath, [...execArgv, SUPERVISOR_SCRIPT, absolute], {
       cwd: absolute,
+      // Not the agent's environment (it may hold DROVER_TOKEN): the pod's processes start clean.
+      env: supervisorEnvironment(),
       detached: true,
       stdio: ['ignore', logFd, logFd],
     });

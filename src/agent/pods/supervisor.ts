@@ -14,6 +14,7 @@ import {
   type FencingState,
   type PeerControlPlaneAnswer,
 } from './fencing.js';
+import { containerEnvironment } from './environment.js';
 import { InstanceLogWriter, pruneInstanceLogs } from './logs.js';
 import {
   DEFAULT_LOG_MAX_BYTES,
@@ -246,12 +247,8 @@ export class PodSupervisor {
     const { spec } = runner;
     const argv = [...spec.command, ...spec.args];
     const cwd = spec.workingDir ?? path.join(this.dir, WORK_DIR);
-    const env: Record<string, string> = {};
-    for (const name of ['PATH', 'HOME']) {
-      const value = process.env[name];
-      if (value !== undefined) env[name] = value;
-    }
-    Object.assign(env, spec.env);
+    // Built from nothing: the supervisor's own environment (its priority note) is not the pod's.
+    const env = containerEnvironment(spec.env);
     try {
       fs.mkdirSync(cwd, { recursive: true });
     } catch (error) {
