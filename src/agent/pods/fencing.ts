@@ -167,7 +167,13 @@ function parseAnswer(body: string, expectedNode: string): PeerControlPlaneAnswer
   }
 }
 
-function askPeer(peer: FencingPeer, token: string, ca: string, timeoutMs: number): Promise<PeerControlPlaneAnswer | undefined> {
+function askPeer(
+  peer: FencingPeer,
+  token: string,
+  ca: string,
+  timeoutMs: number,
+  agent: https.Agent | false,
+): Promise<PeerControlPlaneAnswer | undefined> {
   return new Promise((resolve) => {
     let settled = false;
     const finish = (answer: PeerControlPlaneAnswer | undefined): void => {
@@ -189,7 +195,7 @@ function askPeer(peer: FencingPeer, token: string, ca: string, timeoutMs: number
     }, timeoutMs);
     const request = https.request(
       url,
-      { method: 'GET', ca, headers: { authorization: `Bearer ${token}`, accept: 'application/json' }, agent: false },
+      { method: 'GET', ca, headers: { authorization: `Bearer ${token}`, accept: 'application/json' }, agent },
       (response) => {
         const chunks: Buffer[] = [];
         let size = 0;
@@ -209,10 +215,15 @@ function askPeer(peer: FencingPeer, token: string, ca: string, timeoutMs: number
   });
 }
 
-/** Every peer asked at once; undefined where a peer did not give a valid answer in time. */
+/**
+ * Every peer asked at once; undefined where a peer did not give a valid answer in time. With a
+ * keep-alive `agent`, a question can travel on a connection an earlier round opened: under CPU
+ * load a fresh TLS handshake costs several times the question itself (docs/failover.md).
+ */
 export async function queryPeers(
   state: FencingState,
   timeoutMs = PEER_QUERY_TIMEOUT_MS,
+  agent: https.Agent | false = false,
 ): Promise<(PeerControlPlaneAnswer | undefined)[]> {
   if (state.peers.length === 0) return [];
   let ca: string;
@@ -222,5 +233,5 @@ export async function queryPeers(
     // Without the CA no answer can be trusted: no evidence of an outage.
     return state.peers.map(() => undefined);
   }
-  return Promise.all(state.peers.map((peer) => askPeer(peer, state.peerToken, ca, timeoutMs)));
+  return Promise.all(state.peers.map((peer) => askPeer(peer, state.peerToken, ca, timeoutMs, agent)));
 }

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from '../../logging/logger.js';
@@ -68,6 +69,15 @@ const OUTAGE_RECHECK_MS = 500;
  * must land well before that: 300 ms of waiting, one 400 ms round of questions, one 100 ms check.
  */
 const UNDECIDED_MS = 300;
+/**
+ * Once the newest confirmed renewal is this much short of the fencing timeout (at most a third of
+ * it), the supervisor opens its connections to the peers, so that the questions that decide go
+ * over connections already made: on a busy host a TLS handshake alone can outlast the 400 ms a
+ * round of questions is given, and a peer that does not answer counts as no evidence of an outage.
+ */
+const WARM_AHEAD_MS = 1000;
+/** A warming round may take longer than a deciding one: nothing waits for it. */
+const WARM_TIMEOUT_MS = 1500;
 /** After its main process exits, how long to wait for the rest of the output before closing the log. */
 const OUTPUT_DRAIN_MS = 1000;
 const FENCE_FINISH_CEILING_MS = 2000;
@@ -126,6 +136,10 @@ export class PodSupervisor {
   private fencingTimer: NodeJS.Timeout | undefined;
   private peerQuery: Promise<void> | undefined;
   private lastPeerQueryMono = 0;
+  /** Kept-alive connections to the peers (the agents' endpoints close them after 5 s idle). */
+  private readonly peerAgent = new https.Agent({ keepAlive: true });
+  private warming: Promise<void> | undefined;
+  private lastWarmMono = 0;
   private lastFencing: FencingState | undefined;
   private finishing = false;
 
@@ -392,6 +406,7 @@ export class PodSupervisor {
     for (const runner of this.runners) clearTimeout(runner.restartTimer);
     this.finishReason = reason;
     this.outage = undefined;
+    this.peerAgent.destroy();
     this.writeState();
     this.logger.info({ reason }, 'pod finished');
     this.options.onFinished(reason);
@@ -419,6 +434,7 @@ export class PodSupervisor {
         this.outage = undefined;
         this.writeState();
       }
+      if (ageMs > timeoutMs - Math.min(WARM_AHEAD_MS, timeoutMs / 3)) this.warmPeers();
       return;
     }
     if (this.peerQuery) return;
@@ -430,11 +446,30 @@ export class PodSupervisor {
     });
   }
 
+  /**
+   * Renewals are late enough that questions may follow: ask the peers now, answers unused, only to
+   * have the connections open by the time the answers count. It changes no verdict and no timing
+   * of the fence; a deciding round never waits for it.
+   */
+  private warmPeers(): void {
+    const fencing = this.lastFencing;
+    const now = monoNowMs();
+    if (!fencing?.peers.length || this.warming || now - this.lastWarmMono < WARM_AHEAD_MS) return;
+    this.lastWarmMono = now;
+    this.warming = queryPeers(fencing, WARM_TIMEOUT_MS, this.peerAgent).then(
+      () => undefined,
+      () => undefined,
+    );
+    void this.warming.finally(() => {
+      this.warming = undefined;
+    });
+  }
+
   private async decide(): Promise<void> {
     const fencing = this.lastFencing;
     let answers: (PeerControlPlaneAnswer | undefined)[] = [];
     try {
-      answers = fencing ? await queryPeers(fencing) : [];
+      answers = fencing ? await queryPeers(fencing, undefined, this.peerAgent) : [];
     } catch (error) {
       this.logger.error({ err: error }, 'asking peers failed');
     }
