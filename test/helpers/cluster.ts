@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import type { TestContext } from 'node:test';
+import { reapPods } from './pods.js';
 import { type ApiResponse, DROVER_BIN, eventually, request, tempDir } from './server.js';
 
 /**
@@ -311,6 +312,9 @@ export async function cleanupCluster(): Promise<void> {
     }
     await waitGone(pid, dir).catch(() => undefined);
   }
+  // The servers' embedded agents started pod supervisors, which outlive them on purpose: reap
+  // them (by PID, from the pod dirs) before the dirs that name them are gone.
+  for (const dir of dirs) reapPods(dir);
   for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
 }
 
