@@ -9,7 +9,18 @@ import { ConfigError, resolveConfig } from '../src/config/resolve.js';
 import { openEtcdDatastore } from '../src/datastore/etcd.js';
 import { openSqliteDatastore } from '../src/datastore/sqlite.js';
 import { startEtcd } from './helpers/etcd.js';
-import { type AgentProcess, type CliResult, cleanupAgents, freePort, joinSecret, killRunningDrover, runDrover, startAgent } from './helpers/agent.js';
+import {
+  agentClientCertificate,
+  type AgentProcess,
+  type CliResult,
+  cleanupAgents,
+  freePort,
+  joinSecret,
+  killRunningDrover,
+  nodeCaPem,
+  runDrover,
+  startAgent,
+} from './helpers/agent.js';
 import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
 /**
@@ -431,8 +442,13 @@ describe('supervisor-metrics is per node, from each node’s own local config', 
   let portB: number;
   let secret: string;
 
-  const agentGet = (agentPortNumber: number, token: string | null, urlPath = '/metrics') =>
-    request({ port: agentPortNumber, token: token ?? '', caPem: server.caPem }, 'GET', urlPath, { token });
+  /** GET on an agent's endpoint, with a client certificate or a bearer token (or neither). */
+  const agentGet = (agentPortNumber: number, credential: { cert: string; key: string } | string | null, urlPath = '/metrics') =>
+    request({ port: agentPortNumber, token: '', caPem: nodeCaPem(server) }, 'GET', urlPath, {
+      token: typeof credential === 'string' ? credential : null,
+      ...(credential && typeof credential === 'object' ? credential : {}),
+      agent: false,
+    });
 
   it('only agent B (supervisor-metrics: true in its local file) serves /metrics; A and the server answer 404', async () => {
     port = await freePort();
@@ -445,7 +461,8 @@ describe('supervisor-metrics is per node, from each node’s own local config', 
     portA = agentPort(agentA);
     portB = agentPort(agentB);
 
-    const b = await agentGet(portB, secret);
+    const admin = await agentClientCertificate(server, 'admin');
+    const b = await agentGet(portB, admin);
     const families = assertMetricsResponse(b, 'agent B /metrics');
     const renewal = families.get('drover_agent_lease_renewal_duration_seconds');
     assert.ok(renewal, `agent B's metrics lack drover_agent_lease_renewal_duration_seconds:\n${b.text}`);
@@ -453,14 +470,17 @@ describe('supervisor-metrics is per node, from each node’s own local config', 
     assert.match(b.text, /^drover_agent_lease_renewal_duration_seconds_count\{result="ok"\} [1-9]\d*$/m);
     assert.ok(!b.text.includes('drover_apiserver_'), 'the agent serves only its own series');
 
-    const a = await agentGet(portA, secret);
+    const a = await agentGet(portA, admin);
     assert.equal(a.status, 404, `agent A /metrics: HTTP ${a.status} ${a.text}`);
-    assert.equal((await agentGet(portA, secret, '/healthz')).status, 200, 'agent A is up');
+    assert.equal((await agentGet(portA, admin, '/healthz')).status, 200, 'agent A is up');
 
-    // The agent port wants the join secret (or a cluster-CA client certificate).
+    // The agent port wants a client certificate from the client CA: no token opens it, not even
+    // the join secret, and a certificate of a user without system:masters does not either.
     assert.equal((await agentGet(portB, null)).status, 401);
     assert.equal((await agentGet(portB, 'not-the-secret')).status, 401);
+    assert.equal((await agentGet(portB, secret)).status, 401, 'the join secret is not the agent port’s credential');
     assert.equal((await agentGet(portB, server.token)).status, 401, 'the admin token is not the agent port’s credential');
+    assert.equal((await agentGet(portB, await agentClientCertificate(server, 'user'))).status, 401, 'a plain user certificate');
 
     const s = await request(server, 'GET', '/metrics');
     assert.equal(s.status, 404, `server /metrics with supervisor-metrics off: HTTP ${s.status} ${s.text}`);

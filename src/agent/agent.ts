@@ -8,12 +8,11 @@ import { type KubeObject, kubeMicroTime } from '../apiserver/objects.js';
 import { HttpClient } from '../client/http.js';
 import { LEASES, NODES } from '../client/types.js';
 import type { TLSSocket } from 'node:tls';
-import { bearerToken } from '../apiserver/auth.js';
 import { queryBool } from '../apiserver/query.js';
-import { parseJoinToken, secretsEqual } from '../cluster/join-token.js';
+import { parseJoinToken } from '../cluster/join-token.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { AgentMetrics } from '../metrics/metrics.js';
-import type { ClusterTimings } from '../cluster/supervisor.js';
+import { API_SERVER_CLIENT_NAME, type ClusterTimings } from '../cluster/supervisor.js';
 import {
   HEALTH_ANNOTATION,
   leaseHolderIdentity,
@@ -88,7 +87,8 @@ export class Agent {
   private health: AgentHealth = { ready: true, reason: 'AgentReady', message: 'Drover agent is healthy.' };
   private stopping = false;
   private reregistering: Promise<void> | undefined;
-  private servingPair: { cert: string; key: string } | undefined;
+  /** The node CA: what peers' serving certificates are checked against. */
+  private nodeCaPem = '';
   private caPem = '';
   /** Runs the pods bound to this node; present once the node is registered. */
   private pods: PodManager | undefined;
@@ -123,10 +123,12 @@ export class Agent {
     }
     // Registration is several calls; a server that goes away between them (a restart, a failover)
     // means starting over against whichever server answers, not giving up.
+    // The endpoint listens first: its port is part of the registration (where API servers may
+    // reach it); it serves once registration gave it a certificate.
+    await this.startEndpoint();
     for (;;) {
       await this.join();
       try {
-        await this.startEndpoint();
         await this.ensureNode();
         await this.renewLeaseAnywhere();
         break;
@@ -141,7 +143,7 @@ export class Agent {
       nodeName: this.options.nodeName,
       nodeIp: this.nodeIp(),
       agentDir: this.agentDir,
-      caPem: this.caPem,
+      nodeCaPem: this.nodeCaPem,
       fencingTimeoutMs: this.timings!.fencingTimeoutMs ?? Math.floor((this.timings!.nodeMonitorGracePeriodMs * 3) / 4),
       renewIntervalMs: this.timings!.nodeLeaseRenewIntervalMs,
       client: () => this.client!,
@@ -225,11 +227,14 @@ export class Agent {
           nodeId: this.identity.nodeId,
           password: this.identity.password,
           addresses: [this.nodeIp()],
+          agentPort: this.endpointPort,
         });
         this.caPem = caPem;
+        this.nodeCaPem = response.nodeCaCertificate;
         this.timings = response.timings;
         this.nodeToken = response.token;
-        this.servingPair = { cert: response.servingCertificate, key: response.servingKey };
+        // Serve with this registration's certificate; trust only the client CA for callers.
+        this.endpoint!.setSecureContext({ cert: response.servingCertificate, key: response.servingKey, ca: response.clientCaCertificate });
         this.connectTo(serverUrl);
         return;
       } catch (error) {
@@ -249,18 +254,18 @@ export class Agent {
 
   /**
    * The agent's own HTTPS endpoint. Callers authenticate with a client certificate from the
-   * cluster CA, or with the cluster's join secret as a bearer token.
+   * client CA: the API servers' (everything), or an admin's (system:masters: health and metrics).
+   * No token opens it: the join token joins nodes, nothing more. It has no certificate until the
+   * first registration gives it one (setSecureContext in join()).
    */
   private async startEndpoint(): Promise<void> {
     if (this.endpoint) return;
-    const pair = this.servingPair!;
-    const joinSecret = parseJoinToken(this.options.token).secret;
     this.endpoint = https.createServer(
-      { cert: pair.cert, key: pair.key, ca: this.caPem, requestCert: true, rejectUnauthorized: false },
+      { requestCert: true, rejectUnauthorized: false },
       (req, res) => {
-        const token = bearerToken(req);
-        const authorized = (req.socket as TLSSocket).authorized || (token !== undefined && secretsEqual(token, joinSecret));
+        const caller = endpointCaller(req.socket as TLSSocket);
         const path = (req.url ?? '/').split('?')[0] ?? '/';
+        const authorized = caller === 'apiserver' || (caller === 'admin' && (path === '/healthz' || path === '/metrics'));
         if (path === PEER_CONTROL_PLANE_PATH && this.pods) {
           // Open to any caller: the answer is one number, and its integrity comes from the
           // serving certificate the asking supervisor verifies against the cluster CA.
@@ -722,4 +727,16 @@ function parseShutdownRecord(text: string | undefined): ShutdownRecord | undefin
   } catch {
     return undefined;
   }
+}
+
+/**
+ * Who is calling the agent's endpoint, from a client certificate the client CA verified: an API
+ * server, or an administrator (system:masters); anyone else is no one.
+ */
+function endpointCaller(socket: TLSSocket): 'apiserver' | 'admin' | undefined {
+  if (!socket.authorized) return undefined;
+  const subject = socket.getPeerCertificate().subject;
+  if (subject?.CN === API_SERVER_CLIENT_NAME) return 'apiserver';
+  const organizations = ([] as string[]).concat(subject?.O ?? []);
+  return organizations.includes('system:masters') ? 'admin' : undefined;
 }

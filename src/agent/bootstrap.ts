@@ -110,7 +110,7 @@ export async function register(
   server: URL,
   caPem: string,
   joinSecret: string,
-  request: { nodeName: string; nodeId: string; password: string; addresses: string[] },
+  request: { nodeName: string; nodeId: string; password: string; addresses: string[]; agentPort: number },
 ): Promise<RegistrationResponse> {
   const res = await call(server, 'POST', '/drover/v1/register', { ca: caPem, token: joinSecret, body: request });
   if (res.status === 200) return JSON.parse(res.body) as RegistrationResponse;

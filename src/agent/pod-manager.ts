@@ -36,7 +36,8 @@ export interface PodManagerOptions {
   nodeIp: string;
   /** `<data-dir>/agent`. */
   agentDir: string;
-  caPem: string;
+  /** The node CA: supervisors check their peers' serving certificates against it. */
+  nodeCaPem: string;
   fencingTimeoutMs: number;
   renewIntervalMs: number;
   /** The agent's current API client (it moves between servers). */
@@ -159,10 +160,10 @@ export class PodManager {
   constructor(private readonly options: PodManagerOptions) {
     this.podsDir = path.join(options.agentDir, 'pods');
     this.fencingFile = path.join(options.agentDir, 'fencing.json');
-    this.caFile = path.join(options.agentDir, 'cluster-ca.crt');
+    this.caFile = path.join(options.agentDir, 'node-ca.crt');
     this.logger = options.logger.child({ component: 'pods' });
     fs.mkdirSync(this.podsDir, { recursive: true, mode: 0o700 });
-    writeFileAtomic(this.caFile, options.caPem, 0o644);
+    writeFileAtomic(this.caFile, options.nodeCaPem, 0o644);
     this.client = followingClient(options.client);
     this.events = new EventRecorder(this.client, 'drover-agent', options.nodeName, this.logger);
     const kick = (): void => this.kick();

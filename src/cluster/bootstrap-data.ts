@@ -1,10 +1,10 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes, scrypt as scryptCallback } from 'node:crypto';
 import { promisify } from 'node:util';
-import { type Datastore, KeyExistsError } from '../datastore/types.js';
+import { ConflictError, type Datastore, KeyExistsError } from '../datastore/types.js';
 
 /**
- * What every server of a cluster must share — the cluster CA and its key, the admin token and
- * the join secret — kept in the datastore, encrypted with a key derived from the server token.
+ * What every server of a cluster must share — the cluster's three CAs and their keys, the admin
+ * token and the join secret — kept in the datastore, encrypted with a key derived from the server token.
  * The first server writes it; a server that joins an existing datastore reads it with the token
  * it was given, and cannot read it without. The datastore alone (a stolen etcd backup) does not
  * reveal the CA key.
@@ -15,11 +15,21 @@ const scrypt = promisify(scryptCallback) as (secret: string, salt: Buffer, keyle
 const PREFIX = '/drover/bootstrap/';
 
 export interface BootstrapData {
+  /** The server CA: signs API servers' serving certificates, and nothing else. Join tokens pin it. */
   caCertificatePem: string;
   caKeyPem: string;
+  /** The node CA: signs agents' serving certificates (absent in records of older clusters). */
+  nodeCaCertificatePem?: string;
+  nodeCaKeyPem?: string;
+  /** The client CA: signs client certificates, e.g. the API servers' to the agents. */
+  clientCaCertificatePem?: string;
+  clientCaKeyPem?: string;
   adminToken: string;
   joinSecret: string;
 }
+
+/** What loadOrCreateBootstrap hands back: every field present. */
+export type CompleteBootstrapData = Required<BootstrapData>;
 
 interface Sealed {
   version: 1;
@@ -80,17 +90,30 @@ export async function loadOrCreateBootstrap(
   datastore: Datastore,
   secret: string,
   create: () => Promise<BootstrapData>,
-): Promise<{ data: BootstrapData; created: boolean }> {
+  complete: (data: BootstrapData) => Promise<CompleteBootstrapData>,
+): Promise<{ data: CompleteBootstrapData; created: boolean }> {
   const key = keyFor(secret);
   for (;;) {
     const existing = await datastore.get(key);
-    if (existing) return { data: await open(existing.value, secret), created: false };
+    if (existing) {
+      const data = await open(existing.value, secret);
+      const full = await complete(data);
+      if (isComplete(data)) return { data: full, created: false };
+      // A record from before the node and client CAs: add them, once, for every server.
+      try {
+        await datastore.update(key, await seal(full, secret), existing.modRevision);
+        return { data: full, created: false };
+      } catch (error) {
+        if (error instanceof ConflictError) continue; // another server completed it first: use theirs
+        throw error;
+      }
+    }
     if (await clusterExists(datastore)) {
       throw new BootstrapTokenError(
         'this datastore already holds a cluster bootstrapped with a different server token; start this server with that cluster’s --token',
       );
     }
-    const data = await create();
+    const data = await complete(await create());
     try {
       await datastore.create(key, await seal(data, secret));
       return { data, created: true };
@@ -98,6 +121,10 @@ export async function loadOrCreateBootstrap(
       if (!(error instanceof KeyExistsError)) throw error; // another server was first: use theirs
     }
   }
+}
+
+function isComplete(data: BootstrapData): data is CompleteBootstrapData {
+  return Boolean(data.nodeCaCertificatePem && data.nodeCaKeyPem && data.clientCaCertificatePem && data.clientCaKeyPem);
 }
 
 /** The sealed record as stored, for a joining server to fetch and open with its token. */

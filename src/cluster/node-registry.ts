@@ -27,12 +27,23 @@ interface NodeRecord {
   passwordHash: string;
   tokenHash: string;
   registeredAt: string;
+  /** The IPs its serving certificate names, and its agent port: where API servers may reach it. */
+  addresses?: string[];
+  agentPort?: number;
 }
 
 export interface RegistrationRequest {
   nodeName: string;
   nodeId: string;
   password: string;
+  addresses?: string[];
+  agentPort?: number;
+}
+
+/** Where API servers may connect to a node's agent: what it registered, not what it publishes. */
+export interface AgentEndpoint {
+  addresses: string[];
+  port: number;
 }
 
 function sha256(text: string): string {
@@ -46,6 +57,7 @@ async function hashPassword(password: string, salt: Buffer): Promise<string> {
 export class NodeRegistry implements Authenticator {
   private readonly byTokenHash = new Map<string, string>();
   private readonly tokenHashByNode = new Map<string, string>();
+  private readonly endpointByNode = new Map<string, AgentEndpoint>();
   private watch: Watch | undefined;
 
   constructor(private readonly datastore: Datastore) {}
@@ -77,12 +89,19 @@ export class NodeRegistry implements Authenticator {
     this.unindex(record.nodeName);
     this.byTokenHash.set(record.tokenHash, record.nodeName);
     this.tokenHashByNode.set(record.nodeName, record.tokenHash);
+    if (record.agentPort) this.endpointByNode.set(record.nodeName, { addresses: record.addresses ?? [], port: record.agentPort });
+  }
+
+  /** The agent endpoint a node registered, if it registered one. */
+  agentEndpoint(nodeName: string): AgentEndpoint | undefined {
+    return this.endpointByNode.get(nodeName);
   }
 
   private unindex(nodeName: string): void {
     const old = this.tokenHashByNode.get(nodeName);
     if (old) this.byTokenHash.delete(old);
     this.tokenHashByNode.delete(nodeName);
+    this.endpointByNode.delete(nodeName);
   }
 
   authenticate(req: IncomingMessage): UserInfo | undefined {
@@ -126,6 +145,8 @@ export class NodeRegistry implements Authenticator {
         passwordHash,
         tokenHash: sha256(token),
         registeredAt: new Date().toISOString(),
+        ...(request.addresses ? { addresses: request.addresses } : {}),
+        ...(request.agentPort ? { agentPort: request.agentPort } : {}),
       };
       const value = Buffer.from(JSON.stringify(record));
       try {

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
 import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
 import { CLUSTER_RECORD_KEY, type ClusterRecord, parseClusterRecord, setClusterValue } from '../config/cluster-record.js';
 import { readSealed } from './bootstrap-data.js';
@@ -35,9 +36,19 @@ export interface RegistrationResponse {
   nodeName: string;
   token: string;
   timings: ClusterTimings;
+  /** The agent's serving certificate, from the node CA, naming only this node and its addresses. */
   servingCertificate: string;
   servingKey: string;
+  /** What peers' serving certificates are checked against (supervisors asking peers). */
+  nodeCaCertificate: string;
+  /** What callers of the agent's endpoint prove themselves with (the API servers). */
+  clientCaCertificate: string;
 }
+
+/** The common name of the client certificate API servers present to agents (pods/log). */
+export const API_SERVER_CLIENT_NAME = 'system:drover:apiserver';
+/** Addresses a node may register: its own IPs, a handful at most. */
+const MAX_NODE_ADDRESSES = 8;
 
 export interface SupervisorOptions {
   /** The server token's secret: registers nodes, and alone unlocks the cluster identity. */
@@ -46,7 +57,9 @@ export interface SupervisorOptions {
   agentSecret: string;
   registry: NodeRegistry;
   client: ApiClient;
-  ca: KeyPair;
+  /** Signs agents' serving certificates. */
+  nodeCa: KeyPair;
+  clientCaCertificatePem: string;
   timings: ClusterTimings;
   logger: Logger;
   authenticator: Authenticator;
@@ -159,6 +172,20 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
   throw errors.pathNotFound();
 }
 
+/** The IP addresses a node registers (its serving certificate names them): IP literals only. */
+function registrationAddresses(value: unknown): string[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value) || value.length > MAX_NODE_ADDRESSES) {
+    throw errors.badRequest(`registration: "addresses" must be a list of at most ${MAX_NODE_ADDRESSES} IP addresses`);
+  }
+  for (const address of value) {
+    if (typeof address !== 'string' || isIP(address) === 0) {
+      throw errors.badRequest(`registration: "addresses" holds ${JSON.stringify(address).slice(0, 80)}, which is not an IP address`);
+    }
+  }
+  return [...new Set(value as string[])];
+}
+
 export function supervisorRoutes(options: SupervisorOptions) {
   return async (req: IncomingMessage, res: ServerResponse, path: string): Promise<boolean> => {
     if (path !== '/drover/v1/register') {
@@ -183,14 +210,21 @@ export function supervisorRoutes(options: SupervisorOptions) {
       if (nameProblem) throw errors.badRequest(`registration: invalid node name "${nodeName}": ${nameProblem}`);
       const nodeId = stringField(body, 'nodeId');
       const password = stringField(body, 'password');
-      const addresses = Array.isArray(body.addresses) ? body.addresses.filter((a): a is string => typeof a === 'string') : [];
-      const credential = await options.registry.register({ nodeName, nodeId, password }, async () =>
-        Boolean(await options.client.get(NODES, undefined, nodeName)),
+      const addresses = registrationAddresses(body.addresses);
+      const agentPort = body.agentPort;
+      if (agentPort !== undefined && !(Number.isInteger(agentPort) && (agentPort as number) > 0 && (agentPort as number) < 65536)) {
+        throw errors.badRequest('registration: "agentPort" must be a port number (1-65535)');
+      }
+      const credential = await options.registry.register(
+        { nodeName, nodeId, password, addresses, ...(agentPort !== undefined ? { agentPort: agentPort as number } : {}) },
+        async () => Boolean(await options.client.get(NODES, undefined, nodeName)),
       );
-      const serving = await issueCertificate(options.ca, {
+      // From the node CA, which no API client trusts: whatever a node does with it, it is never
+      // a certificate for an API server, nor for another node (only this name and these addresses).
+      const serving = await issueCertificate(options.nodeCa, {
         commonName: `system:node:${nodeName}`,
         organization: 'system:nodes',
-        subjectAltNames: ['localhost', '127.0.0.1', '::1', nodeName, ...addresses],
+        subjectAltNames: [nodeName, ...addresses],
         usage: 'server',
       });
       options.logger.info({ node: nodeName, nodeId }, 'node registered');
@@ -200,6 +234,8 @@ export function supervisorRoutes(options: SupervisorOptions) {
         timings: options.timings,
         servingCertificate: serving.certificatePem,
         servingKey: serving.privateKeyPem,
+        nodeCaCertificate: options.nodeCa.certificatePem,
+        clientCaCertificate: options.clientCaCertificatePem,
       };
       sendJson(res, 200, response);
     } catch (error) {

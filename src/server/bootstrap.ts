@@ -1,11 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { BootstrapTokenError, clusterExists, type BootstrapData, loadOrCreateBootstrap } from '../cluster/bootstrap-data.js';
+import { BootstrapTokenError, type BootstrapData, clusterExists, type CompleteBootstrapData, loadOrCreateBootstrap } from '../cluster/bootstrap-data.js';
 import { agentSecretFor, caHash, formatJoinToken, parseJoinToken } from '../cluster/join-token.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
-import { createCertificateAuthority } from '../security/pki.js';
+import { createCertificateAuthority, type KeyPair } from '../security/pki.js';
 import { generateSecret } from '../security/tokens.js';
 
 /**
@@ -20,7 +20,12 @@ export class ClusterJoinError extends Error {
 }
 
 export interface ClusterIdentity {
+  /** The server CA's certificate (API serving certificates; what join tokens pin). */
   caCertificatePem: string;
+  /** Signs agents' serving certificates; only API servers and peers' supervisors trust it. */
+  nodeCa: KeyPair;
+  /** Signs client certificates: the API servers' to the agents. */
+  clientCa: KeyPair;
   adminToken: string;
   /** The server token: joins agents and servers, and unlocks the cluster identity. */
   joinToken: string;
@@ -59,7 +64,7 @@ export async function establishClusterIdentity(options: {
     secret = generateSecret(24);
   }
 
-  let bootstrap: { data: BootstrapData; created: boolean };
+  let bootstrap: { data: CompleteBootstrapData; created: boolean };
   try {
     bootstrap = await loadOrCreateBootstrap(datastore, secret, async () => {
       // First server of the cluster. An existing data dir from before bootstrap data existed
@@ -73,7 +78,7 @@ export async function establishClusterIdentity(options: {
         adminToken: readIfPresent(adminFile) ?? generateSecret(),
         joinSecret: secret!,
       };
-    });
+    }, completeAuthorities);
   } catch (error) {
     if (error instanceof BootstrapTokenError) throw new ClusterJoinError(error.message);
     throw error;
@@ -90,6 +95,10 @@ export async function establishClusterIdentity(options: {
   };
   writeIfChanged(caCertFile, data.caCertificatePem, 0o644);
   writeIfChanged(caKeyFile, data.caKeyPem, 0o600);
+  writeIfChanged(path.join(tlsDir, 'node-ca.crt'), data.nodeCaCertificatePem, 0o644);
+  writeIfChanged(path.join(tlsDir, 'node-ca.key'), data.nodeCaKeyPem, 0o600);
+  writeIfChanged(path.join(tlsDir, 'client-ca.crt'), data.clientCaCertificatePem, 0o644);
+  writeIfChanged(path.join(tlsDir, 'client-ca.key'), data.clientCaKeyPem, 0o600);
   writeIfChanged(adminFile, data.adminToken, 0o600);
   const caPem = fs.readFileSync(caCertFile, 'utf8');
   const joinToken = formatJoinToken({ caHash: caHash(caPem), user: 'server', secret: data.joinSecret });
@@ -97,5 +106,36 @@ export async function establishClusterIdentity(options: {
   const agentSecret = agentSecretFor(data.joinSecret);
   const agentToken = formatJoinToken({ caHash: caHash(caPem), user: 'node', secret: agentSecret });
   writeIfChanged(path.join(dataDir, 'agent-token'), agentToken, 0o600);
-  return { caCertificatePem: caPem, adminToken: data.adminToken, joinToken, joinSecret: data.joinSecret, agentToken, agentSecret };
+  return {
+    caCertificatePem: caPem,
+    nodeCa: { certificatePem: data.nodeCaCertificatePem, privateKeyPem: data.nodeCaKeyPem },
+    clientCa: { certificatePem: data.clientCaCertificatePem, privateKeyPem: data.clientCaKeyPem },
+    adminToken: data.adminToken,
+    joinToken,
+    joinSecret: data.joinSecret,
+    agentToken,
+    agentSecret,
+  };
+}
+
+/**
+ * The node and client CAs, made when the cluster is (or, for a cluster from before them, once by
+ * whichever server starts first). Separate from the server CA, so that nothing a node can obtain
+ * is a certificate that kubectl or an agent would accept for an API server.
+ */
+async function completeAuthorities(data: BootstrapData): Promise<CompleteBootstrapData> {
+  const stamp = Math.floor(Date.now() / 1000);
+  const nodeCa = data.nodeCaCertificatePem && data.nodeCaKeyPem
+    ? { certificatePem: data.nodeCaCertificatePem, privateKeyPem: data.nodeCaKeyPem }
+    : await createCertificateAuthority(`drover-node-ca@${stamp}`);
+  const clientCa = data.clientCaCertificatePem && data.clientCaKeyPem
+    ? { certificatePem: data.clientCaCertificatePem, privateKeyPem: data.clientCaKeyPem }
+    : await createCertificateAuthority(`drover-client-ca@${stamp}`);
+  return {
+    ...data,
+    nodeCaCertificatePem: nodeCa.certificatePem,
+    nodeCaKeyPem: nodeCa.privateKeyPem,
+    clientCaCertificatePem: clientCa.certificatePem,
+    clientCaKeyPem: clientCa.privateKeyPem,
+  };
 }

@@ -1,24 +1,39 @@
 import https from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { ApiError, errors } from '../apiserver/errors.js';
 import type { PodLogParams } from '../apiserver/handler.js';
 import { getPath, type KubeObject } from '../apiserver/objects.js';
-import { type ApiClient, NODES } from '../client/types.js';
+import type { ApiClient } from '../client/types.js';
+import type { AgentEndpoint } from '../cluster/node-registry.js';
 import type { Logger } from '../logging/logger.js';
 
 /**
  * `kubectl logs` through the API server: find the pod's node, and stream from that node's agent
- * (`/containerLogs/...` on its HTTPS port, as kubelet serves it). The API server proves itself
- * to the agent with a client certificate from the cluster CA, and checks the agent's serving
- * certificate against the same CA.
+ * (`/containerLogs/...` on its HTTPS port, as kubelet serves it). The server connects only to the
+ * address and port the node registered (not to whatever its Node status claims), proves itself
+ * with a client certificate from the client CA, and accepts only that node's serving certificate
+ * from the node CA. A failed connection is reported as "agent unreachable", nothing more: a node
+ * cannot use the server to probe addresses and read the answers.
  */
 
 export interface PodLogProxyOptions {
   client: ApiClient;
-  caPem: string;
+  registry: { agentEndpoint(nodeName: string): AgentEndpoint | undefined };
+  nodeCaPem: string;
   clientCertificatePem: string;
   clientKeyPem: string;
   logger: Logger;
+}
+
+/** The most of an agent's error answer relayed to the client. */
+const MAX_RELAYED_ERROR = 1024;
+
+/** The agent's certificate must be this node's, for the address dialled. */
+export function agentIdentityProblem(nodeName: string, ip: string, cert: PeerCertificate): string | undefined {
+  if (cert.subject?.CN !== `system:node:${nodeName}`) return `certificate is for "${String(cert.subject?.CN)}", not node ${nodeName}`;
+  const mismatch = checkServerIdentity(ip, cert);
+  return mismatch ? mismatch.message : undefined;
 }
 
 export function podLogProxy(options: PodLogProxyOptions) {
@@ -28,13 +43,12 @@ export function podLogProxy(options: PodLogProxyOptions) {
     if (typeof nodeName !== 'string' || !nodeName) {
       throw errors.badRequest(`pod ${podName} is not scheduled to a node yet: no logs`);
     }
-    const node = await options.client.get(NODES, undefined, nodeName);
-    const addresses = (getPath(node ?? { metadata: {} }, ['status', 'addresses']) as { type?: string; address?: string }[] | undefined) ?? [];
-    const ip = addresses.find((a) => a.type === 'InternalIP')?.address;
-    const port = node ? getPath(node, ['status', 'daemonEndpoints', 'kubeletEndpoint', 'Port']) : undefined;
-    if (!ip || typeof port !== 'number') {
-      throw new ApiError(503, 'ServiceUnavailable', `node ${nodeName} does not publish an agent endpoint; cannot fetch logs of ${podName}`);
+    const endpoint = options.registry.agentEndpoint(nodeName);
+    const ip = endpoint?.addresses[0];
+    if (!endpoint || !ip) {
+      throw new ApiError(503, 'ServiceUnavailable', `node ${nodeName} registered no agent endpoint; cannot fetch logs of ${podName}`);
     }
+    const port = endpoint.port;
     const query = new URLSearchParams();
     if (params.follow) query.set('follow', 'true');
     if (params.previous) query.set('previous', 'true');
@@ -50,12 +64,15 @@ export function podLogProxy(options: PodLogProxyOptions) {
           port,
           path: `${path}${query.size ? `?${query}` : ''}`,
           method: 'GET',
-          ca: options.caPem,
+          ca: options.nodeCaPem,
           cert: options.clientCertificatePem,
           key: options.clientKeyPem,
-          // The agent's certificate names its IP; node names need not resolve.
+          // Node names need not resolve: the certificate must name this node and the registered IP.
           servername: '',
-          checkServerIdentity: () => undefined,
+          checkServerIdentity: (_host, cert) => {
+            const problem = agentIdentityProblem(nodeName, ip, cert);
+            return problem ? new Error(problem) : undefined;
+          },
           timeout: params.follow ? 0 : 30_000,
         },
         (answer) => {
@@ -63,7 +80,7 @@ export function podLogProxy(options: PodLogProxyOptions) {
             const chunks: Buffer[] = [];
             answer.on('data', (c: Buffer) => chunks.push(c));
             answer.on('end', () => {
-              const text = Buffer.concat(chunks).toString('utf8').trim();
+              const text = Buffer.concat(chunks).toString('utf8').trim().slice(0, MAX_RELAYED_ERROR);
               reject(new ApiError(answer.statusCode === 404 ? 404 : 400, answer.statusCode === 404 ? 'NotFound' : 'BadRequest', text || `agent on ${nodeName} answered ${answer.statusCode}`));
             });
             return;
@@ -85,8 +102,9 @@ export function podLogProxy(options: PodLogProxyOptions) {
           resolve();
           return;
         }
-        options.logger.warn({ err: error, node: nodeName, pod: podName }, 'could not reach the agent for logs');
-        reject(new ApiError(503, 'ServiceUnavailable', `could not reach the agent on node ${nodeName} (${ip}:${port}) for logs of ${podName}: ${error.message}`));
+        // The detail stays in the server's log; the client learns only that the agent is unreachable.
+        options.logger.warn({ err: error, node: nodeName, pod: podName, address: `${ip}:${port}` }, 'could not reach the agent for logs');
+        reject(new ApiError(503, 'ServiceUnavailable', `agent unreachable: node ${nodeName}, logs of ${podName}`));
       });
       upstream.end();
     });

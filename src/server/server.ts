@@ -21,7 +21,7 @@ import type { ListResult } from '../datastore/types.js';
 import type { ResolvedConfig } from '../config/resolve.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
 import { NodeRegistry } from '../cluster/node-registry.js';
-import { supervisorRoutes } from '../cluster/supervisor.js';
+import { API_SERVER_CLIENT_NAME, supervisorRoutes } from '../cluster/supervisor.js';
 import { EventRecorder } from '../controllers/events.js';
 import { LeaderElector } from '../controllers/leader-election.js';
 import { startWorkloadControllers, type WorkloadControllers } from '../controllers/workload-controllers.js';
@@ -257,7 +257,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
     await ensureBuiltInNamespaces(store, registry);
     // How this server proves itself to agents when it fetches a pod's logs from them.
-    const logClient = await issueCertificate(tls.ca, { commonName: 'system:drover-apiserver', usage: 'client' });
+    const logClient = await issueCertificate(identity.clientCa, { commonName: API_SERVER_CLIENT_NAME, usage: 'client' });
 
     const openDatastore = datastore;
     const api = new ApiServer(
@@ -272,7 +272,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         kubernetesApi: runsApi,
         podLogs: podLogProxy({
           client,
-          caPem: tls.ca.certificatePem,
+          registry: nodeRegistry,
+          nodeCaPem: identity.nodeCa.certificatePem,
           clientCertificatePem: logClient.certificatePem,
           clientKeyPem: logClient.privateKeyPem,
           logger,
@@ -282,7 +283,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           agentSecret: join.agentSecret,
           registry: nodeRegistry,
           client,
-          ca: tls.ca,
+          nodeCa: identity.nodeCa,
+          clientCaCertificatePem: identity.clientCa.certificatePem,
           timings,
           logger,
           authenticator,

@@ -4,6 +4,8 @@ import fs from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
+import { API_SERVER_CLIENT_NAME } from '../../src/cluster/supervisor.js';
+import { issueCertificate } from '../../src/security/pki.js';
 import { reapPods } from './pods.js';
 import { DROVER_BIN, request, type ServerProcess, tempDir } from './server.js';
 
@@ -65,6 +67,33 @@ const agentDataDirs = new Set<string>();
 
 export function joinToken(server: Pick<ServerProcess, 'dataDir'>): string {
   return fs.readFileSync(path.join(server.dataDir, 'token'), 'utf8').trim();
+}
+
+/** The node CA of a server's cluster: what agents' serving certificates are checked against. */
+export function nodeCaPem(server: Pick<ServerProcess, 'dataDir'>): string {
+  return fs.readFileSync(path.join(server.dataDir, 'server', 'tls', 'node-ca.crt'), 'utf8');
+}
+
+/**
+ * A client certificate for an agent's endpoint, from the cluster's client CA (as the server
+ * keeps it in its data dir): as an administrator (system:masters), as the API servers, or as a
+ * user with no group.
+ */
+export async function agentClientCertificate(
+  server: Pick<ServerProcess, 'dataDir'>,
+  as: 'admin' | 'apiserver' | 'user',
+): Promise<{ cert: string; key: string }> {
+  const tls = path.join(server.dataDir, 'server', 'tls');
+  const clientCa = {
+    certificatePem: fs.readFileSync(path.join(tls, 'client-ca.crt'), 'utf8'),
+    privateKeyPem: fs.readFileSync(path.join(tls, 'client-ca.key'), 'utf8'),
+  };
+  const pair = await issueCertificate(clientCa, {
+    commonName: as === 'apiserver' ? API_SERVER_CLIENT_NAME : `test-${as}`,
+    ...(as === 'admin' ? { organization: 'system:masters' } : {}),
+    usage: 'client',
+  });
+  return { cert: pair.certificatePem, key: pair.privateKeyPem };
 }
 
 /** The join token's secret, the part after the last ':' (what POST /drover/v1/register takes). */

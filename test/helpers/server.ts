@@ -168,6 +168,9 @@ export interface RequestOptions {
   body?: unknown;
   rawBody?: Buffer | string;
   ca?: string;
+  /** A client certificate and its key (PEM), e.g. for an agent's endpoint. */
+  cert?: string;
+  key?: string;
   /** `false`: a fresh connection, closed after the answer (no pooled socket to a server about to die). */
   agent?: https.Agent | false;
   /** Defaults to 127.0.0.1; servers of a multi-server test listen on 127.0.0.N. */
@@ -199,6 +202,7 @@ export function request(
         method,
         path: urlPath,
         ca: options.ca ?? server.caPem,
+        ...(options.cert ? { cert: options.cert, key: options.key } : {}),
         ...(options.agent !== undefined ? { agent: options.agent } : {}),
         ...(options.timeoutMs !== undefined ? { timeout: options.timeoutMs } : {}),
         headers: {
