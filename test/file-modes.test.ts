@@ -45,9 +45,9 @@ const RULES: Rule[] = [
   { pattern: /^agent\/pods\/[^/]+\/logs\/[^/]+\/\d+\.log(\.1)?$/, kind: 'file', mode: 0o600 },
   // "The data-dir lock ... (0600)"; a standalone agent's agent.lock the same way.
   { pattern: /^(server|agent)\.lock$/, kind: 'file', mode: 0o600 },
-  // "Certificates (agent/cluster-ca.crt included), server/server-id, agent/node-id, agent/servers.json
+  // "Certificates (agent/node-ca.crt included), server/server-id, agent/node-id, agent/servers.json
   // and agent/shutdown.json are 0644."
-  { pattern: /^(server\/tls\/[^/]+\.crt|agent\/cluster-ca\.crt)$/, kind: 'file', mode: 0o644 },
+  { pattern: /^(server\/tls\/[^/]+\.crt|agent\/node-ca\.crt)$/, kind: 'file', mode: 0o644 },
   { pattern: /^(server\/server-id|agent\/node-id|agent\/servers\.json|agent\/shutdown\.json)$/, kind: 'file', mode: 0o644 },
   // "The SQLite files (state.db, -wal, -shm) are created with the process umask."
   { pattern: /^server\/db\/state\.db(-wal|-shm)?$/, kind: 'file', mode: UMASK_FILE },
@@ -188,12 +188,16 @@ describe('files and modes, as docs/security.md lists them', () => {
       'server/cred/admin.token',
       'server/tls/server-ca.crt',
       'server/tls/server-ca.key',
+      'server/tls/node-ca.crt',
+      'server/tls/node-ca.key',
+      'server/tls/client-ca.crt',
+      'server/tls/client-ca.key',
       'server/tls/serving.crt',
       'server/tls/serving.key',
       'server/db/state.db',
       'agent/node-id',
       'agent/node-password',
-      'agent/cluster-ca.crt',
+      'agent/node-ca.crt',
       'agent/fencing.json',
       `${pod}/pod.json`,
       `${pod}/state.json`,
@@ -210,7 +214,7 @@ describe('files and modes, as docs/security.md lists them', () => {
       'agent.lock',
       'agent/node-id',
       'agent/node-password',
-      'agent/cluster-ca.crt',
+      'agent/node-ca.crt',
       'agent/fencing.json',
       'agent/servers.json',
       `${pod}/pod.json`,
