@@ -177,7 +177,12 @@ export const FAILOVER_REASONS = new Set(['NodeUnavailable', 'Failover', 'TaintMa
 /** Whether a process runs (not a zombie): the runtime's own check. */
 export const alive = processAlive;
 
-/** The container PIDs a pod's status names (`drover://<pid>`). */
+/**
+ * The container PIDs a pod's status names (`drover://<pid>`). Throws when it names none: every
+ * caller loops over them to prove processes alive or dead, and a loop over nothing proves nothing.
+ */
 export function containerPids(pod: PodView): number[] {
-  return pod.containerIds.map((id) => Number(id.replace('drover://', ''))).filter((pid) => Number.isInteger(pid) && pid > 0);
+  const pids = pod.containerIds.map((id) => Number(id.replace('drover://', ''))).filter((pid) => Number.isInteger(pid) && pid > 0);
+  if (pids.length === 0) throw new Error(`pod ${pod.name} (${pod.uid}) names no container PID in its status: ${JSON.stringify(pod.containerIds)}`);
+  return pids;
 }
