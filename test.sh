@@ -37,19 +37,21 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 has_python_module() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import $1" >/dev/null 2>&1; }
+# One line "<what is missing>|<Debian package>" for each REQUIRED command and Python module not there now.
+missing_debian() {
+  local entry
+  for entry in "${REQUIRED[@]}"; do
+    command -v "${entry%%:*}" >/dev/null 2>&1 || echo "${entry%%:*}|${entry#*:}"
+  done
+  for entry in "${PYTHON_MODULES[@]}"; do
+    has_python_module "${entry%%:*}" || echo "python module ${entry%%:*} for /usr/bin/python3|${entry#*:}"
+  done
+}
 
 # --- Debian packages -------------------------------------------------------------------------
-missing_pkgs=()
-for entry in "${REQUIRED[@]}"; do
-  command -v "${entry%%:*}" >/dev/null 2>&1 || missing_pkgs+=("${entry#*:}")
-done
-for entry in "${PYTHON_MODULES[@]}"; do
-  has_python_module "${entry%%:*}" || missing_pkgs+=("${entry#*:}")
-done
-if [ ${#missing_pkgs[@]} -gt 0 ]; then
-  # shellcheck disable=SC2207 # package names have no spaces
-  apt_install $(printf '%s\n' "${missing_pkgs[@]}" | sort -u)
-fi
+packages=$(missing_debian | cut -d'|' -f2 | sort -u)
+# shellcheck disable=SC2086 # package names have no spaces
+if [ -n "$packages" ]; then apt_install $packages; fi
 
 # --- kubectl ---------------------------------------------------------------------------------
 # Minor version of a kubectl binary's client, or 0 when it cannot say.
@@ -90,12 +92,7 @@ fi
 
 # --- check: every spawned tool is here ---------------------------------------------------------
 missing=()
-for entry in "${REQUIRED[@]}"; do
-  command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry%%:*} (Debian ${entry#*:})")
-done
-for entry in "${PYTHON_MODULES[@]}"; do
-  has_python_module "${entry%%:*}" || missing+=("python module ${entry%%:*} for /usr/bin/python3 (Debian ${entry#*:})")
-done
+while IFS='|' read -r what package; do missing+=("$what (Debian $package)"); done < <(missing_debian)
 command -v kubectl >/dev/null 2>&1 && [ "$(kubectl_minor kubectl)" -ge "$KUBECTL_MIN_MINOR" ] ||
   missing+=("kubectl >= 1.$KUBECTL_MIN_MINOR")
 [ -x "$KUBECTL_120_DIR/usr/bin/kubectl" ] || missing+=("$KUBECTL_120_DIR/usr/bin/kubectl (Debian kubernetes-client)")
