@@ -64,6 +64,8 @@ export interface StartOptions {
    * the node lifecycle controller never judges them during the test.
    */
   handMadeNodes?: boolean;
+  /** The server's environment (default: this process's), as startAgent's `env`. */
+  env?: NodeJS.ProcessEnv;
 }
 
 const running = new Set<ServerProcess>();
@@ -93,7 +95,10 @@ export function serverArgs(
 export async function startServer(options: StartOptions = {}): Promise<ServerProcess> {
   if (!fs.existsSync(DROVER_BIN)) throw new Error(`${DROVER_BIN} is missing: run npm run build first`);
   const dataDir = options.dataDir ?? tempDir('server');
-  const child = spawn(process.execPath, [DROVER_BIN, ...serverArgs(dataDir, options)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [DROVER_BIN, ...serverArgs(dataDir, options)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    ...(options.env ? { env: options.env } : {}),
+  });
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
