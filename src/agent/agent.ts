@@ -26,7 +26,7 @@ import type { Taint } from '../config/schema.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { versionInfo } from '../version.js';
-import { fetchClusterCa, JoinError, register } from './bootstrap.js';
+import { clockHint, fetchClusterCa, JoinError, register } from './bootstrap.js';
 import { PodManager } from './pod-manager.js';
 import { monoNowMs, PEER_CONTROL_PLANE_PATH } from './pods/fencing.js';
 import { PodLogError, streamContainerLog } from './pods/logs.js';
@@ -241,7 +241,8 @@ export class Agent {
         if (error instanceof JoinError && error.fatal) throw error;
         if (Date.now() - lastLog > 10_000) {
           lastLog = Date.now();
-          this.logger.warn({ server: serverUrl, reason: (error as Error).message }, 'waiting for a server to accept this node');
+          const hint = clockHint(error);
+          this.logger.warn({ server: serverUrl, reason: (error as Error).message, ...(hint ? { hint } : {}) }, 'waiting for a server to accept this node');
         }
         if ((attempt + 1) % candidates.length === 0) await sleep(RETRY_MS);
       }
@@ -567,7 +568,8 @@ export class Agent {
           if (error instanceof JoinError && error.fatal) {
             this.logger.error({ reason: error.message }, 'this node can no longer join the cluster');
           } else {
-            this.logger.warn({ reason: (error as Error).message }, 'lease renewal failed; retrying');
+            const hint = clockHint(error);
+            this.logger.warn({ reason: (error as Error).message, ...(hint ? { hint } : {}) }, 'lease renewal failed; retrying');
           }
         })
         .finally(() => this.scheduleRenewal());

@@ -34,6 +34,23 @@ const NOT_ISSUED_BY_CA = new Set([
   'CERT_UNTRUSTED',
 ]);
 
+/**
+ * Advice for the log when a TLS failure is what a wrong clock on this host looks like: the
+ * cluster's certificates are valid from an hour before they were issued (security.md), so a host
+ * that still finds one "not yet valid" is more than an hour behind.
+ */
+export function clockHint(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  const now = new Date().toISOString();
+  if (code === 'CERT_NOT_YET_VALID') {
+    return `the server's certificate is not valid yet by this host's clock (${now}): this host's clock is probably behind by more than an hour; synchronise it (NTP)`;
+  }
+  if (code === 'CERT_HAS_EXPIRED') {
+    return `the server's certificate has expired by this host's clock (${now}): check this host's clock (NTP) before renewing certificates`;
+  }
+  return undefined;
+}
+
 interface RawResponse {
   status: number;
   body: string;

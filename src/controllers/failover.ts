@@ -1,6 +1,7 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { monotonicMs } from './clock.js';
 import type { EventRecorder } from './events.js';
 import { decideFailover, type FailoverSettings, majoritySilentDuring, NodeRateLimiter } from './failover-logic.js';
 import type { Informer } from './informer.js';
@@ -8,7 +9,9 @@ import { type NodeHealthView, STATE_LABEL, UNREACHABLE_TAINT } from './node-life
 
 /**
  * The failover controller: moves pods off lost nodes (failover-logic.ts decides when). It runs on
- * the controller leader beside the node lifecycle controller, whose observations it uses.
+ * the controller leader beside the node lifecycle controller, whose observations it uses. Its
+ * times are that controller's monotonic clock (clock.ts): a step of the wall clock must not make a
+ * node look silent long enough to replace its singletons.
  */
 
 /** Nodes whose failover may start at once; beyond that, one more every two seconds. */
@@ -50,7 +53,7 @@ export class FailoverController {
     private readonly logger: Logger,
     private readonly settings: FailoverSettings,
   ) {
-    this.limiter = new NodeRateLimiter(FAILOVER_NODE_BURST, FAILOVER_NODES_PER_SECOND, Date.now());
+    this.limiter = new NodeRateLimiter(FAILOVER_NODE_BURST, FAILOVER_NODES_PER_SECOND, monotonicMs());
   }
 
   start(): void {
@@ -85,7 +88,7 @@ export class FailoverController {
     if (this.busy || !this.pods.hasSynced) return;
     this.busy = true;
     try {
-      const now = Date.now();
+      const now = monotonicMs();
       const byNode = new Map<string, KubeObject[]>();
       for (const pod of this.pods.items()) {
         const nodeName = (pod.spec as { nodeName?: string } | undefined)?.nodeName;

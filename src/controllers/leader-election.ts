@@ -2,11 +2,12 @@ import { ApiError } from '../apiserver/errors.js';
 import { type KubeObject, kubeMicroTime } from '../apiserver/objects.js';
 import { type ApiClient, LEASES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { monotonicMs } from './clock.js';
 
 /**
  * Exactly one server runs the controllers: the holder of a Lease. Expiry is judged by this
- * server's own clock from when it last saw the lease change, never by comparing timestamps
- * written by another host. Writes are compare-and-swap on resourceVersion, so two candidates
+ * server's own monotonic clock (clock.ts) from when it last saw the lease change, never by
+ * comparing timestamps written by another host, nor by this host's wall clock, which may be stepped. Writes are compare-and-swap on resourceVersion, so two candidates
  * cannot both take an expired lease; the datastore (SQLite or etcd) does the arbitration.
  */
 
@@ -92,7 +93,7 @@ export class LeaderElector {
       this.logger.debug({ err: error }, 'leader election attempt failed');
     }
     // A leader that cannot renew for a whole lease duration must assume someone else took over.
-    if (this.leading && Date.now() - this.lastRenewedAt > this.options.leaseDurationMs) this.setLeading(false);
+    if (this.leading && monotonicMs() - this.lastRenewedAt > this.options.leaseDurationMs) this.setLeading(false);
     if (!this.stopped) {
       this.timer = setTimeout(() => void this.tick(), this.leading ? this.options.renewIntervalMs : this.options.renewIntervalMs / 2);
     }
@@ -100,7 +101,9 @@ export class LeaderElector {
 
   private async tryAcquireOrRenew(): Promise<void> {
     const { namespace, name, identity } = this.options;
-    const now = Date.now();
+    const now = monotonicMs();
+    // Written into the lease for people to read; never compared with anything.
+    const wallNow = Date.now();
     const durationSeconds = Math.max(1, Math.ceil(this.options.leaseDurationMs / 1000));
     const lease = await this.client.get(LEASES, namespace, name);
     if (!lease) {
@@ -112,8 +115,8 @@ export class LeaderElector {
           spec: {
             holderIdentity: identity,
             leaseDurationSeconds: durationSeconds,
-            acquireTime: kubeMicroTime(now),
-            renewTime: kubeMicroTime(now),
+            acquireTime: kubeMicroTime(wallNow),
+            renewTime: kubeMicroTime(wallNow),
             leaseTransitions: 0,
           },
         });
@@ -140,8 +143,8 @@ export class LeaderElector {
       ...spec,
       holderIdentity: identity,
       leaseDurationSeconds: durationSeconds,
-      renewTime: kubeMicroTime(now),
-      ...(held ? {} : { acquireTime: kubeMicroTime(now), leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }),
+      renewTime: kubeMicroTime(wallNow),
+      ...(held ? {} : { acquireTime: kubeMicroTime(wallNow), leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }),
     };
     try {
       const updated = await this.client.update(LEASES, namespace, { ...lease, spec: next as KubeObject['spec'] });

@@ -1,6 +1,8 @@
 import { kubeTime, type KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, LEASES, NODES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { monotonicMs, wallTimeOf } from './clock.js';
+import { addSample, clockSkewCondition, emptySamples, estimateOffset, isSkewed, type OffsetSamples, SKEW_MESSAGE_STEP_MS } from './clock-skew.js';
 import type { EventRecorder } from './events.js';
 import type { SilenceHistory } from './failover-logic.js';
 import { Informer } from './informer.js';
@@ -17,9 +19,12 @@ import {
 
 /**
  * The node lifecycle controller: one reconcile loop over Nodes and their Leases in
- * kube-node-lease. It times every renewal by its own clock, classifies each node (node-state.ts),
- * and writes the verdict where users look: the Ready condition, the `drover.io/state` label, the
- * unreachable taints, and an Event per transition. It runs only on the controller leader.
+ * kube-node-lease. It times every renewal by its own monotonic clock (clock.ts), classifies each
+ * node (node-state.ts), and writes the verdict where users look: the Ready condition, the
+ * `drover.io/state` label, the unreachable taints, and an Event per transition. Beside that, and
+ * never feeding into it, it estimates each node's clock offset from the same renewals
+ * (clock-skew.ts) and reports a large one as the `ClockSkew` condition and event. It runs only on
+ * the controller leader.
  */
 
 export const STATE_LABEL = 'drover.io/state';
@@ -48,6 +53,7 @@ export function leaseHolderIdentity(nodeName: string, nodeUid: string): string {
 
 interface Tracked {
   uid: string;
+  /** Monotonic (clock.ts), as every time in here unless named wall. */
   observedAt: number;
   heardFrom: boolean;
   renewTime?: string;
@@ -60,6 +66,13 @@ interface Tracked {
   bootId?: string;
   applied?: Verdict;
   lastUnknownEventAt: number;
+  /** Lease renewals as clock-offset samples; for reporting only. */
+  clock: OffsetSamples;
+  /** The ClockSkew condition this controller last wrote: whether True, and the offset (ms) in it. */
+  reportedSkewed?: boolean;
+  reportedOffsetMs?: number;
+  /** The offset last handed to onClockOffset. */
+  publishedOffsetMs?: number;
 }
 
 export interface NodeLifecycleOptions {
@@ -70,6 +83,8 @@ export interface NodeLifecycleOptions {
   onUnavailable?: (seconds: number) => void;
   /** A Node object was deleted (e.g. to remove its etcd member). */
   onNodeDeleted?: (node: KubeObject) => void;
+  /** A node's estimated clock offset in seconds (positive: ahead of this server), or undefined when no longer known (metrics). */
+  onClockOffset?: (node: string, seconds: number | undefined) => void;
 }
 
 interface Taint {
@@ -110,7 +125,10 @@ const EVENT_FOR_STATE: Record<NodeState, { type: 'Normal' | 'Warning'; reason: s
  */
 export interface NodeHealthView {
   node(name: string): KubeObject | undefined;
-  /** This controller's clock when it last saw the node's current incarnation renew (or started watching). */
+  /**
+   * This controller's clock when it last saw the node's current incarnation renew (or started
+   * watching): monotonic, compare it only with monotonicMs() (clock.ts).
+   */
   lastRenewalObservedAt(name: string): number | undefined;
   /**
    * Every tracked node's recent renewals as this controller saw them, for the outage rule
@@ -132,6 +150,8 @@ export class NodeLifecycleController implements NodeHealthView {
   private lastTick = 0;
   private running = false;
   private disruptionSince: number | undefined;
+  /** After a pause of this process, renewals that waited in its queues arrive late: no offset samples until then. */
+  private offsetSamplesFrom = 0;
 
   private reconciling = false;
   private readonly tickMs: number;
@@ -164,7 +184,7 @@ export class NodeLifecycleController implements NodeHealthView {
     // Every node seen from here on starts with a full grace period (see onNode).
     await this.nodes.start();
     await this.leases.start();
-    this.lastTick = Date.now();
+    this.lastTick = monotonicMs();
     this.logger.info({ gracePeriodMs: this.options.gracePeriodMs, nodes: this.tracked.size }, 'node lifecycle controller started');
     this.schedule();
   }
@@ -201,6 +221,8 @@ export class NodeLifecycleController implements NodeHealthView {
     clearTimeout(this.timer);
     this.nodes.stop();
     this.leases.stop();
+    // Only the leader measures offsets: a server that stops leading stops reporting them.
+    for (const [name, t] of this.tracked) if (t.publishedOffsetMs !== undefined) this.options.onClockOffset?.(name, undefined);
     this.tracked.clear();
   }
 
@@ -214,6 +236,7 @@ export class NodeLifecycleController implements NodeHealthView {
   private onNode(type: string, node: KubeObject, old: KubeObject | undefined): void {
     const name = node.metadata.name!;
     if (type === 'DELETED') {
+      if (this.tracked.get(name)?.publishedOffsetMs !== undefined) this.options.onClockOffset?.(name, undefined);
       this.tracked.delete(name);
       // Without its node, a lease only confuses; the agent makes a new one if the node returns.
       void this.client.delete(LEASES, NODE_LEASE_NAMESPACE, name).catch(() => undefined);
@@ -224,7 +247,8 @@ export class NodeLifecycleController implements NodeHealthView {
     const existing = this.tracked.get(name);
     if (!existing || existing.uid !== node.metadata.uid) {
       // A new node, or a new incarnation under an old name: judge it from scratch, with full grace.
-      const startedAt = Date.now();
+      const startedAt = monotonicMs();
+      if (existing?.publishedOffsetMs !== undefined) this.options.onClockOffset?.(name, undefined);
       this.tracked.set(name, {
         uid: node.metadata.uid!,
         observedAt: startedAt,
@@ -232,7 +256,8 @@ export class NodeLifecycleController implements NodeHealthView {
         heardFrom: false,
         released: false,
         ...(bootId ? { bootId } : {}),
-        lastUnknownEventAt: 0,
+        lastUnknownEventAt: Number.NEGATIVE_INFINITY,
+        clock: emptySamples(),
       });
       return;
     }
@@ -248,7 +273,7 @@ export class NodeLifecycleController implements NodeHealthView {
     if (old?.metadata.annotations?.[SHUTDOWN_ANNOTATION] && !node.metadata.annotations?.[SHUTDOWN_ANNOTATION]) {
       // The agent is back and withdrew its shutdown notice; its first renewal follows right after.
       // Judge it from now, not from the heartbeat it stopped sending when it shut down.
-      existing.observedAt = Date.now();
+      existing.observedAt = monotonicMs();
       recordObservation(existing, existing.observedAt);
       existing.released = false;
     }
@@ -271,8 +296,13 @@ export class NodeLifecycleController implements NodeHealthView {
     // A lease held by this incarnation, released or not, is word from the node.
     tracked.heardFrom = true;
     if (spec.renewTime !== tracked.renewTime && !released) {
+      const arrivedWall = Date.now();
+      tracked.observedAt = monotonicMs();
+      // The first renewal seen may be an old one (listed at start): only changes seen live are samples.
+      if (tracked.renewTime !== undefined && spec.renewTime && tracked.observedAt >= this.offsetSamplesFrom) {
+        addSample(tracked.clock, Date.parse(spec.renewTime), arrivedWall);
+      }
       tracked.renewTime = spec.renewTime;
-      tracked.observedAt = Date.now();
       recordObservation(tracked, tracked.observedAt);
     }
     tracked.leaseVersion = lease.metadata.resourceVersion;
@@ -299,7 +329,7 @@ export class NodeLifecycleController implements NodeHealthView {
     if (this.reconciling || !this.nodes.hasSynced) return;
     this.reconciling = true;
     try {
-      const now = Date.now();
+      const now = monotonicMs();
       const grace = this.options.gracePeriodMs;
       if (now - this.lastTick > grace / 2) {
         // This process was not running (stopped, swapped, starved) for a while: it did not see
@@ -309,6 +339,7 @@ export class NodeLifecycleController implements NodeHealthView {
           t.observedAt = now;
           recordObservation(t, now);
         }
+        this.offsetSamplesFrom = now + grace;
       }
       this.lastTick = now;
       const observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
@@ -334,6 +365,7 @@ export class NodeLifecycleController implements NodeHealthView {
       for (const [name, tracked, observation] of observations) {
         const verdict = classifyNode(observation, { now, gracePeriodMs: grace, disruption });
         if (verdict) await this.apply(name, tracked, verdict, now);
+        await this.reportClock(name, tracked);
       }
     } finally {
       this.reconciling = false;
@@ -368,8 +400,8 @@ export class NodeLifecycleController implements NodeHealthView {
                 status,
                 reason: verdict.reason,
                 message: verdict.message,
-                lastHeartbeatTime: kubeTime(tracked.observedAt),
-                lastTransitionTime: ready?.status === status && ready ? (ready as { lastTransitionTime?: string }).lastTransitionTime ?? kubeTime(now) : kubeTime(now),
+                lastHeartbeatTime: kubeTime(wallTimeOf(tracked.observedAt)),
+                lastTransitionTime: ready?.status === status && ready ? (ready as { lastTransitionTime?: string }).lastTransitionTime ?? kubeTime() : kubeTime(),
               },
             ],
           },
@@ -378,7 +410,7 @@ export class NodeLifecycleController implements NodeHealthView {
       );
       const taints = ((node.spec as { taints?: Taint[] } | undefined)?.taints ?? []).filter((t) => t.key !== UNREACHABLE_TAINT);
       if (verdict.state === 'Unavailable') {
-        const timeAdded = kubeTime(now);
+        const timeAdded = kubeTime();
         taints.push({ key: UNREACHABLE_TAINT, effect: 'NoSchedule', timeAdded }, { key: UNREACHABLE_TAINT, effect: 'NoExecute', timeAdded });
       }
       await this.client.patch(NODES, undefined, name, 'merge', {
@@ -400,8 +432,69 @@ export class NodeLifecycleController implements NodeHealthView {
     const nodeId = node.metadata.annotations?.[NODE_ID_ANNOTATION] ?? 'unknown';
     const message =
       verdict.state === 'Unavailable'
-        ? `Node ${name} (id ${nodeId}, uid ${node.metadata.uid}) is Unavailable: last heartbeat at ${kubeTime(tracked.observedAt)}, no shutdown notice. ${verdict.message}`
+        ? `Node ${name} (id ${nodeId}, uid ${node.metadata.uid}) is Unavailable: last heartbeat at ${kubeTime(wallTimeOf(tracked.observedAt))}, no shutdown notice. ${verdict.message}`
         : `Node ${name} is ${verdict.state}${previous ? ` (was ${previous})` : ''}: ${verdict.message}`;
     await this.events.record({ kind: 'Node', name, uid: node.metadata.uid! }, type, reason, message);
+  }
+
+  /**
+   * The node's clock offset where users look: the metric on every tick, and the `ClockSkew`
+   * condition (with an event when it changes). A node whose clock was never off has no condition.
+   */
+  private async reportClock(name: string, tracked: Tracked): Promise<void> {
+    const offset = estimateOffset(tracked.clock);
+    if (offset === undefined) return;
+    if (tracked.publishedOffsetMs !== offset) {
+      tracked.publishedOffsetMs = offset;
+      this.options.onClockOffset?.(name, offset / 1000);
+    }
+    const node = this.nodes.get(undefined, name);
+    if (!node) return;
+    const conditions = (node.status as { conditions?: { type: string; status: string; lastTransitionTime?: string }[] } | undefined)?.conditions ?? [];
+    const current = conditions.find((c) => c.type === 'ClockSkew');
+    // What this controller wrote last, else what the Node says (a new leader takes over from it).
+    const skewedNow = tracked.reportedSkewed ?? current?.status === 'True';
+    const skewed = isSkewed(offset, skewedNow);
+    if (!skewed && !current && tracked.reportedSkewed === undefined) return;
+    const moved = tracked.reportedOffsetMs === undefined || Math.abs(tracked.reportedOffsetMs - offset) >= SKEW_MESSAGE_STEP_MS;
+    const written = current?.status === (skewed ? 'True' : 'False');
+    if (written && !(skewed && moved)) {
+      tracked.reportedSkewed = skewed;
+      return;
+    }
+    const condition = clockSkewCondition(offset, skewed);
+    try {
+      await this.client.patch(
+        NODES,
+        undefined,
+        name,
+        'strategic',
+        {
+          status: {
+            conditions: [
+              {
+                ...condition,
+                lastHeartbeatTime: kubeTime(),
+                lastTransitionTime: written ? (current?.lastTransitionTime ?? kubeTime()) : kubeTime(),
+              },
+            ],
+          },
+        },
+        'status',
+      );
+    } catch (error) {
+      this.logger.warn({ err: error, node: name }, 'could not record the node clock offset; will retry');
+      return;
+    }
+    tracked.reportedOffsetMs = offset;
+    tracked.reportedSkewed = skewed;
+    if (skewed === skewedNow) return;
+    this.logger[skewed ? 'warn' : 'info']({ node: name, offsetMs: offset }, skewed ? 'node clock is off' : 'node clock is back in sync');
+    await this.events.record(
+      { kind: 'Node', name, uid: node.metadata.uid! },
+      skewed ? 'Warning' : 'Normal',
+      skewed ? 'ClockSkew' : 'ClockSkewResolved',
+      `Node ${name}: ${condition.message}`,
+    );
   }
 }

@@ -46,6 +46,12 @@ export class ServerMetrics {
     buckets: [1, 2, 3, 4, 5, 6, 8, 10, 15, 30, 60, 120],
     registers: [this.registry],
   });
+  readonly nodeClockOffset = new Gauge({
+    name: 'drover_node_clock_offset_seconds',
+    help: "Each node's clock minus this server's, estimated from its lease renewals (positive: the node is ahead); only on the controller leader",
+    labelNames: ['node'] as const,
+    registers: [this.registry],
+  });
 
   constructor(
     nodeStates: () => Promise<Record<string, number>>,

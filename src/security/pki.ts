@@ -23,6 +23,14 @@ const CA_LIFETIME_DAYS = 3650;
 const SERVING_LIFETIME_DAYS = 365;
 /** Re-issue the serving certificate when it has less than this left, as K3s does at start. */
 const RENEW_BEFORE_DAYS = 90;
+/**
+ * Every certificate the cluster issues (the CA included) is valid from this long before it was
+ * issued, as public CAs back-date theirs: a host whose clock is behind (a new VM before its NTP
+ * sync, a drifting RTC) by less than this still accepts the cluster's certificates, so it can join
+ * a cluster younger than its skew. An hour covers the skews seen in practice; a longer one would
+ * only widen what a certificate issued now claims about the past.
+ */
+export const CERTIFICATE_BACKDATE_MS = 60 * 60 * 1000;
 
 export interface KeyPair {
   certificatePem: string;
@@ -62,7 +70,7 @@ export async function createCertificateAuthority(commonName: string): Promise<Ke
   const cert = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: serialNumber(),
     name: `CN=${commonName}`,
-    notBefore: new Date(now - 60_000),
+    notBefore: new Date(now - CERTIFICATE_BACKDATE_MS),
     notAfter: new Date(now + CA_LIFETIME_DAYS * DAY_MS),
     signingAlgorithm: ALGORITHM,
     keys,
@@ -119,7 +127,7 @@ export async function issueCertificate(ca: KeyPair, request: LeafRequest): Promi
     serialNumber: serialNumber(),
     subject,
     issuer: caCert.subject,
-    notBefore: new Date(now - 60_000),
+    notBefore: new Date(now - CERTIFICATE_BACKDATE_MS),
     notAfter: new Date(now + SERVING_LIFETIME_DAYS * DAY_MS),
     signingAlgorithm: ALGORITHM,
     publicKey: keys.publicKey,

@@ -323,7 +323,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
     const lifecycle = new NodeLifecycleController(client, events, logger.child({ controller: 'node-lifecycle' }), {
       gracePeriodMs: options.nodeMonitorGracePeriodMs,
-      ...(metrics ? { onUnavailable: (seconds: number) => metrics.detection.observe(seconds) } : {}),
+      ...(metrics
+        ? {
+            onUnavailable: (seconds: number) => metrics.detection.observe(seconds),
+            onClockOffset: (node: string, seconds: number | undefined) =>
+              seconds === undefined ? metrics.nodeClockOffset.remove({ node }) : metrics.nodeClockOffset.set({ node }, seconds),
+          }
+        : {}),
       ...(etcdAccess
         ? {
             // An etcd server's Node deleted: its member goes too, so quorum counts only real members.
