@@ -18,6 +18,7 @@ REQUIRED=(
   "etcdctl:etcd-client"
   "ip:iproute2"
   "openssl:openssl"
+  "faketime:faketime"
   "/usr/bin/python3:python3-kubernetes"
 )
 # Python modules the tests import with /usr/bin/python3 (Debian's interpreter, not a pyenv one).
