@@ -20,6 +20,10 @@ REQUIRED=(
   "openssl:openssl"
   "faketime:faketime"
   "/usr/bin/python3:python3-kubernetes"
+  "fsfreeze:util-linux"
+  "mkfs.ext4:e2fsprogs"
+  "mount:mount"
+  "umount:mount"
 )
 # Python modules the tests import with /usr/bin/python3 (Debian's interpreter, not a pyenv one).
 PYTHON_MODULES=("kubernetes:python3-kubernetes")
