@@ -88,6 +88,7 @@ function serverOptions(config: ResolvedConfig): ServerOptions {
     ...(joinServer ? { joinServer } : {}),
     etcdClientPort: config.get<number>('etcd-client-port'),
     etcdPeerPort: config.get<number>('etcd-peer-port'),
+    etcdLearnerTimeoutMs: config.get<number>('etcd-learner-timeout'),
     ...(token ? { token } : {}),
     ...(endpoint ? { datastoreEndpoint: endpoint } : {}),
     datastoreTls: Object.fromEntries(Object.entries(tls).filter(([, v]) => v)) as NonNullable<ServerOptions['datastoreTls']>,

@@ -46,6 +46,8 @@ export interface ManagedEtcd {
   endpoint: string;
   peerUrl: string;
   clientTls: EtcdClientTls;
+  /** Whether the etcd child has exited (a joining server watches this while its member is a learner). */
+  hasExited(): boolean;
   stop(): Promise<void>;
 }
 
@@ -142,7 +144,8 @@ async function ensureCertificates(
   return { server, client, caFile };
 }
 
-function healthy(endpoint: string, tls: EtcdClientTls): Promise<boolean> {
+/** Whether the member at `endpoint` answers its /health with true (a learner does too). */
+export function healthy(endpoint: string, tls: EtcdClientTls): Promise<boolean> {
   return new Promise((resolve) => {
     const req = https.get(`${endpoint}/health`, { ca: tls.ca, cert: tls.cert, key: tls.key, timeout: 1000 }, (res) => {
       let body = '';
@@ -223,6 +226,7 @@ export async function startManagedEtcd(options: ManagedEtcdOptions): Promise<Man
     endpoint,
     peerUrl,
     clientTls,
+    hasExited: () => exited,
     stop: async () => {
       stopping = true;
       if (exited) return;

@@ -16,6 +16,7 @@ import { dnsSubdomainProblem } from '../apiserver/validation.js';
 import { type ApiClient, NODES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { issueCertificate, type KeyPair } from '../security/pki.js';
+import { type EtcdMembership, MembershipBusy } from './etcd-membership.js';
 import { secretsEqual } from './join-token.js';
 import type { NodeRegistry } from './node-registry.js';
 
@@ -67,7 +68,7 @@ export interface SupervisorOptions {
   events: EventRecorder;
   directory: ApiServerDirectory;
   /** Present when this server runs a managed etcd member: adds members for joining servers. */
-  etcdMembers?: { add(name: string, peerUrl: string): Promise<string>; clientUrls(): Promise<string[]> };
+  etcdMembers?: Pick<EtcdMembership, 'add' | 'clientUrls'>;
 }
 
 function stringField(body: Record<string, unknown>, field: string): string {
@@ -136,9 +137,21 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
     requireJoinSecret(options, req);
     if (!options.etcdMembers) throw errors.badRequest('this server does not run a managed etcd member; join a server that does');
     const body = await readJsonObject(req, 'etcd member');
-    const initialCluster = await options.etcdMembers.add(stringField(body, 'name'), stringField(body, 'peerURL'));
-    options.logger.info({ member: body.name, peerURL: body.peerURL }, 'added an etcd member');
-    sendJson(res, 200, { initialCluster });
+    const name = stringField(body, 'name');
+    const peerUrl = stringField(body, 'peerURL');
+    // The joiner's --initial-cluster is built from these: no room for separators.
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/.test(name)) throw errors.badRequest(`etcd member: "name" must be letters, digits, ".", "_" and "-", not ${JSON.stringify(name)}`);
+    if (!/^https:\/\/[^/?#\s,=]+:\d+$/.test(peerUrl)) throw errors.badRequest(`etcd member: "peerURL" must be https://host:port, not ${JSON.stringify(peerUrl)}`);
+    try {
+      const grant = await options.etcdMembers.add(name, peerUrl);
+      sendJson(res, 200, grant);
+    } catch (error) {
+      if (!(error instanceof MembershipBusy)) throw error;
+      // A temporary refusal by etcd: the joiner waits and asks again (not a server error).
+      options.logger.debug({ member: name, reason: error.message }, 'etcd refused a member for now; the joiner will retry');
+      res.setHeader('Retry-After', String(error.retryAfterSeconds));
+      throw new ApiError(503, 'ServiceUnavailable', error.message, { retryAfterSeconds: error.retryAfterSeconds });
+    }
     return;
   }
   if (path === '/drover/v1/etcd/endpoints' && req.method === 'GET') {

@@ -186,6 +186,14 @@ export const SETTINGS: readonly Setting[] = [
     default: 2380,
   },
   {
+    name: 'etcd-learner-timeout',
+    type: 'duration',
+    help: 'a joining server’s etcd member is a learner (no vote) until it is promoted, and etcd takes one learner at a time: once a learner has stood in the way of another join this long, this server removes it if its member does not run (its server died while joining), or promotes it if it runs',
+    commands: ['server'],
+    scope: 'node',
+    default: 120_000,
+  },
+  {
     name: 'token',
     type: 'string',
     help: 'cluster token (drover token show on a server): agents join with it; a server needs it to share an existing datastore. A flag shows in ps to every local user: prefer token-file or the environment',

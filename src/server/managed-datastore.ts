@@ -1,15 +1,28 @@
 import fs from 'node:fs';
-import https from 'node:https';
 import path from 'node:path';
 import { fetchClusterCa, JoinError } from '../agent/bootstrap.js';
 import { open as openSealed } from '../cluster/bootstrap-data.js';
 import { caHash, formatJoinToken, parseJoinToken } from '../cluster/join-token.js';
-import { hasEtcdData, type ManagedEtcd, startManagedEtcd } from '../cluster/managed-etcd.js';
+import type { EtcdAccess } from '../cluster/etcd-membership.js';
+import { etcdDataDir, hasEtcdData, type ManagedEtcd, ManagedEtcdError, type ManagedEtcdOptions, startManagedEtcd } from '../cluster/managed-etcd.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { createCertificateAuthority, issueCertificate, type KeyPair } from '../security/pki.js';
 import { ClusterJoinError } from './bootstrap.js';
+import {
+  awaitPromotion,
+  call,
+  clearPendingJoin,
+  type JoinTarget,
+  memberGone,
+  type PendingJoin,
+  readPendingJoin,
+  requestMembership,
+  RetryWait,
+  statusMessage,
+  writePendingJoin,
+} from './etcd-join.js';
 
 /**
  * The datastore of a server that runs its own etcd member: a new cluster (--cluster-init), a
@@ -46,48 +59,32 @@ function localCa(dataDir: string): KeyPair | undefined {
   return { certificatePem: fs.readFileSync(files.cert, 'utf8'), privateKeyPem: fs.readFileSync(files.key, 'utf8') };
 }
 
-function call(server: URL, ca: string, secret: string, method: string, route: string, body?: unknown): Promise<{ status: number; body: string }> {
-  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = https.request(
-      {
-        host: server.hostname.replace(/^\[|\]$/g, ''),
-        port: server.port || 443,
-        method,
-        path: route,
-        ca,
-        timeout: 30_000,
-        headers: {
-          Authorization: `Bearer ${secret}`,
-          ...(payload ? { 'Content-Type': 'application/json', 'Content-Length': String(payload.length) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error('timed out')));
-    req.on('error', reject);
-    if (payload) req.write(payload);
-    req.end();
-  });
-}
-
-/** Fetch the cluster identity from a server and write it into this server's data dir. */
-async function joinIdentity(options: ManagedDatastoreOptions): Promise<{ ca: KeyPair; server: URL; caPem: string; secret: string }> {
+/**
+ * Fetch the cluster identity from a server and write it into this server's data dir. A server
+ * that does not answer yet (started at the same moment as this one) is waited for; a wrong token
+ * or CA pin is final.
+ */
+async function joinIdentity(options: ManagedDatastoreOptions): Promise<{ ca: KeyPair; target: JoinTarget }> {
   if (!options.token) throw new ClusterJoinError('joining a cluster with --server needs its token (--token-file or --token; drover token show on a server)');
   const token = parseJoinToken(options.token);
   const server = new URL(options.joinServer!);
+  const wait = new RetryWait(options.logger, `${server.origin} to hand over the cluster identity`);
   let caPem: string;
-  try {
-    ({ caPem } = await fetchClusterCa(server, token));
-  } catch (error) {
-    if (error instanceof JoinError && error.fatal) throw new ClusterJoinError(error.message);
-    throw error;
+  let sealed: Awaited<ReturnType<typeof call>>;
+  for (;;) {
+    try {
+      ({ caPem } = await fetchClusterCa(server, token));
+      sealed = await call(server, caPem, token.secret, 'GET', '/drover/v1/bootstrap');
+    } catch (error) {
+      if (error instanceof JoinError && error.fatal) throw new ClusterJoinError(error.message);
+      await wait.retry(`${server.origin} does not answer (${error instanceof Error ? error.message : String(error)})`);
+      continue;
+    }
+    // 5xx: the server is up but its datastore is not (yet) answering.
+    if (sealed.status < 500) break;
+    const seconds = Number(sealed.retryAfter);
+    await wait.retry(`${server.origin} answered HTTP ${sealed.status}: ${statusMessage(sealed.body)}`, Number.isFinite(seconds) ? seconds : undefined);
   }
-  const sealed = await call(server, caPem, token.secret, 'GET', '/drover/v1/bootstrap');
   if (sealed.status !== 200) {
     throw new ClusterJoinError(`${server.origin} refused to hand over the cluster identity (HTTP ${sealed.status}): wrong --token?`);
   }
@@ -97,39 +94,106 @@ async function joinIdentity(options: ManagedDatastoreOptions): Promise<{ ca: Key
   writeFileAtomic(files.key, data.caKeyPem, 0o600);
   writeFileAtomic(files.admin, `${data.adminToken}\n`, 0o600);
   writeFileAtomic(files.token, `${formatJoinToken({ caHash: caHash(fs.readFileSync(files.cert, 'utf8')), user: 'server', secret: data.joinSecret })}\n`, 0o600);
-  return { ca: { certificatePem: data.caCertificatePem, privateKeyPem: data.caKeyPem }, server, caPem, secret: token.secret };
+  return { ca: { certificatePem: data.caCertificatePem, privateKeyPem: data.caKeyPem }, target: { server, caPem, secret: token.secret } };
+}
+
+type MemberStart = Omit<ManagedEtcdOptions, 'ca' | 'mode' | 'initialCluster'>;
+
+/**
+ * Join as a learner and return the member once etcd has promoted it. Also resumes a join that a
+ * previous run of this server left unfinished (server/etcd-join.json): a learner with data
+ * restarts from it; a learner that was removed meanwhile (it was not promoted in time) is wiped
+ * and this server joins again through the server that added it.
+ */
+async function joinAsLearner(options: ManagedDatastoreOptions, start: MemberStart): Promise<ManagedEtcd> {
+  const { logger, dataDir } = options;
+  const peerUrl = `https://${options.advertiseIp.includes(':') ? `[${options.advertiseIp}]` : options.advertiseIp}:${options.peerPort}`;
+  let target: JoinTarget | undefined;
+  const targetFor = async (pending: PendingJoin | undefined): Promise<{ ca: KeyPair; target: JoinTarget }> => {
+    const ca = localCa(dataDir);
+    const tokenFile = tlsFiles(dataDir).token;
+    if (pending && ca && fs.existsSync(tokenFile)) {
+      // Resuming: the identity is on disk already; ask the server that added the member.
+      const secret = parseJoinToken(fs.readFileSync(tokenFile, 'utf8').trim()).secret;
+      return { ca, target: target ?? { server: new URL(options.joinServer ?? pending.server), caPem: ca.certificatePem, secret } };
+    }
+    if (!options.joinServer) throw new ClusterJoinError('this server’s etcd join is unfinished and needs --server and --token to start again');
+    return joinIdentity(options);
+  };
+  for (;;) {
+    let pending = readPendingJoin(dataDir);
+    let etcd: ManagedEtcd;
+    if (pending && hasEtcdData(dataDir)) {
+      const ca = localCa(dataDir);
+      if (!ca) throw new ClusterJoinError('etcd data is on disk but the cluster CA is missing from the data dir');
+      try {
+        etcd = await startManagedEtcd({ ...start, ca, mode: 'restart' });
+      } catch (error) {
+        const tls = path.join(dataDir, 'server', 'tls', 'etcd');
+        const access = {
+          endpoints: pending.endpoints,
+          ca: ca.certificatePem,
+          cert: fs.readFileSync(path.join(tls, 'client.crt'), 'utf8'),
+          key: fs.readFileSync(path.join(tls, 'client.key'), 'utf8'),
+        };
+        if ((await memberGone(access, pending.memberId)) !== true) throw error;
+        logger.warn({ member: options.memberName }, 'this server’s etcd learner was removed while it was down (it was not promoted in time); joining again');
+        fs.rmSync(etcdDataDir(dataDir), { recursive: true, force: true });
+        // Keep the pending record: it names the server to ask again.
+        continue;
+      }
+    } else {
+      const joined = await targetFor(pending);
+      target = joined.target;
+      const { grant, ...asked } = await requestMembership(target, options.memberName, peerUrl, logger);
+      pending = { ...grant, server: target.server.origin };
+      // Before the member starts: a restart from here on resumes this join instead of starting over.
+      writePendingJoin(dataDir, pending);
+      logger.info(
+        { initialCluster: grant.initialCluster, ...asked },
+        grant.learner ? 'added as an etcd learner; starting its member with the existing cluster state' : 'already an etcd member; starting it with the existing cluster state',
+      );
+      etcd = await startManagedEtcd({ ...start, ca: joined.ca, mode: 'existing', initialCluster: grant.initialCluster });
+    }
+    let outcome: 'promoted' | 'removed';
+    try {
+      outcome = pending.learner ? await awaitPromotion(etcd, pending, logger) : 'promoted';
+    } catch (error) {
+      await etcd.stop();
+      throw error;
+    }
+    if (outcome === 'promoted') {
+      clearPendingJoin(dataDir);
+      return etcd;
+    }
+    logger.warn({ member: options.memberName }, 'this server’s etcd learner was removed before it was promoted; joining again');
+    await etcd.stop();
+    fs.rmSync(etcdDataDir(dataDir), { recursive: true, force: true });
+  }
 }
 
 export async function openManagedDatastore(options: ManagedDatastoreOptions): Promise<{ datastore: Datastore; etcd: ManagedEtcd }> {
-  const { logger } = options;
   let etcd: ManagedEtcd;
-  const common = {
-    ...(options.onMemberExit ? { onUnexpectedExit: options.onMemberExit } : {}),
+  // Until this server's member is a voting member, its exit is handled by the join (which may
+  // remove and start it again); from then on, the server cannot go on without it.
+  let joined = false;
+  const common: MemberStart = {
+    onUnexpectedExit: (code) => {
+      if (joined) options.onMemberExit?.(code);
+    },
     dataDir: options.dataDir,
     name: options.memberName,
     advertiseIp: options.advertiseIp,
     clientPort: options.clientPort,
     peerPort: options.peerPort,
-    logger,
+    logger: options.logger,
   };
-  if (hasEtcdData(options.dataDir)) {
+  if (readPendingJoin(options.dataDir) || (options.joinServer && !hasEtcdData(options.dataDir))) {
+    etcd = await joinAsLearner(options, common);
+  } else if (hasEtcdData(options.dataDir)) {
     const ca = localCa(options.dataDir);
     if (!ca) throw new ClusterJoinError('etcd data is on disk but the cluster CA is missing from the data dir');
     etcd = await startManagedEtcd({ ...common, ca, mode: 'restart' });
-  } else if (options.joinServer) {
-    const joined = await joinIdentity(options);
-    const peerUrl = `https://${options.advertiseIp.includes(':') ? `[${options.advertiseIp}]` : options.advertiseIp}:${options.peerPort}`;
-    const added = await call(joined.server, joined.caPem, joined.secret, 'POST', '/drover/v1/etcd/members', {
-      name: options.memberName,
-      peerURL: peerUrl,
-    });
-    if (added.status !== 200) {
-      // Not a configuration problem: the cluster could not take a member now (exit 1, try again).
-      throw new Error(`${joined.server.origin} could not add this server as an etcd member (HTTP ${added.status}): ${added.body}`);
-    }
-    const { initialCluster } = JSON.parse(added.body) as { initialCluster: string };
-    logger.info({ initialCluster }, 'added as an etcd member; starting it with the existing cluster state');
-    etcd = await startManagedEtcd({ ...common, ca: joined.ca, mode: 'existing', initialCluster });
   } else {
     const ca = localCa(options.dataDir) ?? (await createCertificateAuthority(`drover-server-ca@${Math.floor(Date.now() / 1000)}`));
     const files = tlsFiles(options.dataDir);
@@ -139,6 +203,8 @@ export async function openManagedDatastore(options: ManagedDatastoreOptions): Pr
     }
     etcd = await startManagedEtcd({ ...common, ca, mode: 'new' });
   }
+  joined = true;
+  if (etcd.hasExited()) throw new ManagedEtcdError('the managed etcd member exited during start-up; see server/etcd.log');
   const { openEtcdDatastore } = await import('../datastore/etcd.js');
   const datastore = await openEtcdDatastore({
     endpoints: [etcd.endpoint],
@@ -154,13 +220,7 @@ export async function openManagedDatastore(options: ManagedDatastoreOptions): Pr
  * with a client certificate it issues from the cluster CA. The URLs are learned once from the
  * server it joins and kept in the data dir, so a restart does not need that server.
  */
-/** How to reach the etcd members with the member API (TLS client credentials). */
-export interface EtcdAccess {
-  endpoints: string[];
-  ca: string;
-  cert: string;
-  key: string;
-}
+export type { EtcdAccess };
 
 export async function openMemberlessDatastore(options: ManagedDatastoreOptions): Promise<{ datastore: Datastore; access: EtcdAccess }> {
   const endpointsFile = path.join(options.dataDir, 'server', 'etcd-endpoints.json');
@@ -171,9 +231,10 @@ export async function openMemberlessDatastore(options: ManagedDatastoreOptions):
   } else {
     const joined = await joinIdentity(options);
     ca = joined.ca;
-    const answer = await call(joined.server, joined.caPem, joined.secret, 'GET', '/drover/v1/etcd/endpoints');
+    const { server, caPem, secret } = joined.target;
+    const answer = await call(server, caPem, secret, 'GET', '/drover/v1/etcd/endpoints');
     if (answer.status !== 200) {
-      throw new ClusterJoinError(`${joined.server.origin} did not list its etcd members (HTTP ${answer.status}): join a server that runs one`);
+      throw new ClusterJoinError(`${server.origin} did not list its etcd members (HTTP ${answer.status}): join a server that runs one`);
     }
     endpoints = (JSON.parse(answer.body) as { endpoints: string[] }).endpoints;
     writeFileAtomic(endpointsFile, JSON.stringify(endpoints), 0o644);

@@ -31,6 +31,7 @@ import { fencingThresholds } from '../controllers/failover-logic.js';
 import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
+import { etcdMembership } from '../cluster/etcd-membership.js';
 import { hasEtcdData, type ManagedEtcd } from '../cluster/managed-etcd.js';
 import { type EtcdAccess, openManagedDatastore, openMemberlessDatastore } from './managed-datastore.js';
 import { ApiServerDirectory } from '../cluster/apiservers.js';
@@ -77,6 +78,8 @@ export interface ServerOptions {
   joinServer?: string;
   etcdClientPort?: number;
   etcdPeerPort?: number;
+  /** How long a joining server’s etcd learner may stand in the way of another join before this server removes (or promotes) it. */
+  etcdLearnerTimeoutMs?: number;
   dataDir: string;
   httpsListenPort: number;
   bindAddress: string;
@@ -291,7 +294,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           datastore,
           events,
           directory,
-          ...(managedEtcd && etcdAccess ? { etcdMembers: etcdMembership(etcdAccess) } : {}),
+          ...(managedEtcd && etcdAccess
+            ? { etcdMembers: etcdMembership(etcdAccess, { logger, ...(options.etcdLearnerTimeoutMs !== undefined ? { learnerTimeoutMs: options.etcdLearnerTimeoutMs } : {}) }) }
+            : {}),
         }),
         logger,
         version: versionInfo(),
@@ -335,7 +340,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
             // An etcd server's Node deleted: its member goes too, so quorum counts only real members.
             onNodeDeleted: (node: KubeObject) => {
               if (node.metadata.labels?.['node-role.kubernetes.io/etcd'] !== 'true') return;
-              void etcdMembership(etcdAccess!)
+              void etcdMembership(etcdAccess!, { logger })
                 .removeByNode(node.metadata.name!)
                 .then((removed) => removed.length && logger.info({ node: node.metadata.name, members: removed }, 'removed the etcd member of a deleted node'))
                 .catch((error: unknown) => logger.warn({ err: error, node: node.metadata.name }, 'could not remove the etcd member of a deleted node'));
@@ -488,69 +493,6 @@ async function waitForControlPlane(
   return undefined;
 }
 
-/** Membership through etcd's own member API: etcd, not Drover, decides who is a member. */
-function etcdMembership(access: EtcdAccess): {
-  add(name: string, peerUrl: string): Promise<string>;
-  clientUrls(): Promise<string[]>;
-  removeByNode(nodeName: string): Promise<string[]>;
-} {
-  const withClient = async <T>(run: (client: import('etcd3').Etcd3) => Promise<T>): Promise<T> => {
-    const { Etcd3 } = await import('etcd3');
-    const client = new Etcd3({
-      hosts: access.endpoints,
-      credentials: {
-        rootCertificate: Buffer.from(access.ca),
-        certChain: Buffer.from(access.cert),
-        privateKey: Buffer.from(access.key),
-      },
-    });
-    try {
-      return await run(client);
-    } finally {
-      client.close();
-    }
-  };
-  return {
-    clientUrls: () => withClient(async (client) => (await client.cluster.memberList({})).members.flatMap((m) => m.clientURLs)),
-    add: async (name, peerUrl) => {
-      // etcd refuses a new member until the newest one is connected to all peers (its strict
-      // reconfiguration check): a join right after another waits instead of failing. A fresh
-      // client per attempt, since the client library stops calling a server that failed thrice.
-      const deadline = Date.now() + 30_000;
-      for (;;) {
-        try {
-          await withClient(async (client) => {
-            const existing = await client.cluster.memberList({});
-            if (!existing.members.some((m) => m.peerURLs.includes(peerUrl))) {
-              await client.cluster.memberAdd({ peerURLs: [peerUrl] });
-            }
-          });
-          break;
-        } catch (error) {
-          if (!/unhealthy cluster/i.test(String(error)) || Date.now() > deadline) throw error;
-          await new Promise((resolve) => setTimeout(resolve, 500));
-        }
-      }
-      return withClient(async (client) => {
-        const { members } = await client.cluster.memberList({});
-        return members
-          .map((m) => `${m.name || (m.peerURLs.includes(peerUrl) ? name : '')}=${m.peerURLs[0]}`)
-          .filter((entry) => !entry.startsWith('='))
-          .join(',');
-      });
-    },
-    // Member names are `<node name>-<8 hex of the server id>`.
-    removeByNode: (nodeName) =>
-      withClient(async (client) => {
-        const { members } = await client.cluster.memberList({});
-        const doomed = members.filter(
-          (m) => m.name.startsWith(`${nodeName}-`) && /^[0-9a-f]{8}$/.test(m.name.slice(nodeName.length + 1)),
-        );
-        for (const member of doomed) await client.cluster.memberRemove({ ID: member.ID });
-        return doomed.map((m) => m.name);
-      }),
-  };
-}
 
 async function connectDatastore(options: ServerOptions, serverDir: string, logger: Logger): Promise<Datastore> {
   const endpoint = options.datastoreEndpoint;
