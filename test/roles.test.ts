@@ -15,13 +15,13 @@ import {
   expectMembers,
   file,
   freePortOn,
+  joinStats,
   killClusterServer,
   LEASES,
   leaderEndpoint,
   memberList,
   mustCreateLease,
   report,
-  retryUnhealthyJoin,
   runToExit,
   sleep,
   startClusterServer,
@@ -105,9 +105,12 @@ async function startSrv(m: Srv): Promise<number> {
   return ms;
 }
 
-/** Join through `m.join.server`, retrying etcd's "unhealthy cluster" refusals (the server waits most of them out itself). */
-function joinSrv(m: Srv): Promise<{ ms: number; refusals: number }> {
-  return retryUnhealthyJoin(() => startSrv(m));
+/** Join through `m.join.server` (one start: the joiner waits out etcd's refusals itself); with its 503 refusals. */
+async function joinSrv(m: Srv): Promise<{ ms: number; refusals: number }> {
+  const ms = await startSrv(m);
+  const stats = joinStats(m.proc!.output());
+  assert.ok(stats, `${m.name} joined as an etcd learner`);
+  return { ms, refusals: stats.refusals };
 }
 
 async function cleanupAll(): Promise<void> {
@@ -402,7 +405,7 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
     report(
       t,
       `e1 (--cluster-init) ready in ${e1Ms} ms; e2 join ${j2.ms} ms, e3 join ${j3.ms} ms; cp ${cpMs} ms; agent ${agentMs} ms\n` +
-        `joins refused (retried): e2 ${j2.refusals}, e3 ${j3.refusals}\n` +
+        `join requests refused for now (503, waited out by the joiner): e2 ${j2.refusals}, e3 ${j3.refusals}\n` +
         `all five nodes Ready per kubectl ${readyMs} ms after the agent ran\n` +
         `kubectl get nodes:\n${stdout.trimEnd()}\n` +
         `e1 /api/v1/nodes: 404 "${e1Nodes.message}"\n` +

@@ -208,27 +208,24 @@ export async function startClusterServer(
 }
 
 /**
- * Run a join start until it succeeds. etcd's strict reconfiguration check refuses to add a member
- * until every started member has been connected for a few seconds ("unhealthy cluster"), and
- * Drover passes a refusal it could not wait out on as a failed start: retry as a supervisor would,
- * and count the refusals.
+ * What a server that joined through `--server` logged about its etcd join: how many times the
+ * server it asked answered 503 (etcd refused a member for now) and how many promotion attempts
+ * etcd refused, both waited out by the joiner itself. Undefined when it did not join as a learner.
  */
-export async function retryUnhealthyJoin(
-  start: () => Promise<unknown>,
-  ceilingMs = START_CEILING_MS,
-): Promise<{ ms: number; refusals: number }> {
-  const started = Date.now();
-  let refusals = 0;
-  for (;;) {
+export function joinStats(output: string): { refusals: number; promotionRetries: number } | undefined {
+  let refusals: number | undefined;
+  let promotionRetries = 0;
+  for (const line of output.split('\n')) {
+    if (!line.includes('added as an etcd learner') && !line.includes('promoted to a voting etcd member')) continue;
     try {
-      await start();
-      return { ms: Date.now() - started, refusals };
-    } catch (error) {
-      if (!/unhealthy cluster/.test(String(error)) || Date.now() - started > ceilingMs) throw error;
-      refusals++;
-      await sleep(500);
+      const parsed = JSON.parse(line) as { msg: string; refusals?: number; retries?: number };
+      if (parsed.msg.startsWith('added as an etcd learner')) refusals = parsed.refusals ?? 0;
+      else promotionRetries = parsed.retries ?? 0;
+    } catch {
+      // not a JSON line
     }
   }
+  return refusals === undefined ? undefined : { refusals, promotionRetries };
 }
 
 /** Run a drover command that is expected to exit; SIGKILL after the ceiling. */
