@@ -72,6 +72,8 @@ export interface AdmissionAttributes extends RequestAttributes {
 export interface Admission {
   /** Throws an ApiError to refuse the write. */
   admit(attributes: AdmissionAttributes): Promise<void>;
+  /** Whether this caller's writes are judged at all (so a patch need not keep the stored object for it). */
+  judges(user: UserInfo): boolean;
 }
 
 /** Several authenticators: the first that recognises the caller wins. */

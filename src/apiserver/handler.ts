@@ -737,7 +737,7 @@ export class ApiHandler {
       async (current) => {
         const currentUid = current.metadata.uid;
         // The patch consumes `current`; admission judges the stored object as it was.
-        const stored = this.options.admission ? admissionSnapshot(current) : undefined;
+        const stored = this.options.admission?.judges(user) ? admissionSnapshot(current) : undefined;
         const patched = asKubeObject(
           // `current` is this attempt's private copy: the patch may work in it directly.
           applyPatch(patchType, current as unknown as JsonObject, patch as JsonObject, def.kind, { consumeOriginal: true }),

@@ -73,6 +73,11 @@ export class NodeAuthorizer implements Authorizer {
 export class NodeRestrictionAdmission implements Admission {
   constructor(private readonly client: ApiClient) {}
 
+  /** Only node credentials are restricted. */
+  judges(user: UserInfo): boolean {
+    return nodeNameOf(user) !== undefined;
+  }
+
   async admit(a: AdmissionAttributes): Promise<void> {
     const node = nodeNameOf(a.user);
     if (node === undefined) return;
