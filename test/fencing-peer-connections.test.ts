@@ -9,6 +9,7 @@ import { type FencingState, monoNowMs, writeFencingState } from '../src/agent/po
 import { killPodProcesses, launchSupervisor, podDir, processAlive, readRunState } from '../src/agent/pods/launch.js';
 import { type PodRunSpec, writeRunSpec } from '../src/agent/pods/run-spec.js';
 import { createCertificateAuthority, issueCertificate } from '../src/security/pki.js';
+import { LAUNCH_CEILING_MS } from './helpers/pods.js';
 import { eventually, tempDir } from './helpers/server.js';
 
 /**
@@ -21,8 +22,6 @@ import { eventually, tempDir } from './helpers/server.js';
  */
 
 const FENCING_TIMEOUT_MS = 1500;
-/** A supervisor started from the TypeScript source compiles it first: slow on a loaded machine. */
-const LAUNCH_CEILING_MS = 60_000;
 const root = tempDir('fencing-connections');
 const servers: https.Server[] = [];
 let podDirPath = '';

@@ -61,6 +61,8 @@ interface Tracked {
   leaseVersion?: string;
   /** This controller's clock at recent renewals (and when it began tracking), for the outage rule. */
   history: number[];
+  /** The grace was restarted at the end of a disruption and no renewal has been seen since. */
+  awaitingRenewal: boolean;
   released: boolean;
   health?: AgentHealth;
   bootId?: string;
@@ -253,6 +255,7 @@ export class NodeLifecycleController implements NodeHealthView {
         uid: node.metadata.uid!,
         observedAt: startedAt,
         history: [startedAt],
+        awaitingRenewal: false,
         heardFrom: false,
         released: false,
         ...(bootId ? { bootId } : {}),
@@ -275,6 +278,7 @@ export class NodeLifecycleController implements NodeHealthView {
       // Judge it from now, not from the heartbeat it stopped sending when it shut down.
       existing.observedAt = monotonicMs();
       recordObservation(existing, existing.observedAt);
+      existing.awaitingRenewal = false;
       existing.released = false;
     }
   }
@@ -303,6 +307,7 @@ export class NodeLifecycleController implements NodeHealthView {
         addSample(tracked.clock, Date.parse(spec.renewTime), arrivedWall);
       }
       tracked.renewTime = spec.renewTime;
+      tracked.awaitingRenewal = false;
       recordObservation(tracked, tracked.observedAt);
     }
     tracked.leaseVersion = lease.metadata.resourceVersion;
@@ -319,6 +324,7 @@ export class NodeLifecycleController implements NodeHealthView {
       lastRenewalObservedAt: tracked.observedAt,
       leaseReleased: tracked.released,
       heardFrom: tracked.heardFrom,
+      ...(tracked.awaitingRenewal ? { awaitingRenewal: true } : {}),
       ...(tracked.health ? { health: tracked.health } : {}),
       ...(shutdown ? { shutdown } : {}),
     };
@@ -342,7 +348,7 @@ export class NodeLifecycleController implements NodeHealthView {
         this.offsetSamplesFrom = now + grace;
       }
       this.lastTick = now;
-      const observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
+      let observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
       const stale = observations.filter(([, , o]) => isStale(o, now, grace)).length;
       let disruption = isDisruption(stale, observations.length);
       if (disruption) {
@@ -359,8 +365,26 @@ export class NodeLifecycleController implements NodeHealthView {
           disruption = false;
         }
       } else if (this.disruptionSince !== undefined) {
-        this.logger.info('node renewals are back to normal; disruption mode over');
+        const held = now - this.disruptionSince <= DISRUPTION_LIMIT_GRACES * grace;
         this.disruptionSince = undefined;
+        if (held) {
+          // Renewals come back one node at a time (each agent on its own timer), so the episode
+          // ends as soon as most are heard from again, while the others' next renewal may be a
+          // moment away. Judged now, by silence that the outage caused, they would be Unavailable
+          // and failed over within the tick. Give the nodes still silent a fresh grace instead,
+          // as Kubernetes resets its probe timestamps when it leaves its disruption mode; they
+          // stay Unknown until a renewal is seen (node-state.ts, awaitingRenewal).
+          const silent = observations.filter(([, , o]) => isStale(o, now, grace)).map(([name, t]) => {
+            t.observedAt = now;
+            t.awaitingRenewal = true;
+            recordObservation(t, now);
+            return name;
+          });
+          this.logger.info({ restarted: silent }, 'node renewals are back to normal; disruption mode over; restarting the grace of nodes still silent');
+          observations = observations.map(([name, t]) => [name, t, this.observation(name, t)] as const);
+        } else {
+          this.logger.info('node renewals are back to normal; disruption mode over');
+        }
       }
       for (const [name, tracked, observation] of observations) {
         const verdict = classifyNode(observation, { now, gracePeriodMs: grace, disruption });

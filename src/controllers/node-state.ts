@@ -4,7 +4,8 @@
  *
  *   Ready        lease fresh, the agent reports healthy
  *   NotReady     lease fresh, the agent reports a problem (or is shutting down)
- *   Unknown      lease late by more than half the grace, still within it: a suspect
+ *   Unknown      lease late by more than half the grace, still within it: a suspect (also held
+ *                there during a disruption, and after one until the node renews)
  *   Down         the agent announced a planned shutdown, and has since stopped renewing
  *   Unavailable  the lease lapsed past the grace with no shutdown notice: a host-level loss
  */
@@ -43,6 +44,12 @@ export interface NodeObservation {
    * that nobody runs, and no "Unknown" flicker while a new agent creates its lease.
    */
   heardFrom?: boolean;
+  /**
+   * The controller restarted this node's grace when a control-plane disruption ended, and has
+   * seen no renewal since: the silence so far is the outage's, not the node's, so the node is not
+   * lost before a full grace from `lastRenewalObservedAt`, but nothing says it is well either.
+   */
+  awaitingRenewal?: boolean;
   /** The latest health the agent reported with its heartbeat. */
   health?: AgentHealth;
   shutdown?: ShutdownRecord;
@@ -93,6 +100,13 @@ export function classifyNode(observation: NodeObservation, context: ClassifyCont
   if (late <= gracePeriodMs / 2) {
     if (shutdown) {
       return { state: 'NotReady', reason: 'NodeShutdown', message: `Node is shutting down (${shutdown.reason}).` };
+    }
+    if (observation.awaitingRenewal) {
+      return {
+        state: 'Unknown',
+        reason: 'NodeStatusUnknown',
+        message: `No lease renewal since the control-plane disruption ended ${seconds(late)} ago (grace ${seconds(gracePeriodMs)}).`,
+      };
     }
     if (observation.health && !observation.health.ready) {
       return { state: 'NotReady', reason: observation.health.reason, message: observation.health.message };
