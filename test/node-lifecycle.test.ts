@@ -464,7 +464,7 @@ describe('node identity: same IP, name claims, node authorization', () => {
     }
   });
 
-  it('a second host claiming an existing node name is refused with a clear error, until the node is deleted', async (t) => {
+  it('a second host claiming an existing node name is refused with a clear error, until an admin runs drover node forget', async (t) => {
     const original = await startAgent({ server, name: 'claimed' });
     history.push(original);
     const owned = (await waitForState(server, 'claimed', 'Ready')).node;
@@ -481,7 +481,7 @@ describe('node identity: same IP, name claims, node authorization', () => {
     const error = intruder.output();
     report(t, `second host's error (exit ${refused.code}): ${error.trim().split('\n').at(-1)}`);
     assert.match(error, /node name "claimed" is already registered by another host/);
-    assert.match(error, /kubectl delete node claimed/);
+    assert.match(error, /drover node forget claimed/);
 
     // The rightful owner is undisturbed.
     const still = await waitForState(server, 'claimed', 'Ready');
@@ -489,10 +489,11 @@ describe('node identity: same IP, name claims, node authorization', () => {
     assert.equal(still.node.metadata.annotations?.[NODE_ID_ANNOTATION], owned.metadata.annotations?.[NODE_ID_ANNOTATION]);
     assert.equal(original.hasExited, false);
 
-    // The original host is gone for good; the admin frees the name.
+    // The original host is gone for good; the admin frees the name (which deletes the Node too).
     await original.stop('SIGKILL');
-    const deleted = await request(server, 'DELETE', '/api/v1/nodes/claimed');
-    assert.equal(deleted.status, 200, deleted.text);
+    const forgotten = await runDrover(['node', 'forget', 'claimed', '--kubeconfig', server.kubeconfig]);
+    assert.equal(forgotten.code, 0, forgotten.stderr);
+    assert.match(forgotten.stdout, /node claimed forgotten: registration of node id [0-9a-f-]+ removed, its credential revoked on every server; Node object deleted/);
     await eventually(async () => (await getNode(server, 'claimed')) === undefined || undefined, 'the Node to be gone');
 
     const newHost = await startAgent({ server, name: 'claimed', dataDir: intruder.dataDir });

@@ -264,6 +264,36 @@ configCommand
     }
   });
 
+const nodeCommand = program.command('node').description('Node names and registrations');
+nodeCommand
+  .command('forget')
+  .description(
+    'Free a node name: remove its registration (password binding and credential, on every server) and its Node object, ' +
+      'so another host may register the name (kubectl delete node alone does not free it)',
+  )
+  .argument('<name>', 'the node name')
+  .option('--kubeconfig <file>', 'admin kubeconfig (default: $KUBECONFIG or <data-dir>/kubeconfig.yaml)')
+  .action(async (name: string, opts: { kubeconfig?: string }) => {
+    try {
+      const client = adminClient(opts.kubeconfig ?? defaultKubeconfig());
+      const result = (await client.request('DELETE', `/drover/v1/nodes/${encodeURIComponent(name)}`)) as {
+        registrationRemoved: boolean;
+        nodeId?: string;
+        nodeDeleted: boolean;
+      };
+      client.close();
+      process.stdout.write(
+        `node ${name} forgotten: ` +
+          `${result.registrationRemoved ? `registration of node id ${result.nodeId} removed, its credential revoked on every server` : 'it had no registration'}; ` +
+          `${result.nodeDeleted ? 'Node object deleted' : 'there was no Node object'}.\n` +
+          `The next host to register ${name} takes the name; an agent of the old host still running would register it again, so stop it first.\n`,
+      );
+    } catch (error) {
+      process.stderr.write(`drover node forget: ${(error as Error).message}\n`);
+      process.exit(EXIT_FAILURE);
+    }
+  });
+
 const cluster = program.command('cluster').description('Cluster-wide operations');
 const clusterConfig = cluster.command('config').description('Cluster-wide settings');
 clusterConfig

@@ -19,11 +19,14 @@ import { issueCertificate, type KeyPair } from '../security/pki.js';
 import { type EtcdMembership, MembershipBusy } from './etcd-membership.js';
 import { secretsEqual } from './join-token.js';
 import type { NodeRegistry } from './node-registry.js';
+import { RegistrationLimiter, registrationSource } from './registration-limits.js';
 
 /**
  * Drover's own endpoints beside the Kubernetes API, on the same port (as K3s' supervisor):
  * `POST /drover/v1/register` takes the join token and a node's identity, and answers with the
- * node's credential, its serving certificate and the cluster timings it must follow.
+ * node's credential, its serving certificate and the cluster timings it must follow (limited per
+ * source: registration-limits.ts); `DELETE /drover/v1/nodes/NAME` (`drover node forget`) frees a
+ * node name.
  */
 
 export interface ClusterTimings {
@@ -69,6 +72,8 @@ export interface SupervisorOptions {
   directory: ApiServerDirectory;
   /** Present when this server runs a managed etcd member: adds members for joining servers. */
   etcdMembers?: Pick<EtcdMembership, 'add' | 'clientUrls'>;
+  /** Per-source registration limits; defaults to the documented ones. */
+  limiter?: RegistrationLimiter;
 }
 
 function stringField(body: Record<string, unknown>, field: string): string {
@@ -185,6 +190,46 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
   throw errors.pathNotFound();
 }
 
+/**
+ * `drover node forget NAME`: remove the name's registration (its password binding and credential,
+ * on every server through the registry's watch), then its Node object if there is one: a node
+ * forgotten is gone from the cluster, and the next host to register the name takes it.
+ */
+async function forgetNode(options: SupervisorOptions, req: IncomingMessage, res: ServerResponse, encoded: string): Promise<void> {
+  const user = requireAdmin(options, req);
+  let nodeName: string;
+  try {
+    nodeName = decodeURIComponent(encoded);
+  } catch {
+    throw errors.badRequest(`invalid node name "${encoded.slice(0, 80)}"`);
+  }
+  const problem = dnsSubdomainProblem(nodeName);
+  if (problem) throw errors.badRequest(`invalid node name "${nodeName.slice(0, 80)}": ${problem}`);
+  const record = await options.registry.forget(nodeName);
+  let nodeDeleted = false;
+  try {
+    await options.client.delete(NODES, undefined, nodeName);
+    nodeDeleted = true;
+  } catch (error) {
+    if (!(error instanceof ApiError && error.code === 404)) throw error;
+  }
+  if (!record && !nodeDeleted) {
+    throw new ApiError(404, 'NotFound', `node "${nodeName}" has no registration and no Node object`, { name: nodeName, group: '', kind: 'nodes' });
+  }
+  const message =
+    `Node name ${nodeName} forgotten by ${user.name}: ` +
+    `${record ? `its registration (node id ${record.nodeId}) and credential removed` : 'it had no registration'}` +
+    `${nodeDeleted ? ', its Node object deleted' : ''}; the next host to register the name takes it`;
+  options.logger.info({ node: nodeName, nodeId: record?.nodeId, nodeDeleted, by: user.name }, 'node name forgotten');
+  await options.events.record({ kind: 'Namespace', name: 'kube-system', namespace: 'kube-system' }, 'Normal', 'NodeForgotten', message);
+  sendJson(res, 200, {
+    node: nodeName,
+    registrationRemoved: Boolean(record),
+    ...(record ? { nodeId: record.nodeId, registeredAt: record.registeredAt } : {}),
+    nodeDeleted,
+  });
+}
+
 /** The IP addresses a node registers (its serving certificate names them): IP literals only. */
 function registrationAddresses(value: unknown): string[] {
   if (value === undefined) return [];
@@ -199,19 +244,28 @@ function registrationAddresses(value: unknown): string[] {
   return [...new Set(value as string[])];
 }
 
+const NODE_PATH = /^\/drover\/v1\/nodes\/([^/]+)$/;
+
 export function supervisorRoutes(options: SupervisorOptions) {
+  const limiter = options.limiter ?? new RegistrationLimiter();
   return async (req: IncomingMessage, res: ServerResponse, path: string): Promise<boolean> => {
     if (path !== '/drover/v1/register') {
       if (!path.startsWith('/drover/v1/')) return false;
       try {
-        await serveConfig(options, req, res, path);
+        const node = NODE_PATH.exec(path);
+        if (node && req.method === 'DELETE') await forgetNode(options, req, res, node[1]!);
+        else await serveConfig(options, req, res, path);
       } catch (error) {
         sendError(res, error instanceof ApiError ? error : errors.internal(error instanceof Error ? error.message : String(error)));
       }
       return true;
     }
+    const source = registrationSource(req.socket.remoteAddress);
     try {
       if (req.method !== 'POST') throw errors.methodNotAllowed();
+      // The cheap checks first: the source's failure allowance, then the token; the scrypt hash
+      // (register) only for a caller holding a join token, and a new name only within its allowance.
+      limiter.admit(source);
       const token = bearerToken(req);
       if (!token || !(secretsEqual(token, options.joinSecret) || secretsEqual(token, options.agentSecret))) {
         throw errors.unauthorized();
@@ -228,9 +282,10 @@ export function supervisorRoutes(options: SupervisorOptions) {
       if (agentPort !== undefined && !(Number.isInteger(agentPort) && (agentPort as number) > 0 && (agentPort as number) < 65536)) {
         throw errors.badRequest('registration: "agentPort" must be a port number (1-65535)');
       }
+      if (!options.registry.isKnown(nodeName)) limiter.newName(source, nodeName);
       const credential = await options.registry.register(
         { nodeName, nodeId, password, addresses, ...(agentPort !== undefined ? { agentPort: agentPort as number } : {}) },
-        async () => Boolean(await options.client.get(NODES, undefined, nodeName)),
+        async () => (await options.client.get(NODES, undefined, nodeName))?.metadata.uid,
       );
       // From the node CA, which no API client trusts: whatever a node does with it, it is never
       // a certificate for an API server, nor for another node (only this name and these addresses).
@@ -253,7 +308,13 @@ export function supervisorRoutes(options: SupervisorOptions) {
       sendJson(res, 200, response);
     } catch (error) {
       if (error instanceof ApiError) {
-        if (error.code === 403) options.logger.warn({ reason: error.message }, 'node registration refused');
+        if (error.code === 401 || error.code === 403) limiter.failed(source);
+        if (error.code === 403) options.logger.warn({ source, reason: error.message }, 'node registration refused');
+        if (error.code === 429) {
+          // Debug only: a flood of refused requests must not become a flood of log lines.
+          options.logger.debug({ source, reason: error.message }, 'node registration limited');
+          res.setHeader('Retry-After', String(error.details?.retryAfterSeconds ?? 1));
+        }
         sendError(res, error);
       } else {
         options.logger.error({ err: error }, 'node registration failed');

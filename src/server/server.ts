@@ -21,6 +21,7 @@ import type { ListResult } from '../datastore/types.js';
 import type { ResolvedConfig } from '../config/resolve.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
 import { NodeRegistry } from '../cluster/node-registry.js';
+import { NodeRecordReconciler, unusedRecordTtlMs } from '../cluster/node-record-reconciler.js';
 import { API_SERVER_CLIENT_NAME, supervisorRoutes } from '../cluster/supervisor.js';
 import { EventRecorder } from '../controllers/events.js';
 import { LeaderElector } from '../controllers/leader-election.js';
@@ -348,6 +349,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           }
         : {}),
     });
+    // Revokes the credentials of deleted Nodes and collects never-used registrations (leader only).
+    const records = new NodeRecordReconciler(nodeRegistry, client, logger.child({ controller: 'node-records' }), {
+      unusedTtlMs: unusedRecordTtlMs(),
+    });
     let failover: FailoverController | undefined;
     let workloads: WorkloadControllers | undefined;
     const workloadEvents = new EventRecorder(client, 'drover-controller-manager', leaderIdentity, logger);
@@ -358,6 +363,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         onStartedLeading: () =>
           void (async () => {
             await lifecycle.start();
+            await records.start();
             workloads = await startWorkloadControllers(client, { logger, events: workloadEvents });
             // Failover reads the workload controllers' pod informer: one list and watch of every pod.
             failover = new FailoverController(client, lifecycle, workloads.informers.get(PODS), events, logger.child({ controller: 'failover' }), {
@@ -374,6 +380,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           failover = undefined;
           workloads?.stop();
           workloads = undefined;
+          records.stop();
           lifecycle.stop();
         },
       },
@@ -459,6 +466,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         await bounded(elector.stop());
         workloads?.stop();
         failover?.stop();
+        records.stop();
         lifecycle.stop();
         nodeRegistry.stop();
         await api.close(4000);

@@ -182,6 +182,8 @@ export interface RequestOptions {
   host?: string;
   /** Fail the request (rather than hang) when no answer came within this time. */
   timeoutMs?: number;
+  /** The client's source address (e.g. 127.0.0.5), for per-source limits; implies a fresh connection. */
+  localAddress?: string;
 }
 
 /** One HTTPS request to a server, with its admin token unless told otherwise. */
@@ -210,6 +212,7 @@ export function request(
         ...(options.cert ? { cert: options.cert, key: options.key } : {}),
         ...(options.agent !== undefined ? { agent: options.agent } : {}),
         ...(options.timeoutMs !== undefined ? { timeout: options.timeoutMs } : {}),
+        ...(options.localAddress ? { localAddress: options.localAddress, agent: false } : {}),
         headers: {
           Accept: 'application/json',
           ...(payload ? { 'Content-Type': 'application/json', 'Content-Length': String(payload.length) } : {}),
