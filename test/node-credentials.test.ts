@@ -88,7 +88,8 @@ describe('node incarnations and credentials on one server', () => {
 
   it('a lease write by a stale node incarnation is refused with 403 "not the current incarnation"; the current one may write', async () => {
     const name = 'stale-node';
-    const asNode = { token: await registerNode(server, name, 'stale-node-password-0123456789') };
+    const password = 'stale-node-password-0123456789';
+    let asNode = { token: await registerNode(server, name, password) };
     const node = { apiVersion: 'v1', kind: 'Node', metadata: { name } };
 
     const first = await request(server, 'POST', '/api/v1/nodes', { ...asNode, body: node });
@@ -101,6 +102,10 @@ describe('node incarnations and credentials on one server', () => {
     const deleted = await request(server, 'DELETE', `/api/v1/nodes/${name}`);
     assert.equal(deleted.status, 200, deleted.text);
     await eventually(async () => (await request(server, 'GET', `${LEASES}/${name}`)).status === 404, 'the lease to go with its Node');
+    // The deleted Node's credential is revoked (node-registration.test.ts); the host registers
+    // again with its password, and its new credential still holds the old incarnation's identity.
+    await eventually(async () => (await request(server, 'GET', '/api/v1/nodes', asNode)).status === 401, 'the deleted Node’s credential to be revoked');
+    asNode = { token: await registerNode(server, name, password) };
 
     // No Node at all: no incarnation may hold the lease.
     const orphan = await request(server, 'POST', LEASES, { ...asNode, body: lease(name, `${name}/${oldUid}`) });
