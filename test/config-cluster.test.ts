@@ -561,8 +561,9 @@ describe('supervisor-metrics is per node, from each node’s own local config', 
     assert.equal((await request(server, 'GET', '/metrics', { token: 'not-a-token' })).status, 401);
 
     // The agents are unchanged: the server's setting is its own.
-    assert.equal((await agentGet(portA, secret)).status, 404, 'agent A still has no /metrics');
-    assertMetricsResponse(await agentGet(portB, secret), 'agent B /metrics after the server restart');
+    const admin = await agentClientCertificate(server, 'admin');
+    assert.equal((await agentGet(portA, admin)).status, 404, 'agent A still has no /metrics');
+    assertMetricsResponse(await agentGet(portB, admin), 'agent B /metrics after the server restart');
 
     // The server's published configuration now says true; still no cluster-wide drift.
     const d = await eventually(async () => {
