@@ -1018,8 +1018,11 @@ describe('object semantics', () => {
     expectStatus(chunked, 413, 'RequestEntityTooLarge', 'chunked upload');
     expectStatus(await request(server, 'GET', '/api/v1/nodes/too-big'), 404, 'NotFound');
 
-    // Just under the limit is fine.
-    const fits = `{"metadata":{"name":"fits"},"spec":{"blob":"${'x'.repeat(3 * 1024 * 1024 - 100)}"}}`;
+    // A body just under the limit is read, but an object is stored only up to 1.5 MiB (etcd's limit).
+    const body = `{"metadata":{"name":"fits"},"spec":{"blob":"${'x'.repeat(3 * 1024 * 1024 - 100)}"}}`;
+    const stored = expectStatus(await request(server, 'POST', '/api/v1/nodes', { rawBody: body }), 413, 'RequestEntityTooLarge');
+    assert.match(stored.message, /too large to store: \d+ bytes, the limit is 1572864 bytes/);
+    const fits = `{"metadata":{"name":"fits"},"spec":{"blob":"${'x'.repeat(1.5 * 1024 * 1024 - 1000)}"}}`;
     expectCode(await request(server, 'POST', '/api/v1/nodes', { rawBody: fits }), 201);
   });
 

@@ -11,17 +11,30 @@ import {
 } from './discovery.js';
 import { ApiError, deletedStatus, errors } from './errors.js';
 import {
+  ClientGoneError,
   decodeBody,
   includeObjectParam,
   mediaType,
   type Negotiated,
   negotiate,
+  parseJson,
   readBody,
   sendError,
   sendJson,
   sendText,
 } from './http.js';
 import { isJsonObject, type JsonObject } from './json.js';
+import {
+  checkDecoded,
+  DEFAULT_LONG_RUNNING_LIMITS,
+  duplicateJsonKey,
+  integerParam,
+  LongRunningLimiter,
+  type LongRunningLimits,
+  MAX_FIELD_MANAGER_LENGTH,
+  MAX_INT32,
+  resourceVersionParam,
+} from './limits.js';
 import { decodeKubernetesProtobuf } from './protobuf.js';
 import { type KubeObject, OBJECT_META_FIELDS } from './objects.js';
 import { queryBool } from './query.js';
@@ -90,6 +103,8 @@ export interface HandlerOptions {
    * known (the server proxies it to the pod's agent). Without it, logs are a 404.
    */
   podLogs?(pod: KubeObject, params: PodLogParams, req: IncomingMessage, res: ServerResponse): Promise<void>;
+  /** How many watches and followed logs a user, and the server, may hold open at once. */
+  longRunning?: LongRunningLimits;
 }
 
 /** The query of a pods/log request, as kubectl sends it. */
@@ -155,12 +170,64 @@ function patchTypeOf(req: IncomingMessage): PatchType {
   return patchType;
 }
 
-function parsePatch(body: Buffer): unknown {
-  try {
-    return JSON.parse(body.toString('utf8'));
-  } catch (error) {
-    throw errors.badRequest(`error decoding patch: ${error instanceof Error ? error.message : String(error)}`);
+function parsePatch(body: Buffer, mode: FieldValidation = 'Warn'): unknown {
+  const text = body.toString('utf8');
+  const patch = parseJson(text, 'error decoding patch');
+  checkDecoded(patch, 'the patch');
+  if (mode === 'Strict') refuseDuplicateKeys(text);
+  return patch;
+}
+
+/** fieldValidation=Strict: a key twice in one object is an error (JSON.parse would keep the last). */
+function refuseDuplicateKeys(text: string): void {
+  const duplicate = duplicateJsonKey(text);
+  if (duplicate !== undefined) throw errors.badRequest(`strict decoding error: duplicate field ${JSON.stringify(duplicate)}`);
+}
+
+/**
+ * A namespace or name taken from the URL, checked as kube-apiserver checks path segments: an
+ * encoded `/` (`%2F`) must not reach the store, whose keys are paths.
+ */
+function checkPathSegment(value: string, what: string): void {
+  const problem =
+    value === '.' || value === '..'
+      ? `may not be '${value}'`
+      : value.includes('/')
+        ? "may not contain '/'"
+        : value.includes('%')
+          ? "may not contain '%'"
+          : undefined;
+  if (problem) throw errors.badRequest(`invalid ${what} ${JSON.stringify(value)} in the request path: ${problem}`);
+}
+
+/** The options kind a write's query belongs to, as kube-apiserver names it in its errors. */
+const OPTIONS_KIND: Readonly<Record<string, string>> = {
+  create: 'CreateOptions',
+  update: 'UpdateOptions',
+  patch: 'PatchOptions',
+  delete: 'DeleteOptions',
+  deletecollection: 'DeleteOptions',
+};
+
+/** dryRun (only `All`) and fieldManager (printable, at most 128 characters), as kube-apiserver validates them. */
+function checkWriteOptions(verb: string, params: URLSearchParams): void {
+  const kind = OPTIONS_KIND[verb];
+  if (!kind) return;
+  const causes: { reason: string; message: string; field: string }[] = [];
+  params.getAll('dryRun').forEach((value, i) => {
+    if (value !== 'All') {
+      causes.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: ${JSON.stringify(value)}: supported values: "All"`, field: `dryRun[${i}]` });
+    }
+  });
+  const manager = params.get('fieldManager');
+  if (manager !== null && kind !== 'DeleteOptions') {
+    if (manager.length > MAX_FIELD_MANAGER_LENGTH) {
+      causes.push({ reason: 'FieldValueTooLong', message: `Too long: may not be more than ${MAX_FIELD_MANAGER_LENGTH} bytes`, field: 'fieldManager' });
+    } else if (!/^[\x20-\x7e]*$/.test(manager)) {
+      causes.push({ reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(manager)}: must only contain printable characters`, field: 'fieldManager' });
+    }
   }
+  if (causes.length) throw errors.invalid(kind, '', 'meta.k8s.io', causes);
 }
 
 function warningHeader(unknown: string[]): Record<string, string> {
@@ -195,11 +262,13 @@ function listKind(def: ResourceDefinition): string {
 
 export class ApiHandler {
   private readonly bookmarkIntervalMs: number;
+  private readonly longRunning: LongRunningLimiter;
   /** What each request turned out to be, for metrics. */
   private readonly requestKinds = new WeakMap<ServerResponse, { verb: string; resource: string }>();
 
   constructor(private readonly options: HandlerOptions) {
     this.bookmarkIntervalMs = options.bookmarkIntervalMs ?? 15_000;
+    this.longRunning = new LongRunningLimiter(options.longRunning ?? DEFAULT_LONG_RUNNING_LIMITS);
   }
 
   /** Entry point for node:http(s). Never throws: every failure becomes a Status response. */
@@ -226,10 +295,14 @@ export class ApiHandler {
         );
       }
     });
-    this.route(req, res).catch((error: unknown) => this.fail(res, error));
+    this.route(req, res).catch((error: unknown) => this.fail(req, res, error));
   };
 
-  private fail(res: ServerResponse, error: unknown): void {
+  /**
+   * Client errors are answered with their Status and not logged above debug; anything else is a
+   * server bug: logged once with its stack, answered with a 500 that does not echo internals.
+   */
+  private fail(req: IncomingMessage, res: ServerResponse, error: unknown): void {
     if (error instanceof ApiError) {
       sendError(res, error);
       return;
@@ -238,12 +311,25 @@ export class ApiHandler {
       sendError(res, error.status === 422 ? new ApiError(422, 'Invalid', error.message) : errors.badRequest(error.message));
       return;
     }
-    this.options.logger.error({ err: error }, 'unhandled error while serving a request');
-    sendError(res, errors.internal(error instanceof Error ? error.message : String(error)));
+    if (error instanceof ClientGoneError) {
+      this.options.logger.debug({ method: req.method, path: req.url?.split('?')[0] }, error.message);
+      res.destroy();
+      return;
+    }
+    this.options.logger.error(
+      { err: error, method: req.method, path: req.url?.split('?')[0] },
+      'unexpected error while serving a request',
+    );
+    sendError(res, errors.internal('an unexpected error occurred while serving the request; the server log has the details'));
   }
 
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'https://drover.invalid');
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'https://drover.invalid');
+    } catch {
+      throw errors.badRequest(`invalid request target ${JSON.stringify((req.url ?? '').slice(0, 200))}`);
+    }
     const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
     const method = req.method ?? 'GET';
 
@@ -281,7 +367,13 @@ export class ApiHandler {
       return;
     }
 
-    const parts = path.split('/').slice(1).map(decodeURIComponent);
+    const parts = path.split('/').slice(1).map((part) => {
+      try {
+        return decodeURIComponent(part);
+      } catch {
+        throw errors.badRequest(`invalid percent-encoding in the request path segment ${JSON.stringify(part.slice(0, 200))}`);
+      }
+    });
     let group: string;
     let version: string | undefined;
     let rest: string[];
@@ -378,6 +470,8 @@ export class ApiHandler {
       parts = parts.slice(2);
     }
     const [plural, name, subresource, ...extra] = parts;
+    if (namespace !== undefined) checkPathSegment(namespace, 'namespace');
+    if (name !== undefined) checkPathSegment(name, 'name');
     const def = plural ? this.options.registry.lookup(group, version, plural) : undefined;
     if (!def || extra.length || (namespace !== undefined && !def.namespaced)) throw errors.pathNotFound();
     if (subresource !== undefined && !(def.subresources as readonly string[]).includes(subresource)) {
@@ -442,8 +536,14 @@ export class ApiHandler {
         request.name,
       );
     }
+    checkWriteOptions(verb, url.searchParams);
     const dryRun = url.searchParams.getAll('dryRun').includes('All');
     if (request.subresource === 'scale') return this.serveScale(req, res, request, user, verb, dryRun);
+    if (verb === 'watch' || (request.subresource === 'log' && queryBool(url.searchParams, 'follow'))) {
+      // Taken before any work and given back when the connection goes, however it ends.
+      const release = this.longRunning.acquire(user.name, verb === 'watch' ? 'watches' : 'followed logs');
+      res.once('close', release);
+    }
     if (request.subresource === 'log') return this.serveLog(req, res, url, request);
     switch (verb) {
       case 'get':
@@ -500,17 +600,20 @@ export class ApiHandler {
   private async serveList(req: IncomingMessage, res: ServerResponse, url: URL, request: ResourceRequest): Promise<void> {
     const negotiated = negotiate(req.headers.accept);
     const { def } = request;
-    const limitParam = url.searchParams.get('limit');
-    const limit = limitParam ? Number(limitParam) : 0;
-    if (!Number.isInteger(limit) || limit < 0) throw errors.badRequest(`invalid limit: ${limitParam}`);
-    const rv = url.searchParams.get('resourceVersion');
-    const exact = url.searchParams.get('resourceVersionMatch') === 'Exact' && rv ? Number(rv) : undefined;
+    // Any int64 is a valid limit to kube-apiserver; beyond 2^53 a JavaScript number cannot say it.
+    const limit = integerParam(url.searchParams, 'limit', 0, Number.MAX_SAFE_INTEGER) ?? 0;
+    const rv = resourceVersionParam(url.searchParams);
+    const match = url.searchParams.get('resourceVersionMatch') ?? '';
+    if (match !== '' && match !== 'Exact' && match !== 'NotOlderThan') {
+      throw errors.badRequest(`invalid resourceVersionMatch "${match}": supported values: "Exact", "NotOlderThan"`);
+    }
+    const exact = match === 'Exact' && rv !== undefined ? Number(rv) : undefined;
     const continueToken = url.searchParams.get('continue') ?? undefined;
     const result = await this.options.store.list(def, request.namespace, {
       ...this.selection(url, def),
       ...(limit ? { limit } : {}),
       ...(continueToken ? { continueToken } : {}),
-      ...(exact !== undefined && Number.isSafeInteger(exact) ? { exactRevision: exact } : {}),
+      ...(exact !== undefined ? { exactRevision: exact } : {}),
     });
     const listMeta = {
       resourceVersion: result.resourceVersion,
@@ -532,14 +635,14 @@ export class ApiHandler {
     }
     const include = includeObjectParam(url.searchParams.get('includeObject'));
     const allowBookmarks = queryBool(url.searchParams, 'allowWatchBookmarks');
-    const fromVersion = url.searchParams.get('resourceVersion');
-    if (fromVersion && !/^\d+$/.test(fromVersion)) throw errors.badRequest(`invalid resource version: ${fromVersion}`);
-    const timeoutParam = Number(url.searchParams.get('timeoutSeconds') ?? '');
-    // Like kube-apiserver, close an unbounded watch after 30-60 minutes; clients re-watch.
-    const timeoutMs =
-      Number.isFinite(timeoutParam) && timeoutParam > 0
-        ? timeoutParam * 1000
-        : (1800 + Math.floor(Math.random() * 1800)) * 1000;
+    const fromVersion = resourceVersionParam(url.searchParams);
+    const timeoutSeconds = integerParam(url.searchParams, 'timeoutSeconds', 0, MAX_INT32);
+    // Like kube-apiserver, close an unbounded watch after 30-60 minutes; clients re-watch. A
+    // timer cannot wait longer than 2^31-1 ms (24.8 days): longer asks end then.
+    const timeoutMs = Math.min(
+      timeoutSeconds ? timeoutSeconds * 1000 : (1800 + Math.floor(Math.random() * 1800)) * 1000,
+      MAX_INT32,
+    );
 
     res.writeHead(200, {
       'Content-Type': 'application/json',
@@ -569,7 +672,7 @@ export class ApiHandler {
       negotiated.table ? toTable(def.printer, [obj], include, { resourceVersion: obj.metadata.resourceVersion ?? '' }) : obj;
     let lastSent = '';
     try {
-      handle = await this.options.store.watch(def, request.namespace, url.searchParams.get('resourceVersion') ?? undefined, selection, {
+      handle = await this.options.store.watch(def, request.namespace, fromVersion, selection, {
         event: (type: WatchEventType, obj: KubeObject) => {
           lastSent = obj.metadata.resourceVersion ?? lastSent;
           write(type, wrap(obj));
@@ -585,7 +688,8 @@ export class ApiHandler {
         },
       });
     } catch (error) {
-      const apiError = error instanceof ApiError ? error : errors.internal(String(error));
+      if (!(error instanceof ApiError)) this.options.logger.error({ err: error }, 'unexpected error while starting a watch');
+      const apiError = error instanceof ApiError ? error : errors.internal('an unexpected error occurred while starting the watch; the server log has the details');
       write('ERROR', apiError.toStatus());
       finish();
       return;
@@ -616,6 +720,7 @@ export class ApiHandler {
   ): Promise<{ obj: KubeObject; unknown: string[] }> {
     const body = await readBody(req);
     const obj = asKubeObject(decodeBody(body, req.headers['content-type']), 'the request body');
+    if (mode === 'Strict' && mediaType(req.headers['content-type']).endsWith('json')) refuseDuplicateKeys(body.toString('utf8'));
     checkTypeMeta(def, obj);
     const unknown = pruneUnknownFields(def, obj, mode);
     return { obj, unknown };
@@ -728,7 +833,7 @@ export class ApiHandler {
     const { def } = request;
     const patchType = patchTypeOf(req);
     const mode = fieldValidationParam(url.searchParams.get('fieldValidation'));
-    const patch = parsePatch(await readBody(req));
+    const patch = parsePatch(await readBody(req), mode);
     let unknown: string[] = [];
     const updated = await this.options.store.guaranteedUpdate(
       def,
@@ -782,13 +887,16 @@ export class ApiHandler {
     return isJsonObject(parsed) ? parsed : {};
   }
 
-  /** DeleteOptions.gracePeriodSeconds from a body or the query (kubectl sends the body). */
+  /**
+   * DeleteOptions.gracePeriodSeconds from a body or the query (kubectl sends the body). Negative
+   * means "now" (the pod strategy makes it 1 s, as kube-apiserver does); the upper bound keeps
+   * deletion timestamps within what a date can hold.
+   */
   private gracePeriodOf(options: JsonObject, url?: URL): number | undefined {
-    const fromQuery = url?.searchParams.get('gracePeriodSeconds');
-    const value = options.gracePeriodSeconds ?? (fromQuery ? Number(fromQuery) : undefined);
+    const value = options.gracePeriodSeconds ?? (url ? integerParam(url.searchParams, 'gracePeriodSeconds', -MAX_INT32, MAX_INT32) : undefined);
     if (value === undefined || value === null) return undefined;
-    if (typeof value !== 'number' || !Number.isInteger(value)) {
-      throw errors.badRequest(`gracePeriodSeconds must be an integer (got ${JSON.stringify(value)})`);
+    if (typeof value !== 'number' || !Number.isInteger(value) || Math.abs(value) > MAX_INT32) {
+      throw errors.badRequest(`gracePeriodSeconds must be an integer between ${-MAX_INT32} and ${MAX_INT32} (got ${JSON.stringify(value)})`);
     }
     return value;
   }

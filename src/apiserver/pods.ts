@@ -1,5 +1,6 @@
 import type { StatusCause } from './errors.js';
 import { jsonEqual } from './json.js';
+import { MAX_INT32 } from './limits.js';
 import { getPath, getString, type KubeObject } from './objects.js';
 import { AGE_COLUMN, ageOf, column, humanDuration, NAME_COLUMN, type Printer } from './table.js';
 
@@ -101,6 +102,14 @@ export function validatePodSpec(spec: unknown, prefix: string): StatusCause[] {
     causes.push({
       reason: 'FieldValueInvalid',
       message: 'must be greater than or equal to 0',
+      field: `${prefix}.terminationGracePeriodSeconds`,
+    });
+  } else if (typeof grace === 'number' && grace > MAX_INT32) {
+    // Bounded as kube-apiserver bounds activeDeadlineSeconds: far beyond any real grace period,
+    // and a deletion timestamp that far ahead would not be a valid date.
+    causes.push({
+      reason: 'FieldValueInvalid',
+      message: `Invalid value: ${grace}: must be less than or equal to ${MAX_INT32}`,
       field: `${prefix}.terminationGracePeriodSeconds`,
     });
   }

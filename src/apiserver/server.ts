@@ -1,5 +1,7 @@
 import https from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { Status, StatusReason } from './errors.js';
 import { ApiHandler, type HandlerOptions } from './handler.js';
 
 /**
@@ -18,6 +20,44 @@ export interface ListenOptions {
   port: number;
 }
 
+/**
+ * How long a client may take over each part of a connection, so that slow or idle clients cannot
+ * hold connections forever (kube-apiserver: 32 s for headers, 90 s idle, 60 s per request).
+ */
+export interface ConnectionTimeouts {
+  /** TLS handshake, then each request's headers. */
+  headerMs: number;
+  /** A whole request, body included (at least headerMs). Watches are requests that ended long ago. */
+  requestMs: number;
+  /** An idle keep-alive connection between requests. */
+  idleMs: number;
+}
+
+export const DEFAULT_CONNECTION_TIMEOUTS: ConnectionTimeouts = { headerMs: 32_000, requestMs: 60_000, idleMs: 90_000 };
+
+/** Node's default, stated: a request line and headers larger than this are refused with 431. */
+export const MAX_HEADER_BYTES = 16 * 1024;
+
+/**
+ * What Node's HTTP parser refused before any handler ran (Node's own answer has no body), as a
+ * Status: timeouts are 408, oversized headers 431, anything unparsable 400.
+ */
+function clientErrorStatus(code: string | undefined): { status: number; text: string; reason: StatusReason; message: string } {
+  switch (code) {
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return { status: 408, text: 'Request Timeout', reason: 'Timeout', message: 'the request was not received in time; the connection is closed' };
+    case 'HPE_HEADER_OVERFLOW':
+      return {
+        status: 431,
+        text: 'Request Header Fields Too Large',
+        reason: 'BadRequest',
+        message: `the request line and headers are larger than the limit of ${MAX_HEADER_BYTES} bytes`,
+      };
+    default:
+      return { status: 400, text: 'Bad Request', reason: 'BadRequest', message: `malformed HTTP request (${code ?? 'unknown parse error'})` };
+  }
+}
+
 export class ApiServer {
   private readonly server: https.Server;
   private readonly handler: ApiHandler;
@@ -26,9 +66,22 @@ export class ApiServer {
   /** Every TCP connection, including ones still in their TLS handshake (not yet HTTP). */
   private readonly sockets = new Set<Socket>();
 
-  constructor(options: HandlerOptions, tls: TlsMaterial) {
+  constructor(options: HandlerOptions, tls: TlsMaterial, timeouts: ConnectionTimeouts = DEFAULT_CONNECTION_TIMEOUTS) {
     this.handler = new ApiHandler(options);
-    this.server = https.createServer({ cert: tls.certificatePem, key: tls.privateKeyPem }, (req, res) => {
+    // Node refuses headersTimeout > requestTimeout: a request cannot outlast itself.
+    const headerMs = Math.min(timeouts.headerMs, timeouts.requestMs);
+    const serverOptions: https.ServerOptions = {
+      cert: tls.certificatePem,
+      key: tls.privateKeyPem,
+      // A TCP connection that never completes its handshake is not HTTP yet; this cuts it.
+      handshakeTimeout: headerMs,
+      headersTimeout: headerMs,
+      requestTimeout: timeouts.requestMs,
+      // Node checks the two above only this often (30 s by default): well under the shorter one.
+      connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(headerMs / 4))),
+      maxHeaderSize: MAX_HEADER_BYTES,
+    };
+    this.server = https.createServer(serverOptions, (req, res) => {
       const counted = !/[?&]watch=(true|1)(&|$)/.test(req.url ?? '') && !(req.url ?? '').includes('/watch/');
       if (counted) {
         this.inFlight++;
@@ -43,11 +96,31 @@ export class ApiServer {
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
     });
-    // Clients keep connections open between heartbeats; outlive their idle intervals.
-    this.server.keepAliveTimeout = 65_000;
-    this.server.headersTimeout = 70_000;
-    // A watch is a response that never ends; only request bodies are bounded in time.
-    this.server.requestTimeout = 60_000;
+    // Clients keep connections open between heartbeats (every second or so): 90 s idle, as
+    // kube-apiserver and Go's client transports, is far beyond that.
+    this.server.keepAliveTimeout = timeouts.idleMs;
+    this.server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
+      options.logger.debug({ code: error.code, message: error.message }, 'refused a malformed or slow request');
+      // A reset needs no answer; a response already under way (a pipelined request after a
+      // watch) must not get a second status line inside its body. As Node's own handler decides.
+      const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+      // A failed or timed-out TLS handshake (Node reports those here too) has no channel to answer on.
+      const tlsFailure = /^ERR_(TLS|SSL)_/.test(error.code ?? '');
+      if (tlsFailure || error.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
+        socket.destroy();
+        return;
+      }
+      const { status, text, reason, message } = clientErrorStatus(error.code);
+      const body: Status = { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code: status };
+      const payload = JSON.stringify(body);
+      socket.end(
+        `HTTP/1.1 ${status} ${text}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n` +
+          `Cache-Control: no-cache, private\r\nConnection: close\r\n\r\n${payload}`,
+      );
+      // end() waits for the client's side to close too; a hostile client never does.
+      const cut = setTimeout(() => socket.destroy(), 2000).unref();
+      socket.once('close', () => clearTimeout(cut));
+    });
   }
 
   listen(options: ListenOptions): Promise<AddressInfo> {

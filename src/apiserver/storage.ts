@@ -12,6 +12,7 @@ import {
 } from '../datastore/types.js';
 import { ApiError, errors } from './errors.js';
 import { jsonEqual } from './json.js';
+import { MAX_OBJECT_BYTES } from './limits.js';
 import { type KubeObject, kubeTime } from './objects.js';
 import { apiVersionOf, type ResourceDefinition } from './resources.js';
 import {
@@ -145,16 +146,26 @@ function encodeContinue(token: ContinueToken): string {
   return Buffer.from(JSON.stringify({ v: 'meta.k8s.io/v1', ...token })).toString('base64url');
 }
 
-function decodeContinue(text: string): ContinueToken {
+/**
+ * A continue token, checked as kube-apiserver checks its own: a revision that could exist and a
+ * start key inside the listed prefix. A forged one is a 400, never a read elsewhere or a 504.
+ */
+function decodeContinue(text: string, prefix: string): ContinueToken {
   try {
     const parsed = JSON.parse(Buffer.from(text, 'base64url').toString('utf8')) as Partial<ContinueToken>;
-    if (typeof parsed.rv === 'number' && typeof parsed.start === 'string') {
+    if (
+      typeof parsed.rv === 'number' &&
+      Number.isSafeInteger(parsed.rv) &&
+      parsed.rv > 0 &&
+      typeof parsed.start === 'string' &&
+      parsed.start.startsWith(prefix)
+    ) {
       return { rv: parsed.rv, start: parsed.start };
     }
   } catch {
     // fall through to the error below
   }
-  throw errors.badRequest('invalid continue token: it was not produced by this server');
+  throw errors.badRequest('invalid continue token: it was not produced by this server for this list');
 }
 
 function generateNameSuffix(): string {
@@ -264,7 +275,15 @@ export class ObjectStore {
   private encode(def: ResourceDefinition, obj: KubeObject): Buffer {
     const stored = def.conversion ? def.conversion.toStorage(obj) : obj;
     const { resourceVersion: _rv, ...metadata } = stored.metadata;
-    return Buffer.from(JSON.stringify({ ...stored, metadata }));
+    const encoded = Buffer.from(JSON.stringify({ ...stored, metadata }));
+    if (encoded.length > MAX_OBJECT_BYTES) {
+      throw new ApiError(
+        413,
+        'RequestEntityTooLarge',
+        `${def.kind} "${obj.metadata.name ?? ''}" is too large to store: ${encoded.length} bytes, the limit is ${MAX_OBJECT_BYTES} bytes (etcd's request limit)`,
+      );
+    }
+    return encoded;
   }
 
   async get(def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject> {
@@ -278,7 +297,7 @@ export class ObjectStore {
     let revision = options.exactRevision;
     let start: string | undefined;
     if (options.continueToken) {
-      const token = decodeContinue(options.continueToken);
+      const token = decodeContinue(options.continueToken, prefix);
       revision = token.rv;
       start = token.start;
     }
@@ -315,6 +334,10 @@ export class ObjectStore {
         throw errors.expired(
           'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
         );
+      }
+      if (error instanceof FutureRevisionError && options.continueToken) {
+        // This server never handed out a token from the future: it is forged or from another cluster.
+        throw errors.badRequest('invalid continue token: it was not produced by this server for this list');
       }
       if (error instanceof FutureRevisionError) {
         throw errors.tooLargeResourceVersion(error.requestedRevision, error.currentRevision);

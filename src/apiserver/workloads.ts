@@ -1,4 +1,5 @@
 import type { StatusCause } from './errors.js';
+import { MAX_INT32 } from './limits.js';
 import { getPath, type KubeObject } from './objects.js';
 import { defaultPodSpec, validatePodSpec } from './pods.js';
 import {
@@ -77,6 +78,10 @@ export function validateReplicas(value: unknown, field: string): StatusCause[] {
   }
   if ((value as number) < 0) {
     return [{ reason: 'FieldValueInvalid', message: `Invalid value: ${value as number}: must be greater than or equal to 0`, field }];
+  }
+  // An int32 in Kubernetes' types: a larger count cannot be stored or sent to any other client.
+  if ((value as number) > MAX_INT32) {
+    return [{ reason: 'FieldValueInvalid', message: `Invalid value: ${value as number}: must be less than or equal to ${MAX_INT32}`, field }];
   }
   return [];
 }

@@ -111,6 +111,12 @@ function serverOptions(config: ResolvedConfig): ServerOptions {
     shutdownGracePeriodMs: config.get('shutdown-grace-period'),
     supervisorMetrics: config.get('supervisor-metrics'),
     watchBookmarkIntervalMs: config.get('watch-bookmark-interval'),
+    connectionTimeouts: {
+      headerMs: config.get('https-header-timeout'),
+      requestMs: config.get('https-request-timeout'),
+      idleMs: config.get('https-idle-timeout'),
+    },
+    longRunning: { perUser: config.get('max-watches-per-user'), total: config.get('max-watches') },
   };
 }
 

@@ -10,7 +10,7 @@ import type { Datastore } from '../datastore/types.js';
 import type { ApiServerDirectory } from './apiservers.js';
 import { nodeNameOf } from './node-authorization.js';
 import { ApiError, errors } from '../apiserver/errors.js';
-import { decodeBody, readBody, sendError, sendJson } from '../apiserver/http.js';
+import { ClientGoneError, decodeBody, readBody, sendError, sendJson } from '../apiserver/http.js';
 import { isJsonObject } from '../apiserver/json.js';
 import { dnsSubdomainProblem } from '../apiserver/validation.js';
 import { type ApiClient, NODES } from '../client/types.js';
@@ -76,9 +76,15 @@ export interface SupervisorOptions {
   limiter?: RegistrationLimiter;
 }
 
+/** Agents send a UUID and 32 hex characters; this is generous room and a bound on what is stored. */
+const MAX_REGISTRATION_FIELD = 256;
+
 function stringField(body: Record<string, unknown>, field: string): string {
   const value = body[field];
   if (typeof value !== 'string' || !value) throw errors.badRequest(`registration: "${field}" is required`);
+  if (value.length > MAX_REGISTRATION_FIELD) {
+    throw errors.badRequest(`registration: "${field}" is longer than ${MAX_REGISTRATION_FIELD} characters`);
+  }
   return value;
 }
 
@@ -256,7 +262,14 @@ export function supervisorRoutes(options: SupervisorOptions) {
         if (node && req.method === 'DELETE') await forgetNode(options, req, res, node[1]!);
         else await serveConfig(options, req, res, path);
       } catch (error) {
-        sendError(res, error instanceof ApiError ? error : errors.internal(error instanceof Error ? error.message : String(error)));
+        if (error instanceof ClientGoneError) {
+          res.destroy();
+        } else if (error instanceof ApiError) {
+          sendError(res, error);
+        } else {
+          options.logger.error({ err: error, path }, 'unexpected error while serving a supervisor request');
+          sendError(res, errors.internal('an unexpected error occurred while serving the request; the server log has the details'));
+        }
       }
       return true;
     }
@@ -316,6 +329,8 @@ export function supervisorRoutes(options: SupervisorOptions) {
           res.setHeader('Retry-After', String(error.details?.retryAfterSeconds ?? 1));
         }
         sendError(res, error);
+      } else if (error instanceof ClientGoneError) {
+        res.destroy();
       } else {
         options.logger.error({ err: error }, 'node registration failed');
         sendError(res, errors.internal(error instanceof Error ? error.message : String(error)));

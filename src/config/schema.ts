@@ -19,7 +19,7 @@ import { formatDuration, parseDuration } from './duration.js';
 
 export type Command = 'server' | 'agent';
 export type Scope = 'cluster' | 'node';
-export type SettingType = 'string' | 'bool' | 'port' | 'duration' | 'enum' | 'list' | 'labels' | 'taints';
+export type SettingType = 'string' | 'bool' | 'port' | 'count' | 'duration' | 'enum' | 'list' | 'labels' | 'taints';
 
 export interface Taint {
   key: string;
@@ -143,6 +143,46 @@ export const SETTINGS: readonly Setting[] = [
     commands: ['server'],
     scope: 'node',
     default: false,
+  },
+  {
+    name: 'https-header-timeout',
+    type: 'duration',
+    help: 'time a client has to finish its TLS handshake, then each request’s headers (kube-apiserver: 32s)',
+    commands: ['server'],
+    scope: 'node',
+    default: 32_000,
+  },
+  {
+    name: 'https-request-timeout',
+    type: 'duration',
+    help: 'time a client has to send a whole request, body included (watches are not cut by it)',
+    commands: ['server'],
+    scope: 'node',
+    default: 60_000,
+  },
+  {
+    name: 'https-idle-timeout',
+    type: 'duration',
+    help: 'time an idle keep-alive connection stays open between requests (kube-apiserver: 90s)',
+    commands: ['server'],
+    scope: 'node',
+    default: 90_000,
+  },
+  {
+    name: 'max-watches-per-user',
+    type: 'count',
+    help: 'watches and followed logs one user may hold open on this server at once; more are refused with 429',
+    commands: ['server'],
+    scope: 'node',
+    default: 100,
+  },
+  {
+    name: 'max-watches',
+    type: 'count',
+    help: 'watches and followed logs this server holds open at once, all users together; more are refused with 429',
+    commands: ['server'],
+    scope: 'node',
+    default: 1000,
   },
   // --- node-scoped, agent ------------------------------------------------------------------------
   {
@@ -352,6 +392,8 @@ export function expectedType(setting: Setting): string {
       return 'a boolean (true or false)';
     case 'port':
       return 'a port number (0-65535)';
+    case 'count':
+      return 'a whole number of at least 1';
     case 'duration':
       return 'a duration such as 500ms, 4s or 1m30s';
     case 'enum':
@@ -404,6 +446,13 @@ export function parseText(setting: Setting, text: string): unknown {
       }
       return port;
     }
+    case 'count': {
+      const count = Number(text.trim());
+      if (!/^\d+$/.test(text.trim()) || count < 1 || !Number.isSafeInteger(count)) {
+        throw new ValueError(expectedType(setting), `expected a whole number of at least 1, got "${text}"`);
+      }
+      return count;
+    }
     case 'duration':
       try {
         return parseDuration(text);
@@ -439,6 +488,10 @@ export function parseYamlValue(setting: Setting, value: unknown): unknown {
       return wrong();
     case 'port':
       if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 65535) return value;
+      if (typeof value === 'string') return parseText(setting, value);
+      return wrong();
+    case 'count':
+      if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 1) return value;
       if (typeof value === 'string') return parseText(setting, value);
       return wrong();
     case 'duration':

@@ -10,7 +10,8 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
 import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js';
-import { ApiServer } from '../apiserver/server.js';
+import { ApiServer, type ConnectionTimeouts } from '../apiserver/server.js';
+import type { LongRunningLimits } from '../apiserver/limits.js';
 import { ObjectStore } from '../apiserver/storage.js';
 import { LocalClient } from '../client/local.js';
 import { NODES, PODS } from '../client/types.js';
@@ -106,6 +107,10 @@ export interface ServerOptions {
   shutdownGracePeriodMs: number;
   /** How often a watch with allowWatchBookmarks gets a BOOKMARK (when its revision moved). */
   watchBookmarkIntervalMs?: number;
+  /** How long clients may take over handshakes, headers, requests, and idle keep-alive (defaults: kube-apiserver's). */
+  connectionTimeouts?: ConnectionTimeouts;
+  /** Watches and followed logs per user and in all. */
+  longRunning?: LongRunningLimits;
 }
 
 /** Below this a bookmark timer would spin for nothing: a watch's revision cannot usefully move faster. */
@@ -300,6 +305,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
             : {}),
         }),
         logger,
+        ...(options.longRunning ? { longRunning: options.longRunning } : {}),
         version: versionInfo(),
         caCertificatePem: tls.ca.certificatePem,
         ...(options.watchBookmarkIntervalMs !== undefined ? { bookmarkIntervalMs: options.watchBookmarkIntervalMs } : {}),
@@ -314,6 +320,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         },
       },
       tls.serving,
+      options.connectionTimeouts,
     );
     const address = await api.listen({ host: options.bindAddress, port: options.httpsListenPort });
     const serverUrl = `https://${clientHost(options.bindAddress)}:${address.port}`;
