@@ -275,6 +275,29 @@ describe('pod supervisor', () => {
     assert.match(fs.readFileSync(path.join(dir, 'logs/polite/0.log'), 'utf8'), /got TERM/);
   });
 
+  it('a grace period beyond the longest timer (24.8 days) still waits instead of killing at once', async () => {
+    // 35 days: a timer that long would overflow and fire after 1 ms.
+    const { dir } = newPod(
+      [
+        container('polite', 'trap "exit 0" TERM; echo ready; while true; do sleep 0.1; done'),
+        container('stubborn', 'trap "" TERM; echo ready; while true; do sleep 0.1; done'),
+      ],
+      { terminationGracePeriodSeconds: 35 * 24 * 3600 },
+    );
+    const supervisorPid = await launchSupervisor(dir);
+    const running = await waitState(dir, (s) => s.containers.every((c) => 'running' in c.state), 'both running');
+    const stubborn = runningPid(running, 'stubborn')!;
+    await eventually(() => fs.readFileSync(path.join(dir, 'logs/stubborn/0.log'), 'utf8').includes('ready'), 'traps installed');
+    await eventually(() => fs.readFileSync(path.join(dir, 'logs/polite/0.log'), 'utf8').includes('ready'), 'traps installed');
+    process.kill(supervisorPid, 'SIGTERM');
+    // The polite container's exit is recorded after the stop began: an overflowed grace timer
+    // would have killed the stubborn one long before.
+    await waitState(dir, (s) => s.containers.some((c) => c.name === 'polite' && 'terminated' in c.state), 'polite stopped');
+    assert.ok(alive(stubborn), 'the stubborn container is still in its grace period');
+    killPodProcesses(dir);
+    await eventually(() => !alive(stubborn), 'stubborn container reaped');
+  });
+
   it('a SIGKILLed supervisor leaves its workload running until killPodProcesses reaps it', async () => {
     const { dir } = newPod([container('orphan', 'sleep 30 & wait')]);
     const supervisorPid = await launchSupervisor(dir, LAUNCH_CEILING_MS);

@@ -228,6 +228,7 @@ export class PodSupervisor {
         runner.done = true;
       }
     }
+    // A timer cannot wait longer than 2^31-1 ms (24.8 days): a longer one would fire at once.
     this.graceTimer = setTimeout(() => {
       for (const runner of this.runners) {
         if (runner.child) {
@@ -235,7 +236,7 @@ export class PodSupervisor {
           killGroup(runner.child.pid, 'SIGKILL');
         }
       }
-    }, graceMs);
+    }, Math.min(graceMs, 2_147_483_647));
     this.writeState();
     this.maybeFinish();
   }
