@@ -240,57 +240,121 @@ describe('watch limits', () => {
   });
 });
 
+/** An API server in this process over a real SQLite store, logging into `lines`. */
+async function inProcessServer(options: { watchUnreadBytes?: number; sabotage?: (store: ObjectStore) => void } = {}) {
+  const dir = tempDir('inproc');
+  const datastore = openSqliteDatastore(path.join(dir, 'state.db'));
+  const store = new ObjectStore(datastore);
+  options.sabotage?.(store);
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
+      done();
+    },
+  });
+  const registry = new ResourceRegistry();
+  const tls = await ensureServingMaterial(path.join(dir, 'tls'), ['127.0.0.1']);
+  const token = randomBytes(24).toString('hex');
+  const authenticator = new TokenAuthenticator();
+  authenticator.add(token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
+  const api = new ApiServer(
+    {
+      store,
+      registry,
+      openapi: new OpenApiDocuments(registry),
+      authenticator,
+      authorizer: allowAuthenticated,
+      logger: pino({ level: 'debug' }, sink),
+      version: versionInfo(),
+      caCertificatePem: tls.ca.certificatePem,
+      readiness: async () => undefined,
+      ...(options.watchUnreadBytes !== undefined ? { watchUnreadBytes: options.watchUnreadBytes } : {}),
+    },
+    tls.serving,
+  );
+  const { port } = await api.listen({ host: '127.0.0.1', port: 0 });
+  return {
+    target: { port, token, caPem: tls.ca.certificatePem },
+    lines,
+    close: async () => {
+      await api.close(1000);
+      await datastore.close();
+    },
+  };
+}
+
+describe('watch whose client stops reading (in-process API server)', () => {
+  it('is cut once its unread events pass the bound, instead of being buffered without end', async (t) => {
+    // A bound well above one event (as the 16 MiB default is above the 1.5 MiB object limit).
+    const server = await inProcessServer({ watchUnreadBytes: 1024 * 1024 });
+    try {
+      // Nodes: cluster-scoped, so no namespace is needed in this bare server; spec is kept as sent.
+      const created = await request(server.target, 'POST', '/api/v1/nodes', { body: { metadata: { name: 'flood' }, spec: { blob: 'a' } } });
+      assert.equal(created.status, 201, created.text);
+      const socket = await connectTls(server.target);
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString('utf8')));
+      socket.write(`GET /api/v1/nodes?watch=1&resourceVersion=0 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${server.target.token}\r\n\r\n`);
+      await eventually(() => received.includes('"flood"'), 'the initial event');
+      socket.pause(); // from now on this client reads nothing
+      // Another watch whose client keeps reading: it must see every change and stay open.
+      const reader = await holdWatch(server.target, '/api/v1/nodes?watch=1&resourceVersion=0', server.target.token);
+      let n = 0;
+      await eventually(
+        async () => {
+          const patched = await request(server.target, 'PATCH', '/api/v1/nodes/flood', {
+            agent: false,
+            headers: { 'Content-Type': 'application/merge-patch+json' },
+            body: { spec: { blob: `${++n}-${'x'.repeat(128 * 1024)}` } },
+          });
+          assert.equal(patched.status, 200, patched.text);
+          return server.lines.some((line) => line.includes('cut a watch whose client does not read its events'));
+        },
+        'the server to cut the watch',
+        120_000,
+        0,
+      );
+      t.diagnostic(`cut after ${n} changes of 128 KiB`);
+      const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+      socket.resume();
+      await ended;
+      const delivered = received.split('"type":"MODIFIED"').length - 1;
+      assert.ok(delivered < n, `the unread events were dropped with the watch (${delivered} of ${n} delivered)`);
+      assert.ok(n < 1000, `cut after ${n} changes`);
+      await eventually(() => reader.lines().some((line) => line.includes(`"${n}-x`)), 'the reading watch to see the last change');
+      assert.equal(reader.ended(), false, 'the watch whose client reads is still open');
+      reader.close();
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('unexpected exceptions (in-process API server)', () => {
   it('a server bug is a 500 with a generic message, logged once with its stack', async () => {
-    const dir = tempDir('bug');
-    const datastore = openSqliteDatastore(path.join(dir, 'state.db'));
-    const store = new ObjectStore(datastore);
     // The injected fault: a list that fails the way a bug would, with internals in its message.
-    store.list = async () => {
-      throw new TypeError('secret internal detail');
-    };
-    const lines: string[] = [];
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
-        done();
+    const server = await inProcessServer({
+      sabotage: (store) => {
+        store.list = async () => {
+          throw new TypeError('secret internal detail');
+        };
       },
     });
-    const registry = new ResourceRegistry();
-    const tls = await ensureServingMaterial(path.join(dir, 'tls'), ['127.0.0.1']);
-    const token = randomBytes(24).toString('hex');
-    const authenticator = new TokenAuthenticator();
-    authenticator.add(token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
-    const api = new ApiServer(
-      {
-        store,
-        registry,
-        openapi: new OpenApiDocuments(registry),
-        authenticator,
-        authorizer: allowAuthenticated,
-        logger: pino({ level: 'info' }, sink),
-        version: versionInfo(),
-        caCertificatePem: tls.ca.certificatePem,
-        readiness: async () => undefined,
-      },
-      tls.serving,
-    );
     try {
-      const { port } = await api.listen({ host: '127.0.0.1', port: 0 });
-      const res = await request({ port, token, caPem: tls.ca.certificatePem }, 'GET', '/api/v1/pods', { agent: false });
+      const res = await request(server.target, 'GET', '/api/v1/pods', { agent: false });
       assert.equal(res.status, 500, res.text);
       const status = expectStatusBody(res.text, 500, 'InternalError', /unexpected error occurred.*server log has the details/, 'server bug');
       assert.doesNotMatch(String(status.message), /secret internal detail/, 'the answer does not echo internals');
       const errors = await eventually(() => {
-        const found = lines.filter((line) => line.includes('"level":50'));
+        const found = server.lines.filter((line) => line.includes('"level":50'));
         return found.length ? found : undefined;
       }, 'the error log line');
       assert.equal(errors.length, 1, `logged once: ${errors.join('\n')}`);
       assert.match(errors[0]!, /"stack":"TypeError: secret internal detail/);
       assert.match(errors[0]!, /"path":"\/api\/v1\/pods"/);
     } finally {
-      await api.close(1000);
-      await datastore.close();
+      await server.close();
     }
   });
 });

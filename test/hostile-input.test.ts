@@ -115,6 +115,7 @@ const CASES: HostileCase[] = [
   { name: 'encoded slash in a name', method: 'GET', path: `${LEASES}/a%2Fb`, code: 400, reason: 'BadRequest', message: /invalid name "a\/b" in the request path: may not contain '\/'/ },
   { name: 'encoded slash in a namespace', method: 'POST', path: '/apis/coordination.k8s.io/v1/namespaces/default%2Fx/leases', options: { body: { metadata: { name: 'x' } } }, code: 400, reason: 'BadRequest', message: /invalid namespace "default\/x"/ },
   { name: 'malformed percent-encoding', method: 'GET', path: `${LEASES}/%E0%A4%A`, code: 400, reason: 'BadRequest', message: /invalid percent-encoding in the request path segment "%E0%A4%A"/ },
+  { name: 'dot segments in the path are resolved first, as in a URL', method: 'GET', path: '/api/v1/../../../etc/passwd', code: 404, reason: 'NotFound', message: /could not find the requested resource \(\/etc\/passwd\)/ },
   { name: 'request target //', method: 'GET', path: '//', code: 400, reason: 'BadRequest', message: /invalid request target "\/\/"/ },
   // --- HTTP ---------------------------------------------------------------------------------------
   { name: 'URL over 16 KiB', method: 'GET', path: `${LEASES}/${'a'.repeat(20_000)}`, code: 431, reason: 'BadRequest', message: /larger than the limit of 16384 bytes/ },
@@ -133,6 +134,13 @@ const CASES: HostileCase[] = [
   { name: 'limit=-1', method: 'GET', path: `${ALL_LEASES}?limit=-1`, code: 400, reason: 'BadRequest', message: /invalid limit "-1": must be between 0 and 9007199254740991/ },
   { name: 'limit=abc', method: 'GET', path: `${ALL_LEASES}?limit=abc`, code: 400, reason: 'BadRequest', message: /invalid limit "abc": must be an integer/ },
   { name: 'limit beyond 2^53', method: 'GET', path: `${ALL_LEASES}?limit=100000000000000000000`, code: 400, reason: 'BadRequest', message: /invalid limit "100000000000000000000": must be between/ },
+  {
+    name: 'unknown query parameter: ignored, as kube-apiserver',
+    method: 'GET',
+    path: `${LEASES}?bogus=%00%ff&limit=1`,
+    code: 200,
+    check: (list) => assert.equal(list.kind, 'LeaseList'),
+  },
   { name: 'continue token that is garbage', method: 'GET', path: `${ALL_LEASES}?limit=1&continue=garbage`, code: 400, reason: 'BadRequest', message: /invalid continue token/ },
   { name: 'continue token with a revision from the future', method: 'GET', path: `${ALL_LEASES}?limit=1&continue=${continueToken({ v: 'meta.k8s.io/v1', rv: 1e15, start: '/registry/coordination.k8s.io/leases/default/a' })}`, code: 400, reason: 'BadRequest', message: /invalid continue token/ },
   { name: "continue token with another list's key", method: 'GET', path: `${LEASES}?limit=1&continue=${continueToken({ v: 'meta.k8s.io/v1', rv: 2, start: '/registry/core/pods/default/a' })}`, code: 400, reason: 'BadRequest', message: /invalid continue token: it was not produced by this server for this list/ },

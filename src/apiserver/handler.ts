@@ -33,6 +33,7 @@ import {
   type LongRunningLimits,
   MAX_FIELD_MANAGER_LENGTH,
   MAX_INT32,
+  MAX_WATCH_UNREAD_BYTES,
   resourceVersionParam,
 } from './limits.js';
 import { decodeKubernetesProtobuf } from './protobuf.js';
@@ -105,6 +106,8 @@ export interface HandlerOptions {
   podLogs?(pod: KubeObject, params: PodLogParams, req: IncomingMessage, res: ServerResponse): Promise<void>;
   /** How many watches and followed logs a user, and the server, may hold open at once. */
   longRunning?: LongRunningLimits;
+  /** Bytes of events a watch's client may leave unread (beyond its initial list) before the watch is cut. */
+  watchUnreadBytes?: number;
 }
 
 /** The query of a pods/log request, as kubectl sends it. */
@@ -263,12 +266,14 @@ function listKind(def: ResourceDefinition): string {
 export class ApiHandler {
   private readonly bookmarkIntervalMs: number;
   private readonly longRunning: LongRunningLimiter;
+  private readonly watchUnreadBytes: number;
   /** What each request turned out to be, for metrics. */
   private readonly requestKinds = new WeakMap<ServerResponse, { verb: string; resource: string }>();
 
   constructor(private readonly options: HandlerOptions) {
     this.bookmarkIntervalMs = options.bookmarkIntervalMs ?? 15_000;
     this.longRunning = new LongRunningLimiter(options.longRunning ?? DEFAULT_LONG_RUNNING_LIMITS);
+    this.watchUnreadBytes = options.watchUnreadBytes ?? MAX_WATCH_UNREAD_BYTES;
   }
 
   /** Entry point for node:http(s). Never throws: every failure becomes a Status response. */
@@ -664,9 +669,17 @@ export class ApiHandler {
     };
     res.on('close', finish);
 
+    // Set once the initial objects are written: what a client that stopped reading may leave
+    // unread before its watch is cut (a new watch starts with a fresh list).
+    let unreadLimit: number | undefined;
     const write = (type: string, object: unknown): void => {
       if (closed) return;
       res.write(`${JSON.stringify({ type, object })}\n`);
+      if (unreadLimit !== undefined && res.writableLength > unreadLimit) {
+        this.options.logger.debug({ path: url.pathname, unreadBytes: res.writableLength }, 'cut a watch whose client does not read its events');
+        finish();
+        res.destroy();
+      }
     };
     const wrap = (obj: KubeObject): unknown =>
       negotiated.table ? toTable(def.printer, [obj], include, { resourceVersion: obj.metadata.resourceVersion ?? '' }) : obj;
@@ -698,6 +711,7 @@ export class ApiHandler {
       handle.cancel();
       return;
     }
+    unreadLimit = res.writableLength + this.watchUnreadBytes;
     timers.push(setTimeout(finish, timeoutMs));
     if (allowBookmarks) {
       const tick = (): void => {

@@ -29,6 +29,13 @@ export const MAX_YAML_TOKENS = 20_000;
 /** Upper bound of Kubernetes' int32 fields (replicas), also used for seconds fields, as kube-apiserver bounds activeDeadlineSeconds. */
 export const MAX_INT32 = 2_147_483_647;
 
+/**
+ * Events a watch's client may leave unread, beyond the initial list, before the server cuts the
+ * watch: a client that stops reading would otherwise make the server buffer every later event.
+ * kube-apiserver likewise closes a watcher that does not keep up. The client re-watches.
+ */
+export const MAX_WATCH_UNREAD_BYTES = 16 * 1024 * 1024;
+
 /** Longest fieldManager, as in kube-apiserver. */
 export const MAX_FIELD_MANAGER_LENGTH = 128;
 
