@@ -80,6 +80,9 @@ function parseRecord(value: Buffer): NodeRecord {
  */
 export type RecordChange = (record: NodeRecord, revision: number) => NodeRecord | undefined;
 
+/** How soon a failed reload of the records after a broken watch is tried again. */
+const RELOAD_RETRY_MS = 1000;
+
 export class NodeRegistry implements Authenticator {
   private readonly byTokenHash = new Map<string, string>();
   private readonly tokenHashByNode = new Map<string, string>();
@@ -87,6 +90,8 @@ export class NodeRegistry implements Authenticator {
   /** Every record, as the watch last showed it (the reconciler reads it to skip no-op writes). */
   private readonly records = new Map<string, NodeRecord>();
   private watch: Watch | undefined;
+  private stopped = false;
+  private reloadTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly datastore: Datastore) {}
 
@@ -110,13 +115,29 @@ export class NodeRegistry implements Authenticator {
       },
       onError: () => {
         // Fall back to a fresh load; credentials must not go stale silently.
-        void this.start();
+        this.reload();
       },
     });
   }
 
   stop(): void {
+    this.stopped = true;
+    clearTimeout(this.reloadTimer);
     this.watch?.cancel();
+  }
+
+  /**
+   * Load again after a broken watch. A datastore that cannot answer (unreachable, or closing as
+   * the server stops) is tried again a second later, never left as an unhandled failure that would
+   * take the server down; stop() ends the retries.
+   */
+  private reload(): void {
+    if (this.stopped) return;
+    this.start().catch(() => {
+      if (this.stopped) return;
+      this.reloadTimer = setTimeout(() => this.reload(), RELOAD_RETRY_MS);
+      this.reloadTimer.unref();
+    });
   }
 
   private index(record: NodeRecord): void {
