@@ -286,9 +286,18 @@ def test_dynamic(api_client, workdir):
     check([item.metadata.name for item in listed.items] == [name], 'list by label selector')
     patched = deployments.patch(name=name, namespace=NAMESPACE, body={'metadata': {'labels': {'step': 'patched'}}}, content_type='application/merge-patch+json')
     check(patched.metadata.labels['step'] == 'patched', 'merge patch')
-    current = deployments.get(name=name, namespace=NAMESPACE).to_dict()
-    current['spec']['minReadySeconds'] = 3
-    replaced = deployments.replace(body=current, namespace=NAMESPACE)
+    # Read, change, replace, and read again on a 409, as any client must: the Deployment
+    # controller writes the object's status meanwhile.
+    for attempt in range(20):
+        current = deployments.get(name=name, namespace=NAMESPACE).to_dict()
+        current['spec']['minReadySeconds'] = 3
+        try:
+            replaced = deployments.replace(body=current, namespace=NAMESPACE)
+            break
+        except ConflictError:
+            time.sleep(0.1)
+    else:
+        check(False, 'a PUT from a fresh read succeeds within 20 tries')
     check(replaced.metadata.generation == 2 and replaced.spec.minReadySeconds == 3, 'PUT changes the spec, generation 2')
     try:
         deployments.replace(body=current, namespace=NAMESPACE)
