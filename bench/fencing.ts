@@ -17,7 +17,8 @@
  *                timeout plus one peer query (400 ms timeout).
  *   outage-over  2 peers report themselves cut off too (a control-plane outage): the workload
  *                keeps running; then the peers report fresh renewals: time from that switch to
- *                the kill (the supervisor re-asks every 500 ms during an outage).
+ *                the kill (the supervisor re-asks every 500 ms during an outage, and waits one
+ *                fencing timeout from the last round that found the outage for its own renewal).
  *   peer-query   queryPeers() against the two unreachable peers: time to give up.
  *
  * Writes bench/results/fencing.json. Nothing is asserted on the figures; an outage that was not

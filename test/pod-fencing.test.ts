@@ -296,6 +296,78 @@ describe('fencing atMostOne pods', () => {
     assert.match(state.fenced?.message ?? '', /1 of 3 nodes cut off \(2 of 2 peers answered\)/);
   });
 
+  it('after an outage, a node whose own renewal comes back a little after its peers\' is not fenced', async () => {
+    // The default 3 s timeout: room for the peers to be back and this node's renewal to follow.
+    const timeoutMs = 3000;
+    let peerAge = 10_000;
+    const peers = [await fakePeer('peer-d', () => peerAge), await fakePeer('peer-e', () => peerAge)];
+    const file = path.join(root, 'late-fencing.json');
+    const feed = new FencingFeeder(file, {
+      nodeName: 'self',
+      fencingTimeoutMs: timeoutMs,
+      peers: peers.map(({ name, url }) => ({ name, url })),
+      peerToken: PEER_TOKEN,
+      caFile,
+      nodeCount: 3,
+    });
+    feed.start();
+    const pod = await startPod('late', file, true);
+    feed.stop();
+    await eventually(() => readRunState(pod.dir)?.outage, 'outage recorded', timeoutMs + FENCE_CEILING_MS, 20);
+    // The outage ends for the peers first (e.g. etcd restarted, their renewals got through):
+    // the supervisor hears it and waits for its own renewal instead of fencing at once.
+    peerAge = 100;
+    const log = (): string => fs.readFileSync(path.join(pod.dir, 'supervisor.log'), 'utf8');
+    await eventually(
+      () => /the peers reach the control plane again, this node not yet/.test(log()) || !alive(pod.pid) || undefined,
+      'the supervisor to hear that the peers are back',
+      FENCE_CEILING_MS,
+      20,
+    );
+    assert.ok(alive(pod.pid), `not fenced the moment the peers were back:\n${log()}`);
+    feed.start();
+    await eventually(() => readRunState(pod.dir)?.outage === undefined, 'outage cleared by the renewal');
+    // Renewals flow: the pod runs on, past the fresh timeout the outage's end gave it.
+    await always(() => alive(pod.pid) && readRunState(pod.dir)?.finished === false, 'runs on once its renewal is confirmed', timeoutMs + 1000);
+    assert.doesNotMatch(log(), /fencing pod/);
+    assert.match(log(), /lease renewals confirmed again; control-plane outage over/);
+    feed.stop();
+    killPodProcesses(pod.dir);
+  });
+
+  it('after an outage, fences one fencing timeout after the outage was last heard of if its own renewal stays missing', async () => {
+    const timeoutMs = 3000;
+    let peerAge = 10_000;
+    const peers = [await fakePeer('peer-f', () => peerAge), await fakePeer('peer-g', () => peerAge)];
+    const file = path.join(root, 'never-fencing.json');
+    const feed = new FencingFeeder(file, {
+      nodeName: 'self',
+      fencingTimeoutMs: timeoutMs,
+      peers: peers.map(({ name, url }) => ({ name, url })),
+      peerToken: PEER_TOKEN,
+      caFile,
+      nodeCount: 3,
+    });
+    feed.start();
+    const pod = await startPod('never', file, true);
+    feed.stop();
+    await eventually(() => readRunState(pod.dir)?.outage, 'outage recorded', timeoutMs + FENCE_CEILING_MS, 20);
+    const lastOutageAsk = peers[0]!.asked;
+    peerAge = 100;
+    const switchedAt = monoNowMs();
+    const diedAt = await deathTime(pod.pid, timeoutMs + FENCE_CEILING_MS);
+    // Never later than a timeout after the switch plus a ceiling; never before the peers said they were back.
+    console.log(`# fenced ${diedAt - switchedAt} ms after the peers reported the control plane back (timeout ${timeoutMs} ms)`);
+    assert.ok(peers[0]!.asked > lastOutageAsk, 'the peers were asked after they were back');
+    const state = await eventually(() => {
+      const s = readRunState(pod.dir);
+      return s?.finished ? s : undefined;
+    }, 'fenced state');
+    assert.equal(state.finishReason, 'Fenced');
+    assert.match(state.fenced?.message ?? '', /1 of 3 nodes cut off \(2 of 2 peers answered\)/);
+    assert.match(fs.readFileSync(path.join(pod.dir, 'supervisor.log'), 'utf8'), /the peers reach the control plane again, this node not yet[\s\S]*fencing pod/);
+  });
+
   it('fences when the peers cannot be reached or do not answer in time', async () => {
     const closed = https.createServer();
     await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));

@@ -136,6 +136,15 @@ export class PodSupervisor {
   private fencingTimer: NodeJS.Timeout | undefined;
   private peerQuery: Promise<void> | undefined;
   private lastPeerQueryMono = 0;
+  /**
+   * Monotonic ms when the last round that found an outage began (every answer came later, each
+   * from a peer then cut off for more than the peer cut-off: a majority was silent then). Once
+   * the peers are back, this node gets one fencing timeout from there for its own renewal
+   * (docs/failover.md, "The outage case").
+   */
+  private outageHeardMono = 0;
+  /** Set while the peers are back from an outage and this node's own renewal is still missing. */
+  private peersBackLogged = false;
   /** Kept-alive connections to the peers (the agents' endpoints close them after 5 s idle). */
   private readonly peerAgent = new https.Agent({ keepAlive: true });
   private warming: Promise<void> | undefined;
@@ -433,6 +442,7 @@ export class PodSupervisor {
       if (this.outage) {
         this.logger.info({ ageMs, timeoutMs, outageSince: this.outage.since }, 'lease renewals confirmed again; control-plane outage over');
         this.outage = undefined;
+        this.peersBackLogged = false;
         this.writeState();
       }
       if (ageMs > timeoutMs - Math.min(WARM_AHEAD_MS, timeoutMs / 3)) this.warmPeers();
@@ -440,7 +450,10 @@ export class PodSupervisor {
     }
     if (this.peerQuery) return;
     const now = monoNowMs();
-    if (this.outage && now - this.lastPeerQueryMono < OUTAGE_RECHECK_MS) return;
+    // Once the peers are back from an outage, this node's fresh fencing timeout ends at a fixed
+    // time: the round that fences then is not put off to the next half second.
+    const holdOver = this.peersBackLogged && now - this.outageHeardMono > timeoutMs;
+    if (this.outage && !holdOver && now - this.lastPeerQueryMono < OUTAGE_RECHECK_MS) return;
     this.lastPeerQueryMono = now;
     this.peerQuery = this.decide().finally(() => {
       this.peerQuery = undefined;
@@ -467,6 +480,7 @@ export class PodSupervisor {
   }
 
   private async decide(): Promise<void> {
+    const askedAtMono = monoNowMs();
     const fencing = this.lastFencing;
     let answers: (PeerControlPlaneAnswer | undefined)[] = [];
     try {
@@ -492,12 +506,26 @@ export class PodSupervisor {
       return;
     }
     if (verdict === 'outage') {
+      this.outageHeardMono = askedAtMono;
+      this.peersBackLogged = false;
       if (!this.outage) {
         this.logger.warn(figures, 'no confirmed lease renewal, but a majority of nodes is cut off too: control-plane outage, workload keeps running');
       }
       const changed = !this.outage || this.outage.cutOff !== cutOff || this.outage.nodeCount !== nodeCount;
       this.outage = { since: this.outage?.since ?? nowIso(), cutOff, nodeCount };
       if (changed) this.writeState();
+      return;
+    }
+    if (this.outage && monoNowMs() - this.outageHeardMono <= timeoutMs) {
+      // The outage is over for the peers, not yet for this node: its renewals may simply come a
+      // little later than theirs (a renewal under way, a server still reconnecting to its
+      // datastore). The controller gives silent nodes a fresh grace when an outage ends, and
+      // replaces a singleton no sooner than fencing-timeout + margin after the majority was last
+      // silent; so this node gets one fencing timeout from then, and fences at its end (checkFencing).
+      if (!this.peersBackLogged) {
+        this.peersBackLogged = true;
+        this.logger.warn(figures, 'the peers reach the control plane again, this node not yet: fencing unless a renewal is confirmed within the fencing timeout');
+      }
       return;
     }
     const message =
