@@ -167,8 +167,11 @@ describe('files and modes, as docs/security.md lists them', () => {
     agent = await startAgent({ server, name: 'modes-agent', dataDir: agentDir });
     serverPod = await runPod(server, serverDir, 'modes-server', 'on-server');
     agentPod = await runPod(server, agentDir, 'modes-agent', 'on-agent');
-    // servers.json is written once the agent has asked for the server list.
-    await eventually(() => fs.existsSync(path.join(agentDir, 'agent', 'servers.json')), 'the standalone agent’s servers.json', 30_000);
+    // servers.json is written once the agent has asked for the server list, fencing.json after
+    // the first renewal confirmed once its pod manager runs.
+    for (const file of ['servers.json', 'fencing.json']) {
+      await eventually(() => fs.existsSync(path.join(agentDir, 'agent', file)), `the standalone agent’s ${file}`, 30_000);
+    }
   });
 
   after(async () => {
