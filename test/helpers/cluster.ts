@@ -49,6 +49,13 @@ export async function waitGone(pid: number, needle: string, ceilingMs = 10_000):
   }
 }
 
+/**
+ * Ports handed to a process that binds them later (etcd's client and peer ports) come from below
+ * the kernel's ephemeral range (32768-60999 on Linux): a port taken from that range and released
+ * could be given to any other test's `listen(0)` or outgoing connection before etcd binds it.
+ */
+const PICKED_PORTS = { from: 20_000, to: 32_000 };
+
 /** A port free on both `ip` and 127.0.0.1 a moment ago (a managed etcd listens on both for clients). */
 export async function freePortOn(ip: string): Promise<number> {
   const probe = (host: string, port: number): Promise<number> =>
@@ -62,12 +69,13 @@ export async function freePortOn(ip: string): Promise<number> {
       });
     });
   for (let attempt = 0; ; attempt++) {
-    const port = await probe('127.0.0.1', 0);
+    const port = PICKED_PORTS.from + Math.floor(Math.random() * (PICKED_PORTS.to - PICKED_PORTS.from));
     try {
+      await probe('127.0.0.1', port);
       await probe(ip, port);
       return port;
     } catch (error) {
-      if (attempt > 20) throw error;
+      if (attempt > 100) throw error;
     }
   }
 }
