@@ -14,12 +14,13 @@ import {
   NodeSampler,
   nodeState,
   registerNode,
+  type ServerPair,
   spawnAgent,
   startAgent,
+  startServerPairOnEtcd,
   waitForNode,
   waitForState,
 } from './helpers/agent.js';
-import { type EtcdServer, startEtcd } from './helpers/etcd.js';
 import { kubectlClients, runKubectl } from './helpers/kubectl.js';
 import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 import { listEvents } from './helpers/workloads.js';
@@ -231,20 +232,17 @@ describe('node incarnations and credentials on one server', () => {
 // -------------------------------------------------------------------------------------------------
 
 describe('node credentials on two servers sharing one etcd', () => {
-  let etcd: EtcdServer;
+  let pair: ServerPair | undefined;
   let a: ServerProcess;
   let b: ServerProcess;
 
   before(async () => {
-    etcd = await startEtcd();
-    const endpoint = etcd.endpoint.replace(/^https?:\/\//, 'etcd://');
-    a = await startServer({ args: ['--datastore-endpoint', endpoint, '--node-name', 'cred-a'] });
-    b = await startServer({ args: ['--datastore-endpoint', endpoint, '--node-name', 'cred-b', '--token', joinToken(a)] });
+    pair = await startServerPairOnEtcd('cred');
+    ({ a, b } = pair);
   });
 
   after(async () => {
-    await cleanup(a?.dataDir ?? '', b?.dataDir ?? '');
-    await etcd?.stop();
+    await pair?.stop();
   });
 
   it('a credential replaced through one server stops working on the other too (every server indexes credentials from a datastore watch)', async (t) => {

@@ -9,15 +9,15 @@ import {
   type ExitInfo,
   getNode,
   joinSecret,
-  joinToken,
   nodeState,
   runDrover,
+  type ServerPair,
   spawnAgent,
   startAgent,
+  startServerPairOnEtcd,
   waitForNode,
   waitForState,
 } from './helpers/agent.js';
-import { type EtcdServer, startEtcd } from './helpers/etcd.js';
 import { MODERN_KUBECTL, runKubectl } from './helpers/kubectl.js';
 import { type ApiResponse, cleanup, eventually, request, type ServerProcess, startServer, tempDir } from './helpers/server.js';
 
@@ -241,20 +241,17 @@ describe('a node name outlives its Node object until drover node forget', () => 
 // -------------------------------------------------------------------------------------------------
 
 describe('drover node forget on two servers sharing one etcd', () => {
-  let etcd: EtcdServer;
+  let pair: ServerPair | undefined;
   let a: ServerProcess;
   let b: ServerProcess;
 
   before(async () => {
-    etcd = await startEtcd();
-    const endpoint = etcd.endpoint.replace(/^https?:\/\//, 'etcd://');
-    a = await startServer({ args: ['--datastore-endpoint', endpoint, '--node-name', 'forget-a'] });
-    b = await startServer({ args: ['--datastore-endpoint', endpoint, '--node-name', 'forget-b', '--token', joinToken(a)] });
+    pair = await startServerPairOnEtcd('forget');
+    ({ a, b } = pair);
   });
 
   after(async () => {
-    await cleanup(a?.dataDir ?? '', b?.dataDir ?? '');
-    await etcd?.stop();
+    await pair?.stop();
   });
 
   it('a name forgotten through one server: its credential is refused on the other too, and the name is free there', async (t) => {

@@ -6,8 +6,9 @@ import net from 'node:net';
 import path from 'node:path';
 import { API_SERVER_CLIENT_NAME } from '../../src/cluster/supervisor.js';
 import { issueCertificate } from '../../src/security/pki.js';
+import { type EtcdServer, startEtcd } from './etcd.js';
 import { reapPods } from './pods.js';
-import { DROVER_BIN, request, type ServerProcess, tempDir } from './server.js';
+import { cleanup, DROVER_BIN, request, type ServerProcess, startServer, tempDir } from './server.js';
 
 /**
  * Test harness for nodes: real `drover agent` child processes joining a test server, each with
@@ -543,4 +544,28 @@ export function watchNodes(server: ApiTarget, onEvent: (type: string, node: Node
   req.on('error', () => undefined);
   req.end();
   return { close: () => req.destroy() };
+}
+
+/** Two servers of one cluster sharing a real etcd: `<prefix>-a` made it, `<prefix>-b` joined with its token. */
+export interface ServerPair {
+  etcd: EtcdServer;
+  a: ServerProcess;
+  b: ServerProcess;
+  stop(): Promise<void>;
+}
+
+export async function startServerPairOnEtcd(prefix: string): Promise<ServerPair> {
+  const etcd = await startEtcd();
+  const endpoint = etcd.endpoint.replace(/^https?:\/\//, 'etcd://');
+  const a = await startServer({ args: ['--datastore-endpoint', endpoint, '--node-name', `${prefix}-a`] });
+  const b = await startServer({ args: ['--datastore-endpoint', endpoint, '--node-name', `${prefix}-b`, '--token', joinToken(a)] });
+  return {
+    etcd,
+    a,
+    b,
+    stop: async () => {
+      await cleanup(a.dataDir, b.dataDir);
+      await etcd.stop();
+    },
+  };
 }
