@@ -111,6 +111,6 @@ npm ci --no-audit --no-fund
 npx tsc -p tsconfig.test.json
 
 shopt -s nullglob
-tests=(test/*.test.ts)
-echo "test.sh: running ${#tests[@]} test files"
+tests=(test/unit/*.test.ts test/e2e/*.test.ts)
+echo "test.sh: running ${#tests[@]} test files (test/unit: pure and in-process; test/e2e: real servers, agents, etcd, kubectl)"
 exec node --import tsx --test --test-concurrency=2 --test-timeout=600000 "${tests[@]}"

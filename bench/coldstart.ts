@@ -11,7 +11,7 @@
  * connection each time, certificate not verified since a fresh CA does not exist yet).
  *
  * Each run ends with SIGTERM, and the time from the signal to the exit is the shutdown figure
- * (test/api.test.ts only checks the exit code 0, which the 15 s watchdog would turn into 1): the
+ * (test/e2e/api.test.ts only checks the exit code 0, which the 15 s watchdog would turn into 1): the
  * fresh-data-dir runs stop right after the first 200, their embedded agent still registering; the
  * existing-data-dir runs stop once the server's own node is Ready (a settled server, whose agent
  * records a planned stop and releases its lease on the way out).

@@ -1,7 +1,7 @@
 /**
  * Fencing: how soon a singleton's supervisor kills its workload once its node's lease renewals
  * stop being confirmed, measured against the fencing timeout it must wait out. The figures that
- * test/pod-fencing.test.ts only holds to generous ceilings.
+ * test/e2e/pod-fencing.test.ts only holds to generous ceilings.
  *
  *   node --import tsx bench/fencing.ts [--trials 5] [--timeout-ms 3000]
  *

@@ -1,4 +1,15 @@
-import type { VersionInfo } from './apiserver/handler.js';
+/** What `GET /version` answers, in kube-apiserver's shape (kubectl version reads it). */
+export interface VersionInfo {
+  major: string;
+  minor: string;
+  gitVersion: string;
+  gitCommit: string;
+  gitTreeState: string;
+  buildDate: string;
+  goVersion: string;
+  compiler: string;
+  platform: string;
+}
 
 /** Drover's own version. */
 export const DROVER_VERSION = '0.1.0';

@@ -57,23 +57,12 @@ import { dependentsChoiceOf } from './deletion.js';
 import { type IncludeObject, toTable } from './table.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
+import type { VersionInfo } from '../version.js';
 
 /**
  * The request path of the API: parse the URL into a request (as Kubernetes' RequestInfo does),
  * authenticate, authorize, then run the verb against the generic object store.
  */
-
-export interface VersionInfo {
-  major: string;
-  minor: string;
-  gitVersion: string;
-  gitCommit: string;
-  gitTreeState: string;
-  buildDate: string;
-  goVersion: string;
-  compiler: string;
-  platform: string;
-}
 
 export interface HandlerOptions {
   store: ObjectStore;

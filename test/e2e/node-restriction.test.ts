@@ -1,0 +1,207 @@
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import type { KubeObject } from '../../src/apiserver/objects.js';
+import { nodeLabelViolation, nodeSelfUpdateViolation } from '../../src/cluster/node-authorization.js';
+import { joinSecret, runDrover } from '../helpers/agent.js';
+import { cleanup, request, type ServerProcess, serverArgs, startServer, tempDir } from '../helpers/server.js';
+
+/**
+ * Node restriction judges what the caller cannot choose: the stored object, not fields the caller
+ * puts in its own patch; and a node may not steer work to itself (role labels, taints, cordon).
+ */
+
+function node(labels: Record<string, string>, spec: Record<string, unknown> = {}, annotations?: Record<string, string>): KubeObject {
+  return { apiVersion: 'v1', kind: 'Node', metadata: { name: 'n1', labels, ...(annotations ? { annotations } : {}) }, spec };
+}
+const OWN_CORDON = { 'drover.io/shutdown': JSON.stringify({ reason: 'SIGTERM', time: '2026-01-01T00:00:00Z', cordoned: true }) };
+const ADMIN_CORDON_RECORD = { 'drover.io/shutdown': JSON.stringify({ reason: 'SIGTERM', time: '2026-01-01T00:00:00Z', cordoned: false }) };
+
+describe('node restriction rules (pure)', () => {
+  it('labels a node may set on itself, as kubelet may', () => {
+    for (const key of ['kubernetes.io/hostname', 'kubernetes.io/os', 'topology.kubernetes.io/zone', 'node.kubernetes.io/instance-type',
+      'kubelet.kubernetes.io/anything', 'example.com/rack', 'plain']) {
+      assert.equal(nodeLabelViolation(key), undefined, key);
+    }
+    for (const key of ['node-role.kubernetes.io/control-plane', 'node-restriction.kubernetes.io/dedicated', 'kubernetes.io/role',
+      'foo.k8s.io/x', 'drover.io/state']) {
+      assert.ok(nodeLabelViolation(key), key);
+    }
+  });
+
+  it('labels: adding, changing and removing a reserved label are all refused; unchanged ones are fine', () => {
+    const role = { 'node-role.kubernetes.io/worker': 'true' };
+    assert.match(nodeSelfUpdateViolation(undefined, node(role)) ?? '', /node-role/);
+    assert.match(nodeSelfUpdateViolation(node({}), node(role)) ?? '', /node-role/);
+    assert.match(nodeSelfUpdateViolation(node(role), node({})) ?? '', /node-role/, 'removing an admin label');
+    assert.equal(nodeSelfUpdateViolation(node(role), node({ ...role, mine: 'x' })), undefined);
+    assert.match(nodeSelfUpdateViolation(node({ 'drover.io/state': 'NotReady' }), node({ 'drover.io/state': 'Ready' })) ?? '', /lifecycle/);
+  });
+
+  it('taints: set at registration, never changed after', () => {
+    const taints = [{ key: 'dedicated', value: 'db', effect: 'NoSchedule' }];
+    assert.equal(nodeSelfUpdateViolation(undefined, node({}, { taints })), undefined);
+    assert.match(nodeSelfUpdateViolation(node({}, { taints }), node({}, {})) ?? '', /taints/);
+    assert.match(nodeSelfUpdateViolation(node({}, {}), node({}, { taints })) ?? '', /taints/);
+    assert.equal(nodeSelfUpdateViolation(node({}, { taints }), node({}, { taints })), undefined);
+  });
+
+  it('cordon: only for a planned stop; uncordon only of its own recorded cordon', () => {
+    // The agent's planned stop: record cordoned:true and unschedulable in one write.
+    assert.equal(nodeSelfUpdateViolation(node({}), node({}, { unschedulable: true }, OWN_CORDON)), undefined);
+    // Back from it: both withdrawn.
+    assert.equal(nodeSelfUpdateViolation(node({}, { unschedulable: true }, OWN_CORDON), node({}, {})), undefined);
+    // Cordoning without a record, uncordoning an admin's cordon, or claiming it afterwards.
+    assert.match(nodeSelfUpdateViolation(node({}), node({}, { unschedulable: true })) ?? '', /planned stop/);
+    assert.match(nodeSelfUpdateViolation(node({}, { unschedulable: true }), node({}, {})) ?? '', /administrator/);
+    assert.match(nodeSelfUpdateViolation(node({}, { unschedulable: true }, ADMIN_CORDON_RECORD), node({}, {})) ?? '', /administrator/);
+    assert.match(
+      nodeSelfUpdateViolation(node({}, { unschedulable: true }), node({}, { unschedulable: true }, OWN_CORDON)) ?? '',
+      /only in the write that cordons it/,
+    );
+    // A planned stop of an admin-cordoned node records cordoned:false and changes nothing.
+    assert.equal(nodeSelfUpdateViolation(node({}, { unschedulable: true }), node({}, { unschedulable: true }, ADMIN_CORDON_RECORD)), undefined);
+  });
+});
+
+describe('node restriction on a real server', () => {
+  let server: ServerProcess;
+  const merge = { 'Content-Type': 'application/merge-patch+json' };
+  const credentials = new Map<string, string>();
+
+  async function register(name: string, taints?: unknown[]): Promise<string> {
+    const registration = await request(server, 'POST', '/drover/v1/register', {
+      token: joinSecret(server),
+      body: { nodeName: name, nodeId: randomUUID(), password: `${name}-password-0123456789` },
+    });
+    assert.equal(registration.status, 200, registration.text);
+    const token = (registration.json as { token: string }).token;
+    const created = await request(server, 'POST', '/api/v1/nodes', {
+      token,
+      body: { apiVersion: 'v1', kind: 'Node', metadata: { name, labels: { 'kubernetes.io/hostname': name } }, spec: taints ? { taints } : {} },
+    });
+    assert.equal(created.status, 201, created.text);
+    credentials.set(name, token);
+    return token;
+  }
+
+  before(async () => {
+    server = await startServer({ handMadeNodes: true });
+    await register('alpha', [{ key: 'dedicated', value: 'db', effect: 'NoSchedule' }]);
+    await register('beta');
+    const pod = await request(server, 'POST', '/api/v1/namespaces/default/pods', {
+      body: { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'on-beta' }, spec: { nodeName: 'beta', containers: [{ name: 'c', image: 'x', command: ['sleep', '1'] }] } },
+    });
+    assert.equal(pod.status, 201, pod.text);
+  });
+
+  after(async () => {
+    await cleanup();
+  });
+
+  it("a node cannot write another node's pod status by naming itself in the patch (403, pod untouched)", async () => {
+    for (const body of [
+      { spec: { nodeName: 'alpha' }, status: { phase: 'Failed' } },
+      { status: { phase: 'Failed' } },
+    ]) {
+      const res = await request(server, 'PATCH', '/api/v1/namespaces/default/pods/on-beta/status', {
+        token: credentials.get('alpha')!, headers: merge, body,
+      });
+      assert.equal(res.status, 403, res.text);
+      assert.match((res.json as { message: string }).message, /bound to "beta"/);
+    }
+    const current = await request(server, 'GET', '/api/v1/namespaces/default/pods/on-beta/status');
+    const put = await request(server, 'PUT', '/api/v1/namespaces/default/pods/on-beta/status', {
+      token: credentials.get('alpha')!,
+      body: { ...(current.json as KubeObject), spec: { ...(current.json as KubeObject).spec as object, nodeName: 'alpha' }, status: { phase: 'Failed' } },
+    });
+    assert.equal(put.status, 403, put.text);
+    const pod = (await request(server, 'GET', '/api/v1/namespaces/default/pods/on-beta')).json as KubeObject;
+    assert.notEqual((pod.status as { phase?: string } | undefined)?.phase, 'Failed');
+    // The pod's own node still may.
+    const own = await request(server, 'PATCH', '/api/v1/namespaces/default/pods/on-beta/status', {
+      token: credentials.get('beta')!, headers: merge, body: { status: { phase: 'Running' } },
+    });
+    assert.equal(own.status, 200, own.text);
+  });
+
+  it("a node cannot overwrite another node's Event by pointing it at itself (403)", async () => {
+    const event = await request(server, 'POST', '/api/v1/namespaces/default/events', {
+      token: credentials.get('beta')!,
+      body: {
+        apiVersion: 'v1', kind: 'Event', metadata: { name: 'beta-event' },
+        involvedObject: { kind: 'Node', name: 'beta' }, reason: 'Started', message: 'beta started', type: 'Normal',
+      },
+    });
+    assert.equal(event.status, 201, event.text);
+    const hijack = await request(server, 'PATCH', '/api/v1/namespaces/default/events/beta-event', {
+      token: credentials.get('alpha')!, headers: merge,
+      body: { involvedObject: { kind: 'Node', name: 'alpha' }, message: 'forged' },
+    });
+    assert.equal(hijack.status, 403, hijack.text);
+    const stored = (await request(server, 'GET', '/api/v1/namespaces/default/events/beta-event')).json as { message: string };
+    assert.equal(stored.message, 'beta started');
+  });
+
+  it('pods/log is not a node verb (403)', async () => {
+    const res = await request(server, 'GET', '/api/v1/namespaces/default/pods/on-beta/log', { token: credentials.get('beta')! });
+    assert.equal(res.status, 403, res.text);
+    const read = await request(server, 'GET', '/api/v1/namespaces/default/pods/on-beta', { token: credentials.get('alpha')! });
+    assert.equal(read.status, 200, 'reading pods stays allowed');
+  });
+
+  it('a node cannot label itself with roles or restriction labels, nor forge its state label (403)', async () => {
+    for (const key of ['node-role.kubernetes.io/control-plane', 'node-restriction.kubernetes.io/dedicated', 'drover.io/state']) {
+      const res = await request(server, 'PATCH', '/api/v1/nodes/alpha', {
+        token: credentials.get('alpha')!, headers: merge, body: { metadata: { labels: { [key]: 'true' } } },
+      });
+      assert.equal(res.status, 403, `${key}: ${res.text}`);
+      assert.match((res.json as { message: string }).message, new RegExp(key.replace(/[./]/g, '\\$&')));
+    }
+    const fine = await request(server, 'PATCH', '/api/v1/nodes/alpha', {
+      token: credentials.get('alpha')!, headers: merge, body: { metadata: { labels: { 'example.com/rack': 'r1' } } },
+    });
+    assert.equal(fine.status, 200, fine.text);
+    // The admin may set them.
+    const admin = await request(server, 'PATCH', '/api/v1/nodes/alpha', {
+      headers: merge, body: { metadata: { labels: { 'node-role.kubernetes.io/worker': 'true' } } },
+    });
+    assert.equal(admin.status, 200, admin.text);
+    const remove = await request(server, 'PATCH', '/api/v1/nodes/alpha', {
+      token: credentials.get('alpha')!, headers: merge, body: { metadata: { labels: { 'node-role.kubernetes.io/worker': null } } },
+    });
+    assert.equal(remove.status, 403, `removing an admin's role label: ${remove.text}`);
+  });
+
+  it('a node cannot remove its taints or uncordon itself after an admin cordon (403)', async () => {
+    const untaint = await request(server, 'PATCH', '/api/v1/nodes/alpha', {
+      token: credentials.get('alpha')!, headers: merge, body: { spec: { taints: null } },
+    });
+    assert.equal(untaint.status, 403, untaint.text);
+    assert.match((untaint.json as { message: string }).message, /taints/);
+    const cordon = await request(server, 'PATCH', '/api/v1/nodes/beta', { headers: merge, body: { spec: { unschedulable: true } } });
+    assert.equal(cordon.status, 200, cordon.text);
+    const uncordon = await request(server, 'PATCH', '/api/v1/nodes/beta', {
+      token: credentials.get('beta')!, headers: merge, body: { spec: { unschedulable: null } },
+    });
+    assert.equal(uncordon.status, 403, uncordon.text);
+    const nodeBeta = (await request(server, 'GET', '/api/v1/nodes/beta')).json as KubeObject;
+    assert.equal((nodeBeta.spec as { unschedulable?: boolean }).unschedulable, true, 'still cordoned');
+    const alpha = (await request(server, 'GET', '/api/v1/nodes/alpha')).json as KubeObject;
+    assert.equal((alpha.spec as { taints?: unknown[] }).taints?.length, 1, 'still tainted');
+  });
+
+  it('an agent refuses a reserved --node-label at start (exit 78, before anything is written)', async () => {
+    const dataDir = tempDir('agent-label');
+    const result = await runDrover([
+      'agent', '--server', server.url, '--token', 'K10unused::server:secret', '--data-dir', `${dataDir}/data`,
+      '--node-label', 'node-role.kubernetes.io/worker=true',
+    ]);
+    assert.equal(result.code, 78, result.stderr);
+    assert.match(result.stderr, /node-label: a node may not set label node-role\.kubernetes\.io\/worker/);
+    assert.deepEqual(await import('node:fs').then((fs) => fs.existsSync(`${dataDir}/data`)), false, 'no data dir made');
+    // serverArgs is the server's equivalent: the embedded agent validates the same way.
+    const refused = await runDrover([...serverArgs(tempDir('server-label'), { embeddedAgent: true }), '--node-label', 'node-restriction.kubernetes.io/x=y']);
+    assert.equal(refused.code, 78, refused.stderr);
+  });
+});
