@@ -1,0 +1,108 @@
+/**
+ * Setting up the etcd backend's connection: the options, their checks (endpoints all http:// or
+ * all https://, a certificate with its key), TLS material from files or PEM, and the `etcd3`
+ * client with the gRPC and fault-handling settings the backend relies on.
+ */
+
+import fs from 'node:fs';
+
+import { circuitBreaker, ConsecutiveBreaker, handleWhen } from 'cockatiel';
+import { Etcd3, isRecoverableError, type IOptions } from 'etcd3';
+
+import { DatastoreError } from '../types.js';
+
+export interface EtcdOptions {
+  /** Client URLs, e.g. `http://127.0.0.1:2379` or `https://10.0.0.1:2379`. */
+  endpoints: string[];
+  /** CA bundle for the server certificates: a file path (`caFile`) or PEM (`ca`). */
+  caFile?: string;
+  ca?: string | Buffer;
+  /** Client certificate and key for mutual TLS. */
+  certFile?: string;
+  cert?: string | Buffer;
+  keyFile?: string;
+  key?: string | Buffer;
+  /**
+   * Key namespace: every key is stored under this prefix in etcd, so several datastores can share
+   * one etcd. Progress notifications and replays from old revisions then also read keys outside
+   * the namespace (their revisions), so the client needs read access to the whole keyspace.
+   */
+  prefix?: string;
+  /** Deadline of every unary call (reads, writes, compaction). Default 30 s. */
+  requestTimeoutMs?: number;
+  /** How long the shared watch stream may stay broken before every watch fails. Default 30 s. */
+  watchRetryTimeoutMs?: number;
+  /** Most events kept in memory for watches resuming from a recent revision. Default 10 000. */
+  watchCacheEvents?: number;
+  /** Most bytes (keys and values) kept in that cache. Default 64 MiB. */
+  watchCacheBytes?: number;
+}
+
+/** A fault-handling policy that just runs the call once (see `createEtcdClient`). */
+const NEVER_ABORTED = new AbortController().signal;
+const noRetryPolicy = {
+  execute: async <T>(fn: (context: { signal: AbortSignal }) => PromiseLike<T> | T): Promise<T> =>
+    fn({ signal: NEVER_ABORTED }),
+  onSuccess: () => ({ dispose: () => undefined }),
+  onFailure: () => ({ dispose: () => undefined }),
+} as unknown as NonNullable<NonNullable<IOptions['faultHandling']>['global']>;
+
+/** The etcd3 client for `options`; throws a {@link DatastoreError} for inconsistent options. */
+export function createEtcdClient(options: EtcdOptions): Etcd3 {
+  if (!options.endpoints || options.endpoints.length === 0) {
+    throw new DatastoreError('etcd: at least one endpoint is required');
+  }
+  const read = (file: string | undefined, pem: string | Buffer | undefined): Buffer | undefined => {
+    if (pem !== undefined) return Buffer.isBuffer(pem) ? pem : Buffer.from(pem);
+    return file === undefined ? undefined : fs.readFileSync(file);
+  };
+  const ca = read(options.caFile, options.ca);
+  const cert = read(options.certFile, options.cert);
+  const key = read(options.keyFile, options.key);
+  const endpoints = options.endpoints.map((e) => e.trim().replace(/\/+$/, ''));
+  const https = endpoints.filter((e) => e.startsWith('https://')).length;
+  const http = endpoints.filter((e) => e.startsWith('http://')).length;
+  if (https > 0 && https !== endpoints.length) {
+    throw new DatastoreError('etcd: endpoints must be all http:// or all https://');
+  }
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new DatastoreError('etcd: a client certificate needs its key, and a key its certificate');
+  }
+  const tls = https > 0 || ca !== undefined || cert !== undefined;
+  if (tls && http > 0) {
+    throw new DatastoreError('etcd: TLS settings were given, but the endpoints are http://');
+  }
+  const clientOptions: IOptions = {
+    hosts: endpoints,
+    grpcOptions: {
+      // Lists of large objects exceed gRPC's default 4 MiB receive limit.
+      'grpc.max_receive_message_length': -1,
+      'grpc.max_send_message_length': -1,
+      // Notice a dead connection (not just a closed one) under a long-lived watch stream.
+      'grpc.keepalive_time_ms': 30_000,
+      'grpc.keepalive_timeout_ms': 10_000,
+    },
+    faultHandling: {
+      // No blind retries: a retried write whose first attempt did commit would report a
+      // conflict for its own success. Calls retry where that is safe (see `call` in ../etcd.ts).
+      global: noRetryPolicy,
+      // A short per-host breaker: a dead member is skipped after one failure and tried again
+      // after a second. The library's default (three failures, five seconds) kept a restarted
+      // member out so long that a quick rolling restart looked like a total outage.
+      host: () =>
+        circuitBreaker(handleWhen(isRecoverableError), {
+          halfOpenAfter: 1000,
+          breaker: new ConsecutiveBreaker(1),
+        }) as unknown as ReturnType<NonNullable<NonNullable<IOptions['faultHandling']>['host']>>,
+    },
+  };
+  if (tls) {
+    // etcd3 (and gRPC) take the CA as the root; without one the system roots are used.
+    clientOptions.credentials = {
+      rootCertificate: ca as Buffer,
+      ...(key ? { privateKey: key } : {}),
+      ...(cert ? { certChain: cert } : {}),
+    };
+  }
+  return new Etcd3(clientOptions);
+}
