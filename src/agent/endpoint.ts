@@ -1,0 +1,169 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { queryBool } from '../apiserver/query.js';
+import { API_SERVER_CLIENT_NAME } from '../cluster/supervisor.js';
+import type { AgentHealth } from '../controllers/node-state.js';
+import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
+import type { AgentMetrics } from '../metrics/metrics.js';
+import type { PodManager } from './pod-manager.js';
+import { PEER_CONTROL_PLANE_PATH } from './pods/fencing.js';
+import { PodLogError, streamContainerLog } from './pods/logs.js';
+
+/**
+ * The agent's own HTTPS endpoint (kubelet's port): `/healthz`, `/containerLogs/…` (what
+ * `kubectl logs` reaches through an API server), `/metrics` when this node's `supervisor-metrics`
+ * setting is on, and the peer answer other nodes' pod supervisors ask before they fence.
+ *
+ * Callers authenticate with a client certificate from the client CA: the API servers'
+ * (everything), or an admin's (system:masters: health and metrics). No token opens it: the join
+ * token joins nodes, nothing more. It has no certificate until the first registration gives it
+ * one (serveWith).
+ */
+
+export interface AgentEndpointOptions {
+  nodeName: string;
+  health: () => AgentHealth;
+  /** Present once the node is registered. */
+  pods: () => PodManager | undefined;
+  /** Present when this node's own `supervisor-metrics` setting is on. */
+  metrics: () => AgentMetrics | undefined;
+}
+
+/** The certificates of one registration: what the endpoint serves with, and whom it trusts. */
+export interface EndpointCertificates {
+  servingCertificate: string;
+  servingKey: string;
+  clientCaCertificate: string;
+}
+
+export class AgentEndpoint {
+  private server: https.Server | undefined;
+  private listeningPort = 0;
+
+  constructor(private readonly options: AgentEndpointOptions) {}
+
+  /** The port it listens on (0 until it does). */
+  get port(): number {
+    return this.listeningPort;
+  }
+
+  /**
+   * Listen before registering: the port is part of the registration (where API servers may reach
+   * it); it serves once a registration gave it a certificate.
+   */
+  async listen(port: number): Promise<void> {
+    if (this.server) return;
+    const server = https.createServer({ requestCert: true, rejectUnauthorized: false }, (req, res) => this.serve(req, res));
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, () => resolve());
+    });
+    this.listeningPort = (server.address() as AddressInfo).port;
+  }
+
+  /** Serve with this registration's certificate; trust only the client CA for callers. */
+  serveWith(certificates: EndpointCertificates): void {
+    this.server!.setSecureContext({ cert: certificates.servingCertificate, key: certificates.servingKey, ca: certificates.clientCaCertificate });
+  }
+
+  async close(): Promise<void> {
+    // Cut idle keep-alive connections first: close() alone would wait for them to time out.
+    const closed = new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    this.server?.closeAllConnections();
+    await closed;
+  }
+
+  private serve(req: IncomingMessage, res: ServerResponse): void {
+    const caller = endpointCaller(req.socket as TLSSocket);
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    const authorized = caller === 'apiserver' || (caller === 'admin' && (path === '/healthz' || path === '/metrics'));
+    const pods = this.options.pods();
+    const metrics = this.options.metrics();
+    if (path === PEER_CONTROL_PLANE_PATH && pods) {
+      // Open to any caller: the answer is one number, and its integrity comes from the
+      // serving certificate the asking pod supervisor verifies against the node CA.
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify(pods.peerAnswer()));
+    } else if (!authorized) {
+      res.writeHead(401, { 'Content-Type': 'text/plain' });
+      res.end('Unauthorized');
+    } else if (path === '/healthz') {
+      const health = this.options.health();
+      res.writeHead(health.ready ? 200 : 503, { 'Content-Type': 'text/plain' });
+      res.end(health.ready ? 'ok' : `${health.reason}: ${health.message}`);
+    } else if (path.startsWith('/containerLogs/') && req.method === 'GET') {
+      void this.serveLogs(req, res, path);
+    } else if (path === '/metrics' && metrics) {
+      void metrics.registry.metrics().then((text) => {
+        res.writeHead(200, { 'Content-Type': METRICS_CONTENT_TYPE });
+        res.end(text);
+      });
+    } else {
+      res.writeHead(404, { 'Content-Type': 'text/plain' });
+      res.end('not found');
+    }
+  }
+
+  /** `GET /containerLogs/<namespace>/<pod>/<container>?follow&tailLines&previous&limitBytes`, as kubelet. */
+  private async serveLogs(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const [namespace, pod, container] = path.split('/').slice(2).map(decodeURIComponent);
+    const query = new URL(req.url ?? '/', 'https://agent.invalid').searchParams;
+    const dir = namespace && pod ? this.options.pods()?.findPodDir(namespace, pod) : undefined;
+    if (!dir || !container) {
+      res.writeHead(404, { 'Content-Type': 'text/plain' });
+      res.end(`pod ${namespace}/${pod} is not running on node ${this.options.nodeName}`);
+      return;
+    }
+    const abort = new AbortController();
+    res.on('close', () => abort.abort());
+    const number = (name: string): number | undefined => {
+      const value = Number(query.get(name));
+      return query.has(name) && Number.isInteger(value) && value >= 0 ? value : undefined;
+    };
+    const tailLines = number('tailLines');
+    const limitBytes = number('limitBytes');
+    res.setHeader('Content-Type', 'text/plain; charset=utf-8');
+    // A followed log with nothing new yet still answers promptly, so the client starts waiting.
+    const flush = setTimeout(() => !res.headersSent && res.flushHeaders(), 200);
+    try {
+      await streamContainerLog(
+        dir,
+        container,
+        {
+          follow: queryBool(query, 'follow'),
+          previous: queryBool(query, 'previous'),
+          ...(tailLines !== undefined ? { tailLines } : {}),
+          ...(limitBytes !== undefined ? { limitBytes } : {}),
+        },
+        res,
+        abort.signal,
+      );
+    } catch (error) {
+      clearTimeout(flush);
+      if (!res.headersSent) {
+        res.writeHead(error instanceof PodLogError ? 400 : 500, { 'Content-Type': 'text/plain' });
+      } else if (error instanceof PodLogError) {
+        res.write(`${error.message}\n`);
+      }
+      if (!res.writableEnded) res.end(error instanceof PodLogError ? '' : `${(error as Error).message}\n`);
+      return;
+    }
+    clearTimeout(flush);
+    if (!res.writableEnded) res.end();
+  }
+}
+
+/**
+ * Who is calling the agent's endpoint, from a client certificate the client CA verified: an API
+ * server, or an administrator (system:masters); anyone else is no one.
+ */
+function endpointCaller(socket: TLSSocket): 'apiserver' | 'admin' | undefined {
+  if (!socket.authorized) return undefined;
+  const subject = socket.getPeerCertificate().subject;
+  if (subject?.CN === API_SERVER_CLIENT_NAME) return 'apiserver';
+  const organizations = ([] as string[]).concat(subject?.O ?? []);
+  return organizations.includes('system:masters') ? 'admin' : undefined;
+}
