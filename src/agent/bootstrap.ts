@@ -1,6 +1,6 @@
 import https from 'node:https';
 import { caHash, type JoinToken } from '../cluster/join-token.js';
-import type { RegistrationResponse } from '../cluster/supervisor.js';
+import type { RegistrationResponse } from '../cluster/drover-endpoints.js';
 
 /**
  * Joining: fetch the cluster CA, check it against the hash pinned in the join token, then

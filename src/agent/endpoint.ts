@@ -3,7 +3,7 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { queryBool } from '../apiserver/query.js';
-import { API_SERVER_CLIENT_NAME } from '../cluster/supervisor.js';
+import { API_SERVER_CLIENT_NAME } from '../cluster/drover-endpoints.js';
 import type { AgentHealth } from '../controllers/node-state.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { AgentMetrics } from '../metrics/metrics.js';

@@ -4,7 +4,7 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { NODES } from '../client/types.js';
 import { parseJoinToken } from '../cluster/join-token.js';
-import type { ClusterTimings, RegistrationResponse } from '../cluster/supervisor.js';
+import type { ClusterTimings, RegistrationResponse } from '../cluster/drover-endpoints.js';
 import type { Taint } from '../config/schema.js';
 import { NODE_ID_ANNOTATION, SHUTDOWN_ANNOTATION } from '../controllers/node-lifecycle.js';
 import type { ShutdownRecord } from '../controllers/node-state.js';

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { HttpClient } from '../client/http.js';
-import type { ClusterTimings } from '../cluster/supervisor.js';
+import type { ClusterTimings } from '../cluster/drover-endpoints.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 

@@ -83,10 +83,10 @@ export interface HandlerOptions {
    * Drover's own endpoints beside the Kubernetes API (join, bootstrap). Called before
    * authentication; answers true when it served the request.
    */
-  supervisor?: (req: IncomingMessage, res: ServerResponse, path: string) => Promise<boolean>;
+  droverEndpoints?: (req: IncomingMessage, res: ServerResponse, path: string) => Promise<boolean>;
   /** Present when this node's own `supervisor-metrics` is on: /metrics serves it, requests feed it. */
   metrics?: ServerMetrics;
-  /** False on an etcd-only server: only the supervisor endpoints and health are served. */
+  /** False on an etcd-only server: only Drover's own endpoints (/drover/v1/*) and health are served. */
   kubernetesApi?: boolean;
   /**
    * Serves `GET .../pods/P/log` once the caller is authorized and the pod and container are
@@ -334,7 +334,7 @@ export class ApiHandler {
       await this.servePublic(path, method, res);
       return;
     }
-    if (this.options.supervisor && path.startsWith('/drover/') && (await this.options.supervisor(req, res, path))) return;
+    if (this.options.droverEndpoints && path.startsWith('/drover/') && (await this.options.droverEndpoints(req, res, path))) return;
     if (path === '/metrics') {
       await this.serveMetrics(req, res);
       return;

@@ -23,7 +23,7 @@ import type { ResolvedConfig } from '../config/resolve.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
 import { NodeRegistry } from '../cluster/node-registry.js';
 import { NodeRecordReconciler, unusedRecordTtlMs } from '../cluster/node-record-reconciler.js';
-import { API_SERVER_CLIENT_NAME, supervisorRoutes } from '../cluster/supervisor.js';
+import { API_SERVER_CLIENT_NAME, droverEndpoints } from '../cluster/drover-endpoints.js';
 import { EventRecorder } from '../controllers/events.js';
 import { LeaderElector } from '../controllers/leader-election.js';
 import { startWorkloadControllers, type WorkloadControllers } from '../controllers/workload-controllers.js';
@@ -287,7 +287,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           clientKeyPem: logClient.privateKeyPem,
           logger,
         }),
-        supervisor: supervisorRoutes({
+        droverEndpoints: droverEndpoints({
           joinSecret: join.secret,
           agentSecret: join.agentSecret,
           registry: nodeRegistry,

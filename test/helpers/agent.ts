@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
-import { API_SERVER_CLIENT_NAME } from '../../src/cluster/supervisor.js';
+import { API_SERVER_CLIENT_NAME } from '../../src/cluster/drover-endpoints.js';
 import { issueCertificate } from '../../src/security/pki.js';
 import { type EtcdServer, startEtcd } from './etcd.js';
 import { reapPods } from './pods.js';

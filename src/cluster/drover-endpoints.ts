@@ -22,11 +22,13 @@ import type { NodeRegistry } from './node-registry.js';
 import { RegistrationLimiter, registrationSource } from './registration-limits.js';
 
 /**
- * Drover's own endpoints beside the Kubernetes API, on the same port (as K3s' supervisor):
+ * Drover's own endpoints beside the Kubernetes API, under `/drover/v1/` on the same port (what
+ * K3s calls its supervisor; here "supervisor" means only the per-pod process, src/agent/pods):
  * `POST /drover/v1/register` takes the join token and a node's identity, and answers with the
  * node's credential, its serving certificate and the cluster timings it must follow (limited per
  * source: registration-limits.ts); `DELETE /drover/v1/nodes/NAME` (`drover node forget`) frees a
- * node name.
+ * node name; the others serve the cluster configuration, its drift, node publications, the
+ * bootstrap record, managed etcd membership and the list of live API servers.
  */
 
 export interface ClusterTimings {
@@ -43,7 +45,7 @@ export interface RegistrationResponse {
   /** The agent's serving certificate, from the node CA, naming only this node and its addresses. */
   servingCertificate: string;
   servingKey: string;
-  /** What peers' serving certificates are checked against (supervisors asking peers). */
+  /** What peers' serving certificates are checked against (pod supervisors asking peers). */
   nodeCaCertificate: string;
   /** What callers of the agent's endpoint prove themselves with (the API servers). */
   clientCaCertificate: string;
@@ -54,7 +56,7 @@ export const API_SERVER_CLIENT_NAME = 'system:drover:apiserver';
 /** Addresses a node may register: its own IPs, a handful at most. */
 const MAX_NODE_ADDRESSES = 8;
 
-export interface SupervisorOptions {
+export interface DroverEndpointsOptions {
   /** The server token's secret: registers nodes, and alone unlocks the cluster identity. */
   joinSecret: string;
   /** The agent token's secret: registers nodes only. */
@@ -94,12 +96,12 @@ async function readJsonObject(req: IncomingMessage, what: string): Promise<Recor
   return body;
 }
 
-function requireJoinSecret(options: SupervisorOptions, req: IncomingMessage): void {
+function requireJoinSecret(options: DroverEndpointsOptions, req: IncomingMessage): void {
   const token = bearerToken(req);
   if (!token || !secretsEqual(token, options.joinSecret)) throw errors.unauthorized();
 }
 
-function requireAdmin(options: SupervisorOptions, req: IncomingMessage): UserInfo {
+function requireAdmin(options: DroverEndpointsOptions, req: IncomingMessage): UserInfo {
   const user = options.authenticator.authenticate(req);
   if (!user) throw errors.unauthorized();
   if (!user.groups.includes('system:masters')) throw errors.forbidden(`User "${user.name}" is not a cluster admin`);
@@ -112,7 +114,7 @@ async function readRecord(datastore: Datastore): Promise<ClusterRecord | undefin
 }
 
 /** Cluster configuration endpoints: the record, live changes, drift, node publications. */
-async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+async function serveConfig(options: DroverEndpointsOptions, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
   if (path === '/drover/v1/cluster-config' && req.method === 'GET') {
     requireAdmin(options, req);
     sendJson(res, 200, (await readRecord(options.datastore)) ?? { values: {} });
@@ -201,7 +203,7 @@ async function serveConfig(options: SupervisorOptions, req: IncomingMessage, res
  * on every server through the registry's watch), then its Node object if there is one: a node
  * forgotten is gone from the cluster, and the next host to register the name takes it.
  */
-async function forgetNode(options: SupervisorOptions, req: IncomingMessage, res: ServerResponse, encoded: string): Promise<void> {
+async function forgetNode(options: DroverEndpointsOptions, req: IncomingMessage, res: ServerResponse, encoded: string): Promise<void> {
   const user = requireAdmin(options, req);
   let nodeName: string;
   try {
@@ -252,7 +254,7 @@ function registrationAddresses(value: unknown): string[] {
 
 const NODE_PATH = /^\/drover\/v1\/nodes\/([^/]+)$/;
 
-export function supervisorRoutes(options: SupervisorOptions) {
+export function droverEndpoints(options: DroverEndpointsOptions) {
   const limiter = options.limiter ?? new RegistrationLimiter();
   return async (req: IncomingMessage, res: ServerResponse, path: string): Promise<boolean> => {
     if (path !== '/drover/v1/register') {
@@ -267,7 +269,7 @@ export function supervisorRoutes(options: SupervisorOptions) {
         } else if (error instanceof ApiError) {
           sendError(res, error);
         } else {
-          options.logger.error({ err: error, path }, 'unexpected error while serving a supervisor request');
+          options.logger.error({ err: error, path }, 'unexpected error while serving a /drover/v1 request');
           sendError(res, errors.internal('an unexpected error occurred while serving the request; the server log has the details'));
         }
       }
