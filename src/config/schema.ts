@@ -100,7 +100,7 @@ export const SETTINGS: readonly Setting[] = [
   {
     name: 'https-listen-port',
     type: 'port',
-    help: 'HTTPS port of the API server and supervisor (0 picks a free port)',
+    help: 'HTTPS port of the API server and of Drover’s own /drover/v1 endpoints (0 picks a free port)',
     commands: ['server'],
     scope: 'node',
     default: 6443,

@@ -9,8 +9,9 @@ import type {
 } from '../datastore/types.js';
 
 /**
- * Supervisor metrics, in Prometheus text format via prom-client. Each node serves its own, and
- * only when its own local `supervisor-metrics` setting is on. One registry per component, so a
+ * A node's metrics, in Prometheus text format via prom-client. Each node serves its own, and
+ * only when its own local `supervisor-metrics` setting is on (K3s's name; it is not about the
+ * per-pod supervisor processes). One registry per component, so a
  * server's embedded agent and the server itself never mix their series.
  */
 
