@@ -1,0 +1,98 @@
+import type { ClusterRole, ClusterRoleBinding, RbacSource, Role, RoleBinding } from './types.js';
+
+/**
+ * An RbacSource over plain arrays of objects: for tests, and for checks made against a set of
+ * objects that is not stored (the default policy). Keyed like an informer cache (namespace/name),
+ * so a later object with the same key replaces the earlier one. Lists keep insertion order.
+ */
+
+export interface RbacObjects {
+  roles?: readonly Role[];
+  clusterRoles?: readonly ClusterRole[];
+  roleBindings?: readonly RoleBinding[];
+  clusterRoleBindings?: readonly ClusterRoleBinding[];
+}
+
+function nameOf(object: { metadata: { name?: string } }): string {
+  return object.metadata.name ?? '';
+}
+
+function namespaceOf(object: { metadata: { namespace?: string } }): string {
+  return object.metadata.namespace ?? '';
+}
+
+export class InMemoryRbacSource implements RbacSource {
+  private readonly roles = new Map<string, Map<string, Role>>();
+  private readonly clusterRoles = new Map<string, ClusterRole>();
+  private readonly roleBindings = new Map<string, Map<string, RoleBinding>>();
+  private readonly clusterRoleBindings = new Map<string, ClusterRoleBinding>();
+
+  constructor(objects: RbacObjects = {}) {
+    for (const role of objects.roles ?? []) this.putRole(role);
+    for (const role of objects.clusterRoles ?? []) this.putClusterRole(role);
+    for (const binding of objects.roleBindings ?? []) this.putRoleBinding(binding);
+    for (const binding of objects.clusterRoleBindings ?? []) this.putClusterRoleBinding(binding);
+  }
+
+  putRole(role: Role): void {
+    inNamespace(this.roles, namespaceOf(role)).set(nameOf(role), role);
+  }
+
+  putClusterRole(role: ClusterRole): void {
+    this.clusterRoles.set(nameOf(role), role);
+  }
+
+  putRoleBinding(binding: RoleBinding): void {
+    inNamespace(this.roleBindings, namespaceOf(binding)).set(nameOf(binding), binding);
+  }
+
+  putClusterRoleBinding(binding: ClusterRoleBinding): void {
+    this.clusterRoleBindings.set(nameOf(binding), binding);
+  }
+
+  deleteRole(namespace: string, name: string): void {
+    this.roles.get(namespace)?.delete(name);
+  }
+
+  deleteClusterRole(name: string): void {
+    this.clusterRoles.delete(name);
+  }
+
+  deleteRoleBinding(namespace: string, name: string): void {
+    this.roleBindings.get(namespace)?.delete(name);
+  }
+
+  deleteClusterRoleBinding(name: string): void {
+    this.clusterRoleBindings.delete(name);
+  }
+
+  getRole(namespace: string, name: string): Role | undefined {
+    return this.roles.get(namespace)?.get(name);
+  }
+
+  getClusterRole(name: string): ClusterRole | undefined {
+    return this.clusterRoles.get(name);
+  }
+
+  listRoleBindings(namespace: string): readonly RoleBinding[] {
+    return [...(this.roleBindings.get(namespace)?.values() ?? [])];
+  }
+
+  listClusterRoleBindings(): readonly ClusterRoleBinding[] {
+    return [...this.clusterRoleBindings.values()];
+  }
+
+  /** Every ClusterRole, for aggregation. */
+  listClusterRoles(): readonly ClusterRole[] {
+    return [...this.clusterRoles.values()];
+  }
+}
+
+function inNamespace<T>(byNamespace: Map<string, Map<string, T>>, namespace: string): Map<string, T> {
+  let objects = byNamespace.get(namespace);
+  if (!objects) {
+    objects = new Map();
+    byNamespace.set(namespace, objects);
+  }
+  return objects;
+}
