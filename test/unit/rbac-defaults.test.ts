@@ -105,6 +105,8 @@ const cases: Array<[string, UserInfo, AuthorizationAttributes, boolean]> = [
   ['view: list deployments', who('vic'), r('list', 'apps', 'deployments', 'team'), true],
   ['view: watch jobs', who('vic'), r('watch', 'batch', 'jobs', 'team'), true],
   ['view: endpointslices', who('vic'), r('list', 'discovery.k8s.io', 'endpointslices', 'team'), true],
+  ['view: its own Namespace (the HTTP layer puts a namespace request in that namespace)', who('vic'), r('get', '', 'namespaces', 'team', undefined, 'team'), true],
+  ['view: not another Namespace', who('vic'), r('get', '', 'namespaces', 'other', undefined, 'other'), false],
   ['view: not secrets', who('vic'), r('get', '', 'secrets', 'team', undefined, 's'), false],
   ['view: not create pods', who('vic'), r('create', '', 'pods', 'team'), false],
   ['view: not exec', who('vic'), r('create', '', 'pods', 'team', 'exec', 'p'), false],
