@@ -25,6 +25,8 @@ describe('label selectors of clusterRoleSelectors', () => {
     ['DoesNotExist', { matchExpressions: [{ key: 'tier', operator: 'DoesNotExist' }] }, labels, false],
     ['labels and expressions together', { matchLabels: { tier: 'web' }, matchExpressions: [{ key: 'env', operator: 'Exists' }] }, labels, true],
     ['empty selector matches everything', {}, {}, true],
+    ['Exists sees only real labels, not object built-ins', { matchExpressions: [{ key: 'constructor', operator: 'Exists' }] }, {}, false],
+    ['DoesNotExist likewise', { matchExpressions: [{ key: 'toString', operator: 'DoesNotExist' }] }, {}, true],
   ];
   for (const [name, selector, on, expected] of cases) {
     it(name, () => {

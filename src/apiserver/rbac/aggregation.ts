@@ -14,8 +14,10 @@ export type LabelMatcher = (labels: Readonly<Record<string, string>>) => boolean
  * matchLabels, no matchExpressions) matches everything, as Kubernetes reads it.
  */
 export function labelSelectorMatcher(selector: LabelSelector): LabelMatcher | { error: string } {
+  // Own keys only: a label map is parsed JSON, and `in` would also see `constructor` and friends.
+  const has = (labels: Readonly<Record<string, string>>, key: string): boolean => Object.hasOwn(labels, key);
   const tests: LabelMatcher[] = [];
-  for (const [key, value] of Object.entries(selector.matchLabels ?? {})) tests.push((labels) => labels[key] === value);
+  for (const [key, value] of Object.entries(selector.matchLabels ?? {})) tests.push((labels) => has(labels, key) && labels[key] === value);
   for (const requirement of selector.matchExpressions ?? []) {
     const { key, operator } = requirement;
     const values = requirement.values ?? [];
@@ -25,14 +27,14 @@ export function labelSelectorMatcher(selector: LabelSelector): LabelMatcher | { 
         if (values.length === 0) return { error: `values: Invalid value: []: for 'in', 'notin' operators, values set can't be empty` };
         tests.push(
           operator === 'In'
-            ? (labels) => key in labels && values.includes(labels[key]!)
-            : (labels) => !(key in labels) || !values.includes(labels[key]!),
+            ? (labels) => has(labels, key) && values.includes(labels[key]!)
+            : (labels) => !has(labels, key) || !values.includes(labels[key]!),
         );
         break;
       case 'Exists':
       case 'DoesNotExist':
         if (values.length > 0) return { error: `values: Invalid value: ${JSON.stringify(values)}: values set must be empty for exists and does not exist` };
-        tests.push(operator === 'Exists' ? (labels) => key in labels : (labels) => !(key in labels));
+        tests.push(operator === 'Exists' ? (labels) => has(labels, key) : (labels) => !has(labels, key));
         break;
       default:
         return { error: `${JSON.stringify(operator)} is not a valid label selector operator` };
