@@ -1,7 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { KubeObject } from '../apiserver/objects.js';
-import type { Taint } from '../config/schema.js';
+import { fencingTimeoutOf } from '../node-protocol/fencing.js';
+import type { Taint } from '../node-protocol/taints.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentMetrics } from '../metrics/metrics.js';
 import { JoinError } from './bootstrap.js';
@@ -149,7 +150,7 @@ export class Agent {
       nodeIp: this.registration.nodeIp(),
       agentDir: this.agentDir,
       nodeCaPem: this.registration.nodeCaPem,
-      fencingTimeoutMs: timings.fencingTimeoutMs ?? Math.floor((timings.nodeMonitorGracePeriodMs * 3) / 4),
+      fencingTimeoutMs: fencingTimeoutOf(timings),
       renewIntervalMs: timings.nodeLeaseRenewIntervalMs,
       client: () => this.connection.client!,
       logger: this.logger,

@@ -3,9 +3,9 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import type { HttpClient } from '../client/http.js';
 import { NODES, PODS } from '../client/types.js';
-import { SHUTDOWN_ANNOTATION } from '../controllers/node-lifecycle.js';
-import type { ShutdownRecord } from '../controllers/node-state.js';
-import { controllerOf } from '../controllers/workloads.js';
+import { SHUTDOWN_ANNOTATION, STATE_LABEL } from '../node-protocol/names.js';
+import { controllerOf, isPodRunningAndReady } from '../node-protocol/pods.js';
+import type { ShutdownRecord } from '../node-protocol/records.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import type { PodManager } from './pod-manager.js';
@@ -21,16 +21,6 @@ import type { PodManager } from './pod-manager.js';
 /** Where the agent keeps its shutdown record, for when the Node cannot be written or is gone. */
 export function shutdownFile(agentDir: string): string {
   return path.join(agentDir, 'shutdown.json');
-}
-
-/** A shutdown record from its JSON text; an unreadable record is as good as none. */
-export function parseShutdownRecord(text: string | undefined): ShutdownRecord | undefined {
-  if (!text) return undefined;
-  try {
-    return JSON.parse(text) as ShutdownRecord;
-  } catch {
-    return undefined;
-  }
 }
 
 function sleep(ms: number): Promise<void> {
@@ -88,9 +78,7 @@ export async function drainNode(context: DrainContext, deadline: number, started
       const owner = controllerOf(pod)?.uid;
       if (!owner || !owners.has(owner) || pod.metadata.deletionTimestamp) continue;
       if ((pod.spec as { nodeName?: string } | undefined)?.nodeName === context.nodeName) continue;
-      const statuses = ((pod.status as { containerStatuses?: { ready?: boolean }[] } | undefined)?.containerStatuses ?? []);
-      const ready = (pod.status as { phase?: string } | undefined)?.phase === 'Running' && statuses.length > 0 && statuses.every((c) => c.ready);
-      if (ready) counts.set(owner, (counts.get(owner) ?? 0) + 1);
+      if (isPodRunningAndReady(pod)) counts.set(owner, (counts.get(owner) ?? 0) + 1);
     }
     return counts;
   };
@@ -134,7 +122,7 @@ export async function drainNode(context: DrainContext, deadline: number, started
   const elsewhere = nodes.some(
     (n) =>
       n.metadata.name !== context.nodeName &&
-      n.metadata.labels?.['drover.io/state'] === 'Ready' &&
+      n.metadata.labels?.[STATE_LABEL] === 'Ready' &&
       (n.spec as { unschedulable?: boolean } | undefined)?.unschedulable !== true,
   );
   if (!elsewhere && owners.size) context.logger.info('no other Ready node to run replacements; not waiting for them');

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { queryBool } from '../apiserver/query.js';
 import { API_SERVER_CLIENT_NAME } from '../cluster/drover-endpoints.js';
-import type { AgentHealth } from '../controllers/node-state.js';
+import type { AgentHealth } from '../node-protocol/records.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { AgentMetrics } from '../metrics/metrics.js';
 import type { PodManager } from './pod-manager.js';

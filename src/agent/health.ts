@@ -1,5 +1,5 @@
 import fs from 'node:fs';
-import type { AgentHealth } from '../controllers/node-state.js';
+import type { AgentHealth } from '../node-protocol/records.js';
 import type { Logger } from '../logging/logger.js';
 
 /**

@@ -1,8 +1,8 @@
 import { ApiError } from '../apiserver/errors.js';
 import { type KubeObject, kubeMicroTime } from '../apiserver/objects.js';
 import { LEASES } from '../client/types.js';
-import { HEALTH_ANNOTATION, leaseHolderIdentity, NODE_LEASE_NAMESPACE, RELEASED_ANNOTATION } from '../controllers/node-lifecycle.js';
-import type { AgentHealth } from '../controllers/node-state.js';
+import { HEALTH_ANNOTATION, leaseHolderIdentity, NODE_LEASE_NAMESPACE, RELEASED_ANNOTATION } from '../node-protocol/names.js';
+import type { AgentHealth } from '../node-protocol/records.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentMetrics } from '../metrics/metrics.js';
 import { clockHint, JoinError } from './bootstrap.js';

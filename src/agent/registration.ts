@@ -5,13 +5,13 @@ import type { KubeObject } from '../apiserver/objects.js';
 import { NODES } from '../client/types.js';
 import { parseJoinToken } from '../cluster/join-token.js';
 import type { ClusterTimings, RegistrationResponse } from '../cluster/drover-endpoints.js';
-import type { Taint } from '../config/schema.js';
-import { NODE_ID_ANNOTATION, SHUTDOWN_ANNOTATION } from '../controllers/node-lifecycle.js';
-import type { ShutdownRecord } from '../controllers/node-state.js';
+import { NODE_ID_ANNOTATION, SHUTDOWN_ANNOTATION } from '../node-protocol/names.js';
+import { parseShutdownRecord, type ShutdownRecord } from '../node-protocol/records.js';
+import type { Taint } from '../node-protocol/taints.js';
 import type { Logger } from '../logging/logger.js';
 import { versionInfo } from '../version.js';
 import { clockHint, fetchClusterCa, JoinError, register } from './bootstrap.js';
-import { parseShutdownRecord, shutdownFile } from './drain.js';
+import { shutdownFile } from './drain.js';
 import { defaultNodeIp, type NodeIdentity, systemInfo } from './identity.js';
 import type { ServerConnection } from './servers.js';
 

@@ -56,6 +56,7 @@ import {
 import { dependentsChoiceOf } from './deletion.js';
 import { type IncludeObject, toTable } from './table.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
+import { isPodReady } from '../node-protocol/pods.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
 import type { VersionInfo } from '../version.js';
 
@@ -1041,8 +1042,7 @@ export class ApiHandler {
       throw errors.internal('This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.');
     }
     const budgetName = budgets[0]!.metadata.name!;
-    const conditions = isJsonObject(pod.status) && Array.isArray(pod.status.conditions) ? pod.status.conditions : [];
-    const ready = conditions.some((c) => isJsonObject(c) && c.type === 'Ready' && c.status === 'True');
+    const ready = isPodReady(pod);
     const violation = 'Cannot evict pod as it would violate the pod\'s disruption budget.';
     await this.options.store.guaranteedUpdate(
       pdbDef,

@@ -1,4 +1,5 @@
 import type { StatusCause } from './errors.js';
+import { ROLE_LABEL_PREFIX, STATE_LABEL } from '../node-protocol/names.js';
 import { getPath, getString, type KubeObject } from './objects.js';
 import { defaultPodSpec, podDeletionGracePeriod, POD_PRINTER, validatePod, validatePodUpdate } from './pods.js';
 import {
@@ -108,7 +109,7 @@ function conditionStatus(obj: KubeObject, type: string): string | undefined {
 export function nodeStatusText(node: KubeObject): string {
   // Drover's verdict (Ready, NotReady, Unknown, Down, Unavailable) when the controller gave one;
   // otherwise what the Ready condition says, as kubectl shows it for any Kubernetes node.
-  const verdict = node.metadata.labels?.['drover.io/state'];
+  const verdict = node.metadata.labels?.[STATE_LABEL];
   const ready = conditionStatus(node, 'Ready');
   const parts = [verdict ?? (ready === undefined ? 'Unknown' : ready === 'True' ? 'Ready' : 'NotReady')];
   if (getPath(node, ['spec', 'unschedulable']) === true) parts.push('SchedulingDisabled');
@@ -118,8 +119,8 @@ export function nodeStatusText(node: KubeObject): string {
 export function nodeRoles(node: KubeObject): string {
   const roles = new Set<string>();
   for (const [key, value] of Object.entries(node.metadata.labels ?? {})) {
-    if (key.startsWith('node-role.kubernetes.io/')) {
-      const role = key.slice('node-role.kubernetes.io/'.length);
+    if (key.startsWith(ROLE_LABEL_PREFIX)) {
+      const role = key.slice(ROLE_LABEL_PREFIX.length);
       if (role) roles.add(role);
     } else if (key === 'kubernetes.io/role' && value) {
       roles.add(value);

@@ -10,7 +10,7 @@ import { errors } from '../apiserver/errors.js';
 import { getString } from '../apiserver/objects.js';
 import { type ApiClient, NODES, PODS } from '../client/types.js';
 import type { KubeObject } from '../apiserver/objects.js';
-import { leaseHolderIdentity, NODE_LEASE_NAMESPACE, SHUTDOWN_ANNOTATION, STATE_LABEL } from '../controllers/node-lifecycle.js';
+import { leaseHolderIdentity, NODE_LEASE_NAMESPACE, SHUTDOWN_ANNOTATION, STATE_LABEL } from '../node-protocol/names.js';
 import { NODE_USER_PREFIX, NODES_GROUP } from './node-registry.js';
 
 /**

@@ -1,6 +1,6 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, NODES } from '../client/types.js';
-import { Informer } from '../controllers/informer.js';
+import { Informer } from '../client/informer.js';
 import type { Logger } from '../logging/logger.js';
 import type { NodeRecord, NodeRegistry } from './node-registry.js';
 

@@ -1,6 +1,8 @@
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
+import { DEFAULT_FENCING_TIMEOUT_MS, DEFAULT_NODE_LEASE_RENEW_INTERVAL_MS, DEFAULT_NODE_MONITOR_GRACE_PERIOD_MS } from '../node-protocol/fencing.js';
+import type { Taint } from '../node-protocol/taints.js';
 import { formatDuration, parseDuration } from './duration.js';
 
 /**
@@ -20,12 +22,6 @@ import { formatDuration, parseDuration } from './duration.js';
 export type Command = 'server' | 'agent';
 export type Scope = 'cluster' | 'node';
 export type SettingType = 'string' | 'bool' | 'port' | 'count' | 'duration' | 'enum' | 'list' | 'labels' | 'taints';
-
-export interface Taint {
-  key: string;
-  value?: string;
-  effect: 'NoSchedule' | 'PreferNoSchedule' | 'NoExecute';
-}
 
 export interface Setting {
   name: string;
@@ -66,7 +62,7 @@ export const SETTINGS: readonly Setting[] = [
     help: 'how often agents renew their node lease',
     commands: ['server'],
     scope: 'cluster',
-    default: 1000,
+    default: DEFAULT_NODE_LEASE_RENEW_INTERVAL_MS,
     why: 'agents learn it from whichever server they join; the leader judges silence against it',
   },
   {
@@ -75,7 +71,7 @@ export const SETTINGS: readonly Setting[] = [
     help: 'silence after which a node is declared lost (at least 3 renew intervals)',
     commands: ['server'],
     scope: 'cluster',
-    default: 4000,
+    default: DEFAULT_NODE_MONITOR_GRACE_PERIOD_MS,
     why: 'the controller leader uses it to mark nodes Unavailable; a different value on another server would change verdicts when leadership moves',
   },
   {
@@ -84,7 +80,7 @@ export const SETTINGS: readonly Setting[] = [
     help: 'silence after which a node stops its singleton pods on its own (shorter than node-monitor-grace-period)',
     commands: ['server'],
     scope: 'cluster',
-    default: 3000,
+    default: DEFAULT_FENCING_TIMEOUT_MS,
     why: 'agents fence singletons after it and the controller leader replaces them only after it plus a margin; servers disagreeing would let a replacement start before the original is fenced',
   },
   {

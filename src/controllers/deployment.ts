@@ -4,7 +4,8 @@ import { type ApiClient, DEPLOYMENTS, PODS, REPLICASETS } from '../client/types.
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
-import { newer, objectKey, type ReconcileResult, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
+import { newer, objectKey, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
+import type { SharedInformers } from '../client/shared-informers.js';
 import {
   type DeploymentCondition,
   deploymentStatus,
@@ -20,7 +21,8 @@ import {
   selectorMatches,
   templateHash,
 } from './workload-logic.js';
-import { controllerOf, POD_TEMPLATE_HASH_LABEL } from './workloads.js';
+import { controllerOf } from '../node-protocol/pods.js';
+import { POD_TEMPLATE_HASH_LABEL } from './workloads.js';
 
 /**
  * The Deployment controller: one ReplicaSet per pod template (`<deployment>-<template hash>`),

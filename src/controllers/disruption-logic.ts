@@ -1,6 +1,6 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from '../apiserver/selectors.js';
-import { isPodRunningAndReady } from './workload-logic.js';
+import { isPodRunningAndReady } from '../node-protocol/pods.js';
 
 /**
  * The status of a PodDisruptionBudget as a pure function of the budget, the pods it selects and

@@ -9,9 +9,10 @@ import {
   type DisruptionBudgetSpec,
   type DisruptionBudgetStatus,
 } from './disruption-logic.js';
-import { objectKey, type ReconcileResult, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
+import { objectKey, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
+import type { SharedInformers } from '../client/shared-informers.js';
 import { stableStringify } from './workload-logic.js';
-import { controllerOf } from './workloads.js';
+import { controllerOf } from '../node-protocol/pods.js';
 
 /**
  * The disruption controller: keeps each PodDisruptionBudget's status (how many of its pods are

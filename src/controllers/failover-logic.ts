@@ -1,6 +1,7 @@
 import { getPath, type KubeObject } from '../apiserver/objects.js';
-import { UNREACHABLE_TAINT } from './node-lifecycle.js';
-import { isAtMostOne } from './workloads.js';
+import { UNREACHABLE_TAINT } from '../node-protocol/names.js';
+import { isAtMostOne } from '../node-protocol/pods.js';
+import type { Toleration } from '../node-protocol/taints.js';
 
 /**
  * When a pod on a lost node is moved, as a pure function of what the controller has observed.
@@ -22,7 +23,7 @@ export interface FailoverSettings {
   fencingTimeoutMs: number;
   /** Added to the fencing timeout: the supervisor's check interval, the kill, clock rate drift. */
   fencingMarginMs: number;
-  /** `controllerSilenceMs` of `fencingThresholds`: silence that counts toward an outage. */
+  /** `controllerSilenceMs` of `fencingThresholds` (src/node-protocol/fencing.ts): silence that counts toward an outage. */
   silenceThresholdMs: number;
 }
 
@@ -36,18 +37,6 @@ export interface LostNodeFacts {
    * (`majoritySilentDuring`): a node may have kept its singletons through that as an outage.
    */
   majoritySilentRecently: boolean;
-}
-
-/**
- * The two silences that must line up for the outage rule (docs/failover.md): a node's supervisor
- * counts a peer as cut off when the peer's last confirmed renewal is older than `peerCutOffMs`;
- * the controller counts a node as silent when it has seen no renewal from it for longer than
- * `controllerSilenceMs`, shorter by what a renewal may take from its sending to the controller's
- * watch. Whenever a supervisor finds a majority cut off, the controller finds a majority silent.
- */
-export function fencingThresholds(renewMs: number, fencingMs: number): { peerCutOffMs: number; controllerSilenceMs: number } {
-  const peerCutOffMs = Math.max(renewMs, fencingMs - renewMs);
-  return { peerCutOffMs, controllerSilenceMs: peerCutOffMs - Math.min(500, peerCutOffMs / 4) };
 }
 
 export interface SilenceHistory {
@@ -98,14 +87,6 @@ export type FailoverDecision =
   | { action: 'wait'; untilMs: number; why: string }
   | { action: 'evict'; message: string }
   | { action: 'replace-singleton'; message: string };
-
-interface Toleration {
-  key?: string;
-  operator?: string;
-  value?: string;
-  effect?: string;
-  tolerationSeconds?: number | null;
-}
 
 /** The pod's own toleration of the unreachable NoExecute taint: ms, Infinity (forever), or undefined (none). */
 export function unreachableToleranceMs(pod: KubeObject): number | undefined {

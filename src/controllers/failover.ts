@@ -4,8 +4,10 @@ import type { Logger } from '../logging/logger.js';
 import { monotonicMs } from './clock.js';
 import type { EventRecorder } from './events.js';
 import { decideFailover, type FailoverSettings, majoritySilentDuring, NodeRateLimiter } from './failover-logic.js';
-import type { Informer } from './informer.js';
-import { type NodeHealthView, STATE_LABEL, UNREACHABLE_TAINT } from './node-lifecycle.js';
+import type { Informer } from '../client/informer.js';
+import { STATE_LABEL, UNREACHABLE_TAINT } from '../node-protocol/names.js';
+import type { Taint } from '../node-protocol/taints.js';
+import type { NodeHealthView } from './node-lifecycle.js';
 
 /**
  * The failover controller: moves pods off lost nodes (failover-logic.ts decides when). It runs on
@@ -29,7 +31,7 @@ interface LostNode {
 
 function isLost(node: KubeObject): boolean {
   if (node.metadata.labels?.[STATE_LABEL] === 'Down') return true;
-  const taints = (node.spec as { taints?: { key: string; effect: string }[] } | undefined)?.taints ?? [];
+  const taints = (node.spec as { taints?: Taint[] } | undefined)?.taints ?? [];
   return taints.some((t) => t.key === UNREACHABLE_TAINT && t.effect === 'NoExecute');
 }
 

@@ -13,7 +13,8 @@ import {
   withoutOwners,
 } from './garbage-collector-logic.js';
 import { errorMessage } from './replicaset.js';
-import { type SharedInformers, WorkQueue } from './work-queue.js';
+import { WorkQueue } from './work-queue.js';
+import type { SharedInformers } from '../client/shared-informers.js';
 import type { OwnerReference } from './workloads.js';
 
 /**

@@ -5,17 +5,21 @@ import { monotonicMs, wallTimeOf } from './clock.js';
 import { addSample, clockSkewCondition, emptySamples, estimateOffset, isSkewed, type OffsetSamples, SKEW_MESSAGE_STEP_MS } from './clock-skew.js';
 import type { EventRecorder } from './events.js';
 import type { SilenceHistory } from './failover-logic.js';
-import { Informer } from './informer.js';
+import { Informer } from '../client/informer.js';
 import {
-  type AgentHealth,
-  classifyNode,
-  isDisruption,
-  isStale,
-  type NodeObservation,
+  HEALTH_ANNOTATION,
+  leaseHolderIdentity,
+  NODE_ID_ANNOTATION,
+  NODE_LEASE_NAMESPACE,
   type NodeState,
-  type ShutdownRecord,
-  type Verdict,
-} from './node-state.js';
+  RELEASED_ANNOTATION,
+  SHUTDOWN_ANNOTATION,
+  STATE_LABEL,
+  UNREACHABLE_TAINT,
+} from '../node-protocol/names.js';
+import { type AgentHealth, parseAgentHealth, parseShutdownRecord } from '../node-protocol/records.js';
+import type { Taint } from '../node-protocol/taints.js';
+import { classifyNode, isDisruption, isStale, type NodeObservation, type Verdict } from './node-state.js';
 
 /**
  * The node lifecycle controller: one reconcile loop over Nodes and their Leases in
@@ -27,14 +31,6 @@ import {
  * the controller leader.
  */
 
-export const STATE_LABEL = 'drover.io/state';
-export const SHUTDOWN_ANNOTATION = 'drover.io/shutdown';
-export const HEALTH_ANNOTATION = 'drover.io/health';
-export const RELEASED_ANNOTATION = 'drover.io/released';
-export const NODE_ID_ANNOTATION = 'drover.io/node-id';
-export const NODE_LEASE_NAMESPACE = 'kube-node-lease';
-export const UNREACHABLE_TAINT = 'node.kubernetes.io/unreachable';
-
 const UNKNOWN_EVENT_INTERVAL_MS = 60_000;
 /** How long the disruption rule may hold verdicts back before the nodes are judged anyway. */
 const DISRUPTION_LIMIT_GRACES = 10;
@@ -45,10 +41,6 @@ const HISTORY_KEEP_MS = 60_000;
 function recordObservation(tracked: Tracked, at: number): void {
   tracked.history.push(at);
   while (tracked.history.length > 2 && tracked.history[1]! < at - HISTORY_KEEP_MS) tracked.history.shift();
-}
-
-export function leaseHolderIdentity(nodeName: string, nodeUid: string): string {
-  return `${nodeName}/${nodeUid}`;
 }
 
 interface Tracked {
@@ -87,22 +79,6 @@ export interface NodeLifecycleOptions {
   onNodeDeleted?: (node: KubeObject) => void;
   /** A node's estimated clock offset in seconds (positive: ahead of this server), or undefined when no longer known (metrics). */
   onClockOffset?: (node: string, seconds: number | undefined) => void;
-}
-
-interface Taint {
-  key: string;
-  value?: string;
-  effect: string;
-  timeAdded?: string;
-}
-
-function parseJson<T>(text: string | undefined): T | undefined {
-  if (!text) return undefined;
-  try {
-    return JSON.parse(text) as T;
-  } catch {
-    return undefined;
-  }
 }
 
 const CONDITION_STATUS: Record<NodeState, 'True' | 'False' | 'Unknown'> = {
@@ -312,14 +288,14 @@ export class NodeLifecycleController implements NodeHealthView {
     }
     tracked.leaseVersion = lease.metadata.resourceVersion;
     tracked.released = released;
-    const health = parseJson<AgentHealth>(annotations[HEALTH_ANNOTATION]);
+    const health = parseAgentHealth(annotations[HEALTH_ANNOTATION]);
     if (health) tracked.health = health;
     else delete tracked.health;
   }
 
   private observation(name: string, tracked: Tracked): NodeObservation {
     const node = this.nodes.get(undefined, name);
-    const shutdown = parseJson<ShutdownRecord>(node?.metadata.annotations?.[SHUTDOWN_ANNOTATION]);
+    const shutdown = parseShutdownRecord(node?.metadata.annotations?.[SHUTDOWN_ANNOTATION]);
     return {
       lastRenewalObservedAt: tracked.observedAt,
       leaseReleased: tracked.released,

@@ -1,3 +1,6 @@
+import type { NodeState } from '../node-protocol/names.js';
+import type { AgentHealth, ShutdownRecord } from '../node-protocol/records.js';
+
 /**
  * What the control plane says about a node, as a pure function of what it has observed. No I/O
  * and no clock of its own: the caller passes `now`, so tests drive every transition directly.
@@ -9,26 +12,6 @@
  *   Down         the agent announced a planned shutdown, and has since stopped renewing
  *   Unavailable  the lease lapsed past the grace with no shutdown notice: a host-level loss
  */
-
-export type NodeState = 'Ready' | 'NotReady' | 'Unknown' | 'Down' | 'Unavailable';
-
-export const NODE_STATES: readonly NodeState[] = ['Ready', 'NotReady', 'Unknown', 'Down', 'Unavailable'];
-
-export interface AgentHealth {
-  ready: boolean;
-  reason: string;
-  message: string;
-}
-
-/** Written by the agent on SIGTERM before it stops: the durable announcement of a planned stop. */
-export interface ShutdownRecord {
-  reason: string;
-  /** RFC 3339. */
-  time: string;
-  plannedDurationSeconds?: number;
-  /** The shutdown cordoned the node, so a restart should uncordon it. */
-  cordoned: boolean;
-}
 
 export interface NodeObservation {
   /**

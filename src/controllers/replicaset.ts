@@ -3,9 +3,11 @@ import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS, REPLICASETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
-import { type ReconcileResult, Expectations, objectKey, presenceIn, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
-import { isPodReady, isPodAvailable, isPodActive, planReplicaSet, randomSuffix, sameStatus, selectorMatches, type LabelSelectorSpec } from './workload-logic.js';
-import { controllerOf, type OwnerReference } from './workloads.js';
+import { type ReconcileResult, Expectations, objectKey, presenceIn, splitKey, WorkQueue } from './work-queue.js';
+import type { SharedInformers } from '../client/shared-informers.js';
+import { isPodAvailable, isPodActive, planReplicaSet, randomSuffix, sameStatus, selectorMatches, type LabelSelectorSpec } from './workload-logic.js';
+import { controllerOf, isPodReady } from '../node-protocol/pods.js';
+import type { OwnerReference } from './workloads.js';
 
 /**
  * The ReplicaSet controller: keeps spec.replicas active pods that match the selector and name the

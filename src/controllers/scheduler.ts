@@ -4,7 +4,8 @@ import { type ApiClient, NODES, PODS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
 import { chooseNode, podNodeName } from './scheduling.js';
-import { objectKey, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
+import { objectKey, splitKey, WorkQueue } from './work-queue.js';
+import type { SharedInformers } from '../client/shared-informers.js';
 
 /**
  * The scheduler: binds each pod that has no node to one (scheduling.ts decides which). A pod

@@ -1,27 +1,11 @@
 import type { KubeObject } from '../apiserver/objects.js';
-import { controllerOf } from './workloads.js';
+import { controllerOf, isNodeReady } from '../node-protocol/pods.js';
+import type { Taint, Toleration } from '../node-protocol/taints.js';
 
 /**
  * The scheduler's decision, pure: which node a pod goes to, or why none fits, worded as
  * kube-scheduler words it so that `kubectl describe pod` reads the same as on Kubernetes.
  */
-
-/** The node lifecycle controller's verdict label (node-lifecycle.ts STATE_LABEL; not imported to keep this module pure). */
-const NODE_STATE_LABEL = 'drover.io/state';
-
-export interface Taint {
-  key: string;
-  value?: string;
-  effect: string;
-}
-
-export interface Toleration {
-  key?: string;
-  operator?: 'Exists' | 'Equal' | string;
-  value?: string;
-  effect?: string;
-  tolerationSeconds?: number;
-}
 
 export type ScheduleResult = { node: string } | { reasons: string };
 
@@ -43,14 +27,6 @@ export function firstUntoleratedTaint(taints: readonly Taint[], tolerations: rea
     (taint) =>
       (taint.effect === 'NoSchedule' || taint.effect === 'NoExecute') && !tolerations.some((t) => toleratesTaint(t, taint)),
   );
-}
-
-/** Ready by the lifecycle controller's label; by the Ready condition only when the label is absent. */
-export function isNodeReady(node: KubeObject): boolean {
-  const state = node.metadata.labels?.[NODE_STATE_LABEL];
-  if (state !== undefined) return state === 'Ready';
-  const conditions = (node.status as { conditions?: { type: string; status: string }[] } | undefined)?.conditions ?? [];
-  return conditions.some((c) => c.type === 'Ready' && c.status === 'True');
 }
 
 export function isPodTerminated(pod: KubeObject): boolean {

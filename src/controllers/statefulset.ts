@@ -4,9 +4,9 @@ import { type ApiClient, PODS, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
-import { Expectations, objectKey, presenceIn, type ReconcileResult, type SharedInformers, splitKey, WorkQueue } from './work-queue.js';
+import { Expectations, objectKey, presenceIn, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
+import type { SharedInformers } from '../client/shared-informers.js';
 import {
-  isPodRunningAndReady,
   isPodTerminated,
   POD_INDEX_LABEL,
   sameStatus,
@@ -16,7 +16,8 @@ import {
   statefulSetStep,
   templateHash,
 } from './workload-logic.js';
-import { CONTROLLER_REVISION_HASH_LABEL, controllerOf, STATEFULSET_POD_NAME_LABEL } from './workloads.js';
+import { controllerOf, isPodRunningAndReady } from '../node-protocol/pods.js';
+import { CONTROLLER_REVISION_HASH_LABEL, STATEFULSET_POD_NAME_LABEL } from './workloads.js';
 
 /**
  * The StatefulSet controller: pods `<set>-0 … <set>-(n-1)`, each name at most once. A pod being

@@ -7,7 +7,7 @@ import { GarbageCollector } from './garbage-collector.js';
 import { ReplicaSetController } from './replicaset.js';
 import { Scheduler } from './scheduler.js';
 import { StatefulSetController } from './statefulset.js';
-import { SharedInformers } from './work-queue.js';
+import { SharedInformers } from '../client/shared-informers.js';
 
 /**
  * The workload controllers in one piece, for the controller leader: the scheduler, the

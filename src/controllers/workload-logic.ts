@@ -1,6 +1,7 @@
 import { randomInt } from 'node:crypto';
 import type { KubeObject } from '../apiserver/objects.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from '../apiserver/selectors.js';
+import { isPodReady } from '../node-protocol/pods.js';
 import { isPodTerminated, podNodeName } from './scheduling.js';
 import { CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_HASH_LABEL } from './workloads.js';
 
@@ -48,14 +49,6 @@ function podStatus(pod: KubeObject): { phase?: string; conditions?: PodCondition
 /** Counts toward the replicas: not being deleted and not finished. */
 export function isPodActive(pod: KubeObject): boolean {
   return !pod.metadata.deletionTimestamp && !isPodTerminated(pod);
-}
-
-export function isPodReady(pod: KubeObject): boolean {
-  return (podStatus(pod).conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
-}
-
-export function isPodRunningAndReady(pod: KubeObject): boolean {
-  return podStatus(pod).phase === 'Running' && isPodReady(pod);
 }
 
 /** Ready for at least minReadySeconds (by the Ready condition's transition time). */

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { timingProblems } from '../config/timings.js';
 import { Agent } from '../agent/agent.js';
-import type { Taint } from '../config/schema.js';
+import type { Taint } from '../node-protocol/taints.js';
 import { allowAuthenticated, TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
@@ -29,7 +29,8 @@ import { LeaderElector } from '../controllers/leader-election.js';
 import { startWorkloadControllers, type WorkloadControllers } from '../controllers/workload-controllers.js';
 import { podLogProxy } from './pod-logs.js';
 import { FailoverController } from '../controllers/failover.js';
-import { fencingThresholds } from '../controllers/failover-logic.js';
+import { FENCING_MARGIN_MS, fencingThresholds } from '../node-protocol/fencing.js';
+import { CONTROL_PLANE_ROLE_LABEL, ETCD_ROLE_LABEL, STATE_LABEL } from '../node-protocol/names.js';
 import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
@@ -115,13 +116,6 @@ export interface ServerOptions {
 
 /** Below this a bookmark timer would spin for nothing: a watch's revision cannot usefully move faster. */
 export const MIN_WATCH_BOOKMARK_INTERVAL_MS = 100;
-
-/**
- * What the controller adds to fencing-timeout before it replaces a singleton: the supervisor's
- * undecided phase and last round of questions (0.8 s), its 100 ms check, the kill itself, clock
- * rate drift between hosts, and a supervisor starved of CPU for a moment on a busy host.
- */
-export const FENCING_MARGIN_MS = 2000;
 
 /** Cluster timing rules that must hold before anything starts. */
 export function validateTimings(renewMs: number, graceMs: number, fencingMs: number): void {
@@ -347,7 +341,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         ? {
             // An etcd server's Node deleted: its member goes too, so quorum counts only real members.
             onNodeDeleted: (node: KubeObject) => {
-              if (node.metadata.labels?.['node-role.kubernetes.io/etcd'] !== 'true') return;
+              if (node.metadata.labels?.[ETCD_ROLE_LABEL] !== 'true') return;
               void etcdMembership(etcdAccess!, { logger })
                 .removeByNode(node.metadata.name!)
                 .then((removed) => removed.length && logger.info({ node: node.metadata.name, members: removed }, 'removed the etcd member of a deleted node'))
@@ -400,8 +394,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     let stopped = false;
     if (!options.disableAgent) {
       const roleLabels: Record<string, string> = {
-        ...(runsApi ? { 'node-role.kubernetes.io/control-plane': 'true' } : {}),
-        ...(managedEtcd ? { 'node-role.kubernetes.io/etcd': 'true' } : {}),
+        ...(runsApi ? { [CONTROL_PLANE_ROLE_LABEL]: 'true' } : {}),
+        ...(managedEtcd ? { [ETCD_ROLE_LABEL]: 'true' } : {}),
       };
       void (async () => {
         // Its own API when it has one; an etcd-only server's agent registers through whichever
@@ -534,7 +528,7 @@ function nodeStateCounts(nodes: ListResult): Record<string, number> {
   const counts: Record<string, number> = { Ready: 0, NotReady: 0, Unknown: 0, Down: 0, Unavailable: 0 };
   for (const kv of nodes.items) {
     const node = JSON.parse(kv.value.toString('utf8')) as { metadata?: { labels?: Record<string, string> } };
-    const state = node.metadata?.labels?.['drover.io/state'] ?? 'none';
+    const state = node.metadata?.labels?.[STATE_LABEL] ?? 'none';
     counts[state] = (counts[state] ?? 0) + 1;
   }
   return counts;

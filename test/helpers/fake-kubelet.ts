@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { HttpClient } from '../../src/client/http.js';
 import { NODES, PODS, type WatchEventType } from '../../src/client/types.js';
-import { Informer } from '../../src/controllers/informer.js';
+import { Informer } from '../../src/client/informer.js';
 import { createLogger } from '../../src/logging/logger.js';
 import { cleanup, type ServerProcess, startServer } from './server.js';
 

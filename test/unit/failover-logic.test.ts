@@ -4,11 +4,11 @@ import type { KubeObject } from '../../src/apiserver/objects.js';
 import {
   decideFailover,
   type FailoverSettings,
-  fencingThresholds,
   majoritySilentDuring,
   NodeRateLimiter,
   unreachableToleranceMs,
 } from '../../src/controllers/failover-logic.js';
+import { fencingThresholds } from '../../src/node-protocol/fencing.js';
 
 /** The pure failover rules, driven with explicit times (ms on the controller's clock). */
 

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type AgentHealth, classifyNode, isStale, type NodeObservation, type NodeState, type ShutdownRecord } from '../../src/controllers/node-state.js';
+import { classifyNode, isStale, type NodeObservation } from '../../src/controllers/node-state.js';
+import type { NodeState } from '../../src/node-protocol/names.js';
+import type { AgentHealth, ShutdownRecord } from '../../src/node-protocol/records.js';
 
 /**
  * The end of a control-plane disruption, in the pure classification: the controller restarts the

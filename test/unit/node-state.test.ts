@@ -1,15 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import {
-  type AgentHealth,
-  classifyNode,
-  isDisruption,
-  isStale,
-  NODE_STATES,
-  type NodeObservation,
-  type NodeState,
-  type ShutdownRecord,
-} from '../../src/controllers/node-state.js';
+import { classifyNode, isDisruption, isStale, type NodeObservation } from '../../src/controllers/node-state.js';
+import { NODE_STATES, type NodeState } from '../../src/node-protocol/names.js';
+import type { AgentHealth, ShutdownRecord } from '../../src/node-protocol/records.js';
 
 /**
  * The pure node classification (src/controllers/node-state.ts), driven by a synthetic clock. No

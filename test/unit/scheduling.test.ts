@@ -1,15 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { KubeObject } from '../../src/apiserver/objects.js';
-import {
-  chooseNode,
-  failureMessage,
-  isNodeReady,
-  nodeRejection,
-  type Taint,
-  type Toleration,
-  toleratesTaint,
-} from '../../src/controllers/scheduling.js';
+import { chooseNode, failureMessage, nodeRejection, toleratesTaint } from '../../src/controllers/scheduling.js';
+import { isNodeReady } from '../../src/node-protocol/pods.js';
+import type { Taint, Toleration } from '../../src/node-protocol/taints.js';
 
 /** The scheduler's pure decision: feasibility, ranking and kube-scheduler's wording. */
 

@@ -43,12 +43,6 @@ export interface PeerControlPlaneAnswer {
 
 export const PEER_CONTROL_PLANE_PATH = '/drover/v1/peer/control-plane';
 export const PEER_QUERY_TIMEOUT_MS = 400;
-/**
- * Used only when the fencing file was never readable: the default node monitor grace period, so
- * the pod is gone no later than the server would declare the node lost.
- */
-export const DEFAULT_FENCING_TIMEOUT_MS = 4000;
-
 export function monoNowMs(): number {
   return Number(process.hrtime.bigint() / 1_000_000n);
 }

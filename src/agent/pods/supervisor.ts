@@ -4,8 +4,8 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from '../../logging/logger.js';
+import { FENCING_TIMEOUT_WITHOUT_FILE_MS } from '../../node-protocol/fencing.js';
 import {
-  DEFAULT_FENCING_TIMEOUT_MS,
   countPeers,
   judgeOutage,
   peerCutOffMs,
@@ -432,7 +432,7 @@ export class PodSupervisor {
     if (read && read.confirmedAtMonoMs <= now + 1000) this.lastFencing = read;
     // Never confirmed counts from the supervisor's own start.
     const confirmedAt = this.lastFencing?.confirmedAtMonoMs ?? this.startedAtMono;
-    return { ageMs: now - confirmedAt, timeoutMs: this.lastFencing?.fencingTimeoutMs ?? DEFAULT_FENCING_TIMEOUT_MS };
+    return { ageMs: now - confirmedAt, timeoutMs: this.lastFencing?.fencingTimeoutMs ?? FENCING_TIMEOUT_WITHOUT_FILE_MS };
   }
 
   private checkFencing(): void {

@@ -1,6 +1,6 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import type { Logger } from '../logging/logger.js';
-import type { ApiClient, ListOptions, ResourceRef, WatchEventType, WatchHandle } from '../client/types.js';
+import type { ApiClient, ListOptions, ResourceRef, WatchEventType, WatchHandle } from './types.js';
 
 /**
  * A cache of one resource kept current by list + watch, as client-go's informers do: it lists,
