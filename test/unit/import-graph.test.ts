@@ -62,8 +62,7 @@ describe('the import graph of src/', () => {
     assert.ok(Object.keys(graph.obj()).length > 50, 'madge found the source files');
   });
 
-  // todo until the node-protocol module lands (issue 12): node-lifecycle ↔ failover-logic.
-  it('has no import cycle', { todo: 'controllers/node-lifecycle.ts ↔ failover-logic.ts, being removed' }, () => {
+  it('has no import cycle', () => {
     assert.deepEqual(graph.circular().map((cycle) => cycle.join(' > ')), []);
   });
 
