@@ -48,7 +48,7 @@ function keyFor(secret: string): string {
   return `${PREFIX}${createHash('sha256').update(secret).digest('hex').slice(0, 12)}`;
 }
 
-async function seal(data: BootstrapData, secret: string): Promise<Buffer> {
+export async function seal(data: object, secret: string): Promise<Buffer> {
   const salt = randomBytes(16);
   const iv = randomBytes(12);
   const key = await scrypt(secret, salt, 32);
