@@ -78,6 +78,9 @@ export interface SecretsEncryptionOptions {
   /** Ids of the servers that must acknowledge each step (the live API servers); default this one. */
   peers?: () => Promise<string[]>;
   logger: Logger;
+}
+
+export interface RotateOptions {
   /** Ceiling on waiting for every server to acknowledge a step (default 60 s). */
   peerTimeoutMs?: number;
 }
@@ -287,9 +290,9 @@ export class SecretsEncryption {
   }
 
   /** Wait until every live server acknowledged this record's key set. */
-  private async waitForPeers(record: EncryptionRecord): Promise<void> {
+  private async waitForPeers(record: EncryptionRecord, timeoutMs: number): Promise<void> {
     const hash = keySetHash(this.keySetFor(record));
-    const deadline = Date.now() + (this.options.peerTimeoutMs ?? 60_000);
+    const deadline = Date.now() + timeoutMs;
     for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
       const peers = new Set([this.options.serverId, ...((await this.options.peers?.()) ?? [])]);
       const acks = await this.acks();
@@ -323,7 +326,8 @@ export class SecretsEncryption {
    * while the API keeps serving. Resumes an interrupted rotation; a rotation another server runs
    * at the same time is joined rather than doubled.
    */
-  async rotateKeys(): Promise<RotationResult> {
+  async rotateKeys(options: RotateOptions = {}): Promise<RotationResult> {
+    const peerTimeoutMs = options.peerTimeoutMs ?? 60_000;
     if (!this.options.enabled) throw new SecretsEncryptionError('secrets encryption is not enabled on this server (secrets-encryption: true)');
     let rewritten = 0;
     let begun = false;
@@ -342,13 +346,13 @@ export class SecretsEncryption {
         }
         begun = true;
         if (record.stage === 'prepare') {
-          await this.waitForPeers(record);
+          await this.waitForPeers(record, peerTimeoutMs);
           record = { ...record, stage: 'rotate', active: record.keys[record.keys.length - 1]!.name };
           revision = await this.write(record, revision);
           this.options.logger.info({ key: record.active }, 'secrets encryption: rotation: new key active (rotate)');
         }
         if (record.stage === 'rotate') {
-          await this.waitForPeers(record);
+          await this.waitForPeers(record, peerTimeoutMs);
           record = { ...record, stage: 'reencrypt_active' };
           revision = await this.write(record, revision);
         }

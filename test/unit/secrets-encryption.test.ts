@@ -247,13 +247,12 @@ describe('the datastore conformance suite through the decorator (every key encry
 });
 
 /** One "server": its own data dir and decorator over the shared datastore, and its manager. */
-function server(inner: Datastore, id: string, options: { enabled?: boolean; peers?: () => Promise<string[]>; peerTimeoutMs?: number } = {}) {
+function server(inner: Datastore, id: string, options: { enabled?: boolean; peers?: () => Promise<string[]> } = {}) {
   const dataDir = path.join(tempDir(), id);
   const encrypting = new EncryptingDatastore(inner, { prefixes: [SECRETS_PREFIX], keySet: NO_KEYS });
   const manager = new SecretsEncryption({
     encrypting, dataDir, joinSecret: JOIN_SECRET, serverId: id, enabled: options.enabled ?? true, logger,
     ...(options.peers ? { peers: options.peers } : {}),
-    ...(options.peerTimeoutMs ? { peerTimeoutMs: options.peerTimeoutMs } : {}),
   });
   return { id, dataDir, encrypting, manager };
 }
@@ -383,13 +382,13 @@ describe('SecretsEncryption (cluster key set and rotation)', () => {
 
   it('waits for a server that has not loaded the new key, stops at prepare, and resumes', async () => {
     const inner = openSqliteDatastore(path.join(tempDir(), 'state.db'));
-    const a = server(inner, 'a', { peers: async () => ['a', 'late'], peerTimeoutMs: 300 });
+    const a = server(inner, 'a', { peers: async () => ['a', 'late'] });
     const late = server(inner, 'late');
     try {
       await a.manager.start();
       const oldKey = a.encrypting.keySet().active!;
       await a.encrypting.create(secretKey('x'), Buffer.from('{"v":"x"}'));
-      await assert.rejects(a.manager.rotateKeys(), /late have not loaded the new encryption keys; the rotation stopped at stage prepare/);
+      await assert.rejects(a.manager.rotateKeys({ peerTimeoutMs: 300 }), /late have not loaded the new encryption keys; the rotation stopped at stage prepare/);
       assert.equal(a.encrypting.keySet().active, oldKey, 'the new key is not used before every server has it');
       assert.equal((await a.manager.status()).stage, 'prepare');
       await late.manager.start(); // the late server comes up and loads the prepared key set
