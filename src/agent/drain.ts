@@ -89,13 +89,8 @@ export async function drainNode(context: DrainContext, deadline: number, started
   while (pending.length) {
     const blocked: KubeObject[] = [];
     for (const pod of pending) {
-      const path = `/api/v1/namespaces/${encodeURIComponent(pod.metadata.namespace!)}/pods/${encodeURIComponent(pod.metadata.name!)}/eviction`;
       try {
-        await client.request('POST', path, {
-          apiVersion: 'policy/v1',
-          kind: 'Eviction',
-          metadata: { name: pod.metadata.name, namespace: pod.metadata.namespace },
-        });
+        await client.evict(pod.metadata.namespace!, pod.metadata.name!);
       } catch (error) {
         if (error instanceof ApiError && error.code === 429) blocked.push(pod);
         else if (!(error instanceof ApiError && error.code === 404)) {

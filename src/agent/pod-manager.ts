@@ -67,6 +67,7 @@ function followingClient(current: () => ApiClient): ApiClient {
     update: (...args) => current().update(...args),
     patch: (...args) => current().patch(...args),
     delete: (...args) => current().delete(...args),
+    evict: (...args) => current().evict(...args),
     watch: (...args) => current().watch(...args),
   };
 }

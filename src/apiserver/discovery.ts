@@ -1,4 +1,5 @@
-import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
+import { apiVersionOf, type ResourceDefinition } from './definition.js';
+import type { ResourceRegistry } from './resources.js';
 
 /**
  * Discovery documents. Legacy discovery (/api, /apis, /api/v1, /apis/g/v) is what every kubectl

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { apiVersionOf, type ResourceDefinition, type ResourceRegistry } from './resources.js';
+import { apiVersionOf, type ResourceDefinition } from './definition.js';
+import type { ResourceRegistry } from './resources.js';
 
 /**
  * A minimal OpenAPI v3 description. kubectl 1.27+ reads it before `apply` to learn whether the

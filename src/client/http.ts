@@ -1,15 +1,17 @@
 import https from 'node:https';
 import { ApiError, type Status, type StatusReason } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
-import type {
-  ApiClient,
-  DeleteOptions,
-  ListOptions,
-  PatchKind,
-  ResourceRef,
-  WatchEventType,
-  WatchHandle,
-  WatchHandler,
+import {
+  type ApiClient,
+  type DeleteOptions,
+  type EvictOptions,
+  type ListOptions,
+  type PatchKind,
+  PODS,
+  type ResourceRef,
+  type WatchEventType,
+  type WatchHandle,
+  type WatchHandler,
 } from './types.js';
 
 /** The API client over HTTPS, pinned to the cluster CA, with a bearer token. */
@@ -147,6 +149,19 @@ export class HttpClient implements ApiClient {
       ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
       ...(options.preconditions ? { preconditions: options.preconditions } : {}),
       ...(options.propagationPolicy ? { propagationPolicy: options.propagationPolicy } : {}),
+    });
+  }
+
+  async evict(namespace: string, name: string, options: EvictOptions = {}): Promise<void> {
+    const deleteOptions = {
+      ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
+      ...(options.preconditions ? { preconditions: options.preconditions } : {}),
+    };
+    await this.request('POST', this.path(PODS, namespace, name, 'eviction'), {
+      apiVersion: 'policy/v1',
+      kind: 'Eviction',
+      metadata: { name, namespace },
+      ...(Object.keys(deleteOptions).length ? { deleteOptions } : {}),
     });
   }
 

@@ -1,17 +1,40 @@
+import type { ResourceDefinition } from '../apiserver/definition.js';
 import { ApiError } from '../apiserver/errors.js';
-import type { JsonObject } from '../apiserver/json.js';
 import type { KubeObject } from '../apiserver/objects.js';
-import { applyPatch } from '../apiserver/patch/index.js';
-import type { ResourceDefinition, ResourceRegistry } from '../apiserver/resources.js';
-import { type ObjectStore, parseSelection, type Selection } from '../apiserver/storage.js';
-import type { ApiClient, DeleteOptions, ListOptions, PatchKind, ResourceRef, WatchHandle, WatchHandler } from './types.js';
+import type { ResourceRegistry } from '../apiserver/resources.js';
+import type { ObjectStore } from '../apiserver/storage.js';
+import type { RequestContext } from '../apiserver/verbs/context.js';
+import { ResourceVerbs } from '../apiserver/verbs/verbs.js';
+import {
+  type ApiClient,
+  type DeleteOptions,
+  type EvictOptions,
+  type ListOptions,
+  type PatchKind,
+  PODS,
+  type ResourceRef,
+  type WatchHandle,
+  type WatchHandler,
+} from './types.js';
 
-/** The API client for code running inside the server: straight to the object store, no HTTP. */
+/**
+ * The API client for code running inside the server: no HTTP, but the same verb layer the HTTP
+ * handler calls (src/apiserver/verbs/), so every per-kind rule (eviction and disruption budgets,
+ * namespace deletion, defaults, validation, unknown fields) applies to it exactly as to a request.
+ *
+ * Its calls carry no user, so admission does not judge them: the callers are the server's own
+ * controllers and registries, trusted as kube-controller-manager is, and the one admission
+ * plug-in (node restriction) judges only node credentials, which in-process callers never hold.
+ * Authentication and authorization are likewise the HTTP front door's.
+ */
 export class LocalClient implements ApiClient {
-  constructor(
-    private readonly store: ObjectStore,
-    private readonly registry: ResourceRegistry,
-  ) {}
+  private readonly verbs: ResourceVerbs;
+  /** Every call's context: no user (not judged by admission), unknown fields dropped silently. */
+  private readonly context: RequestContext = { fieldValidation: 'Ignore' };
+
+  constructor(store: ObjectStore, private readonly registry: ResourceRegistry) {
+    this.verbs = new ResourceVerbs({ store, registry });
+  }
 
   private def(ref: ResourceRef): ResourceDefinition {
     const def = this.registry.lookup(ref.group, ref.version, ref.plural);
@@ -19,37 +42,30 @@ export class LocalClient implements ApiClient {
     return def;
   }
 
-  private selection(def: ResourceDefinition, options: ListOptions = {}): Selection {
-    return parseSelection(def, options.labelSelector, options.fieldSelector);
-  }
-
   async get(ref: ResourceRef, namespace: string | undefined, name: string): Promise<KubeObject | undefined> {
     try {
-      return await this.store.get(this.def(ref), namespace, name);
+      return await this.verbs.get(this.context, this.def(ref), namespace, name);
     } catch (error) {
       if (error instanceof ApiError && error.code === 404) return undefined;
       throw error;
     }
   }
 
-  async list(ref: ResourceRef, namespace: string | undefined, options?: ListOptions) {
-    const def = this.def(ref);
-    const result = await this.store.list(def, namespace, this.selection(def, options));
+  async list(ref: ResourceRef, namespace: string | undefined, options: ListOptions = {}) {
+    const result = await this.verbs.list(this.context, this.def(ref), namespace, options);
     return { items: result.items, resourceVersion: result.resourceVersion };
   }
 
-  create(ref: ResourceRef, namespace: string | undefined, obj: KubeObject): Promise<KubeObject> {
-    return this.store.create(this.def(ref), namespace, structuredClone(obj));
+  async create(ref: ResourceRef, namespace: string | undefined, obj: KubeObject): Promise<KubeObject> {
+    return (await this.verbs.create(this.context, this.def(ref), namespace, structuredClone(obj))).object;
   }
 
-  update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status'): Promise<KubeObject> {
+  async update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status'): Promise<KubeObject> {
     const copy = structuredClone(obj);
-    return this.store.guaranteedUpdate(this.def(ref), namespace, obj.metadata.name!, () => copy, {
-      ...(subresource ? { subresource } : {}),
-    });
+    return (await this.verbs.update(this.context, this.def(ref), namespace, obj.metadata.name!, copy, subresource)).object;
   }
 
-  patch(
+  async patch(
     ref: ResourceRef,
     namespace: string | undefined,
     name: string,
@@ -57,22 +73,21 @@ export class LocalClient implements ApiClient {
     patch: unknown,
     subresource?: 'status',
   ): Promise<KubeObject> {
-    const def = this.def(ref);
-    return this.store.guaranteedUpdate(
-      def,
-      namespace,
-      name,
-      (current) =>
-        applyPatch(kind, current as unknown as JsonObject, patch as JsonObject, def.kind, { consumeOriginal: true }) as unknown as KubeObject,
-      { ...(subresource ? { subresource } : {}) },
-    );
+    return (await this.verbs.patch(this.context, this.def(ref), namespace, name, kind, patch, subresource)).object;
   }
 
   async delete(ref: ResourceRef, namespace: string | undefined, name: string, options: DeleteOptions = {}): Promise<void> {
-    await this.store.delete(this.def(ref), namespace, name, {
+    await this.verbs.delete(this.context, this.def(ref), namespace, name, {
       ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
       ...(options.preconditions ? { preconditions: options.preconditions } : {}),
       ...(options.propagationPolicy ? { propagationPolicy: options.propagationPolicy } : {}),
+    });
+  }
+
+  async evict(namespace: string, name: string, options: EvictOptions = {}): Promise<void> {
+    await this.verbs.evict(this.context, this.def(PODS), namespace, name, {
+      ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
+      ...(options.preconditions ? { preconditions: options.preconditions } : {}),
     });
   }
 
@@ -83,22 +98,21 @@ export class LocalClient implements ApiClient {
     options: ListOptions,
     handler: WatchHandler,
   ): WatchHandle {
-    const def = this.def(ref);
     let stopped = false;
     let cancel: (() => void) | undefined;
-    this.store
-      .watch(def, namespace, resourceVersion, this.selection(def, options), {
-        event: (type, obj) => {
-          if (!stopped) handler.onEvent(type, obj);
-        },
-        progress: () => undefined,
-        error: (error) => {
-          if (stopped) return;
-          stopped = true;
-          handler.onClose(error, error.code === 410);
-        },
-      })
-      .then(
+    // Started at once, so an unknown resource or a bad selector throws here, to the caller.
+    const start = this.verbs.watch(this.context, this.def(ref), namespace, { ...options, resourceVersion });
+    start({
+      event: (type, obj) => {
+        if (!stopped) handler.onEvent(type, obj);
+      },
+      progress: () => undefined,
+      error: (error) => {
+        if (stopped) return;
+        stopped = true;
+        handler.onClose(error, error.code === 410);
+      },
+    }).then(
         (handle) => {
           if (stopped) handle.cancel();
           else cancel = () => handle.cancel();

@@ -37,6 +37,13 @@ export interface DeleteOptions {
   propagationPolicy?: 'Orphan' | 'Background' | 'Foreground';
 }
 
+/** What an eviction may say about the delete it asks for (policy/v1 Eviction's deleteOptions). */
+export interface EvictOptions {
+  /** Unset uses the pod's own grace period. */
+  gracePeriodSeconds?: number;
+  preconditions?: { uid?: string; resourceVersion?: string };
+}
+
 export type PatchKind = 'merge' | 'strategic' | 'json';
 
 export interface ListOptions {
@@ -79,6 +86,12 @@ export interface ApiClient {
    * it, then deletes it with grace 0. Everything else is deleted at once.
    */
   delete(ref: ResourceRef, namespace: string | undefined, name: string, options?: DeleteOptions): Promise<void>;
+  /**
+   * Evicts a pod (policy/v1 Eviction): deleted as `delete` would, but only if its
+   * PodDisruptionBudget allows a disruption now, which the eviction spends. A budget that does not
+   * allow it is a 429 ApiError: try again later, as `kubectl drain` does.
+   */
+  evict(namespace: string, name: string, options?: EvictOptions): Promise<void>;
   /** Changes after `resourceVersion`. */
   watch(
     ref: ResourceRef,

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { KubeObject } from '../../src/apiserver/objects.js';
-import { DEPLOYMENT_PRINTER, REPLICASET_PRINTER, STATEFULSET_PRINTER } from '../../src/apiserver/workloads.js';
+import { DEPLOYMENT_PRINTER, REPLICASET_PRINTER, STATEFULSET_PRINTER } from '../../src/apiserver/kinds/workloads.js';
 import { type KubectlClient, type KubectlResult, kubectlClients, runKubectl } from '../helpers/kubectl.js';
 import { assertOk, parseTables, rowNamed, type Table } from '../helpers/kubectl-table.js';
 import { type ApiResponse, type ServerProcess, cleanup, request, startServer, tempDir } from '../helpers/server.js';

@@ -9,7 +9,7 @@ import type { Authorizer, RequestAttributes } from '../../src/apiserver/auth.js'
 import { ApiHandler, type PodLogParams } from '../../src/apiserver/handler.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { OpenApiDocuments } from '../../src/apiserver/openapi.js';
-import { podSummary, POD_PRINTER } from '../../src/apiserver/pods.js';
+import { podSummary, POD_PRINTER } from '../../src/apiserver/kinds/pod-printer.js';
 import { ResourceRegistry } from '../../src/apiserver/resources.js';
 import { ObjectStore } from '../../src/apiserver/storage.js';
 import { HttpClient } from '../../src/client/http.js';

@@ -1,18 +1,20 @@
-import type { StatusCause } from './errors.js';
-import { MAX_INT32 } from './limits.js';
-import { getPath, type KubeObject } from './objects.js';
-import { defaultPodSpec, validatePodSpec } from './pods.js';
+import { type ResourceDefinition, type ScaleStrategy, standardFields } from '../definition.js';
+import { errors, type StatusCause } from '../errors.js';
+import { MAX_INT32 } from '../limits.js';
+import { getPath, getString, type KubeObject } from '../objects.js';
 import {
   formatLabelSelector,
   labelSelectorFromObject,
   type LabelSelectorObject,
   matchesLabels,
-} from './selectors.js';
-import { AGE_COLUMN, ageOf, column, NAME_COLUMN, type Printer } from './table.js';
+} from '../selectors.js';
+import { AGE_COLUMN, ageOf, column, NAME_COLUMN, type Printer } from '../table.js';
+import { defaultPodSpec, validatePodSpec } from './pods.js';
 
 /**
  * apps/v1 Deployment, ReplicaSet and StatefulSet: defaults, validation and printers as
- * kube-apiserver has them, and the Scale view of their replicas.
+ * kube-apiserver has them, and their `scale` subresource (the autoscaling/v1 Scale view of
+ * spec.replicas).
  */
 
 type Json = Record<string, unknown>;
@@ -208,6 +210,20 @@ export function scaleOf(obj: KubeObject): KubeObject {
   };
 }
 
+/**
+ * A write of the Scale changes only the workload's spec.replicas (so it bumps its generation
+ * like any spec change); a missing count is 0.
+ */
+const WORKLOAD_SCALE: ScaleStrategy = {
+  view: scaleOf,
+  apply(obj, scale) {
+    const replicas = isObject(scale.spec) ? scale.spec.replicas : undefined;
+    const causes = validateReplicas(replicas ?? 0, 'spec.replicas');
+    if (causes.length) throw errors.invalid('Scale', obj.metadata.name ?? '', 'autoscaling', causes);
+    return { ...obj, spec: { ...(specOf(obj) ?? {}), replicas: replicas ?? 0 } };
+  },
+};
+
 // ---------------------------------------------------------------------------------------------
 // Printers
 
@@ -295,5 +311,68 @@ export const STATEFULSET_PRINTER: Printer = {
   ],
 };
 
+// ---------------------------------------------------------------------------------------------
+// The definitions
 
+export const DEPLOYMENT_DEFINITION: ResourceDefinition = {
+  group: 'apps',
+  version: 'v1',
+  kind: 'Deployment',
+  plural: 'deployments',
+  singular: 'deployment',
+  namespaced: true,
+  shortNames: ['deploy'],
+  categories: ['all'],
+  subresources: ['status', 'scale'],
+  printer: DEPLOYMENT_PRINTER,
+  fieldLabels: {},
+  topLevelFields: standardFields('spec', 'status'),
+  storagePath: 'apps/deployments',
+  nameRule: 'dns-subdomain',
+  applyDefaults: defaultDeployment,
+  validate: validateWorkload,
+  garbageCollected: true,
+  scale: WORKLOAD_SCALE,
+};
 
+export const REPLICASET_DEFINITION: ResourceDefinition = {
+  group: 'apps',
+  version: 'v1',
+  kind: 'ReplicaSet',
+  plural: 'replicasets',
+  singular: 'replicaset',
+  namespaced: true,
+  shortNames: ['rs'],
+  categories: ['all'],
+  subresources: ['status', 'scale'],
+  printer: REPLICASET_PRINTER,
+  fieldLabels: { 'status.replicas': (rs) => getString(rs, ['status', 'replicas']) || '0' },
+  topLevelFields: standardFields('spec', 'status'),
+  storagePath: 'apps/replicasets',
+  nameRule: 'dns-subdomain',
+  applyDefaults: defaultReplicaSet,
+  validate: validateWorkload,
+  garbageCollected: true,
+  scale: WORKLOAD_SCALE,
+};
+
+export const STATEFULSET_DEFINITION: ResourceDefinition = {
+  group: 'apps',
+  version: 'v1',
+  kind: 'StatefulSet',
+  plural: 'statefulsets',
+  singular: 'statefulset',
+  namespaced: true,
+  shortNames: ['sts'],
+  categories: ['all'],
+  subresources: ['status', 'scale'],
+  printer: STATEFULSET_PRINTER,
+  fieldLabels: {},
+  topLevelFields: standardFields('spec', 'status'),
+  storagePath: 'apps/statefulsets',
+  nameRule: 'dns-subdomain',
+  applyDefaults: defaultStatefulSet,
+  validate: validateWorkload,
+  garbageCollected: true,
+  scale: WORKLOAD_SCALE,
+};

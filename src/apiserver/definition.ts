@@ -1,0 +1,186 @@
+import type { Logger } from '../logging/logger.js';
+import type { StatusCause } from './errors.js';
+import type { KubeObject } from './objects.js';
+import type {
+  DeleteOptions,
+  DeleteResult,
+  ListOptions,
+  ListResult,
+  UpdateFn,
+  UpdateOptions,
+} from './storage-types.js';
+import type { Printer } from './table.js';
+
+/**
+ * What a kind is, as data, and how it behaves, as hooks: the shape of kube-apiserver's
+ * registry/<group>/<kind>/strategy.go. Each kind declares one ResourceDefinition in
+ * src/apiserver/kinds/; the store, the verb layer (src/apiserver/verbs/), routing, discovery,
+ * OpenAPI, tables and field selectors are all driven from it, so a new kind needs no request code.
+ * See docs/architecture.md, "How to add a kind".
+ */
+
+/**
+ * `status`: the status-only write path; `eviction`: policy Eviction (pods); `scale`: the
+ * autoscaling/v1 Scale view of `spec.replicas`; `log`: a pod's container log, served by a hook.
+ * Every name but `status` needs its hook below (the registry refuses a definition without it).
+ */
+export type Subresource = 'status' | 'eviction' | 'scale' | 'log';
+
+export interface Conversion {
+  /** From this version's shape to the stored shape. */
+  toStorage(obj: KubeObject): KubeObject;
+  /** From the stored shape to this version's shape. */
+  fromStorage(obj: KubeObject): KubeObject;
+}
+
+/** The store as strategy hooks see it; the ObjectStore (src/apiserver/storage.ts) is one. */
+export interface KindStore {
+  get(def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject>;
+  list(def: ResourceDefinition, namespace: string | undefined, options: ListOptions): Promise<ListResult>;
+  guaranteedUpdate(
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    update: UpdateFn,
+    options?: UpdateOptions,
+  ): Promise<KubeObject>;
+  delete(def: ResourceDefinition, namespace: string | undefined, name: string, options?: DeleteOptions): Promise<DeleteResult>;
+  /** Removes every object of the given namespaced kinds in one namespace; answers how many. */
+  deleteNamespaceContents(defs: readonly ResourceDefinition[], namespace: string): Promise<number>;
+}
+
+/** What a hook may reach besides its own object: the store and the other kinds. */
+export interface KindContext {
+  store: KindStore;
+  /** Every kind served (the ResourceRegistry). */
+  kinds: {
+    readonly all: readonly ResourceDefinition[];
+    lookup(group: string, version: string, plural: string): ResourceDefinition | undefined;
+  };
+  logger?: Logger;
+}
+
+/** `eviction`: checks made before an eviction deletes the object (pods: their disruption budget). */
+export interface EvictionStrategy {
+  /** Throws an ApiError (429 for a budget) to refuse; may write (spend the budget) unless dryRun. */
+  beforeEviction(context: KindContext, obj: KubeObject, dryRun: boolean): Promise<void>;
+}
+
+/** `scale`: the autoscaling/v1 Scale view of an object. */
+export interface ScaleStrategy {
+  /** The Scale of the stored object. */
+  view(obj: KubeObject): KubeObject;
+  /** The object with the replicas a Scale asks for; throws a 422 for an invalid count. */
+  apply(obj: KubeObject, scale: KubeObject): KubeObject;
+}
+
+/** The query of a pods/log request, as kubectl sends it (strings from the URL). */
+export interface LogQuery {
+  container?: string;
+  follow?: boolean;
+  previous?: boolean;
+  tailLines?: string;
+  limitBytes?: string;
+}
+
+/** What the server's log hook is handed once the query is checked against the pod. */
+export interface PodLogParams {
+  /** Always set when the hook is called: the named container, or the pod's only one. */
+  container?: string;
+  follow: boolean;
+  tailLines?: number;
+  previous: boolean;
+  limitBytes?: number;
+}
+
+/** `log`: the checks of a log request; the HTTP layer then streams it (it is not a stored object). */
+export interface LogStrategy {
+  /** The query alone, before the object is read (a bad number is a 400 even for a missing pod). */
+  parse(query: LogQuery): PodLogParams;
+  /** The query against the object: which container (the named one, or the only one). */
+  resolve(obj: KubeObject, params: PodLogParams): PodLogParams;
+}
+
+export interface ResourceDefinition {
+  // ------------------------------------------------------------------------------------------
+  // Data: names, scope, discovery, tables, selectors, storage.
+  group: string;
+  version: string;
+  kind: string;
+  plural: string;
+  singular: string;
+  namespaced: boolean;
+  shortNames: readonly string[];
+  categories: readonly string[];
+  subresources: readonly Subresource[];
+  printer: Printer;
+  /** Field selector labels beyond metadata.name / metadata.namespace. */
+  fieldLabels: Readonly<Record<string, (obj: KubeObject) => string>>;
+  /** Top-level fields this kind has; anything else is an unknown field. */
+  topLevelFields: ReadonlySet<string>;
+  /** Where objects live in the datastore: `/registry/<storagePath>/...`. Shared across versions. */
+  storagePath: string;
+  nameRule: 'dns-subdomain' | 'dns-label';
+  conversion?: Conversion;
+
+  // ------------------------------------------------------------------------------------------
+  // Create and update rules (run by the ObjectStore, so by every caller).
+  /** Defaults and server-owned fields on create. */
+  prepareForCreate?(obj: KubeObject): void;
+  /** Defaults kept on every write that is not a status write: filled in when a client leaves them out. */
+  applyDefaults?(obj: KubeObject): void;
+  validate?(obj: KubeObject): StatusCause[];
+  /** Rules about what an update (not a status write) may change, given the stored object. */
+  validateUpdate?(next: KubeObject, current: KubeObject): StatusCause[];
+
+  // ------------------------------------------------------------------------------------------
+  // Delete rules.
+  /**
+   * Kinds deleted gracefully (pods): the grace period in seconds this deletion gets, given the
+   * caller's `gracePeriodSeconds`; 0 removes the object at once. Without it, deletion is immediate.
+   */
+  deletionGracePeriod?(obj: KubeObject, requested: number | undefined): number;
+  /** Names that may not be deleted (the built-in namespaces). */
+  undeletable?: ReadonlySet<string>;
+  /**
+   * Kinds the garbage collector watches (owners and dependents it knows): a DELETE's
+   * propagationPolicy Orphan or Foreground puts its finalizer on them (src/apiserver/deletion.ts).
+   * Other kinds ignore the policy, since no controller would ever take such a finalizer off.
+   */
+  garbageCollected?: true;
+  /**
+   * A DELETE that removes the object at once answers with the object (kube-apiserver's
+   * ReturnDeletedObject: pods, namespaces); other kinds answer a Status of Success.
+   */
+  returnsDeletedObject?: true;
+  /**
+   * The delete itself, in place of the store's plain one (namespaces: their contents go with
+   * them). Called by the verb layer for every delete of this kind, dry runs included.
+   */
+  delete?(context: KindContext, name: string, options: DeleteOptions): Promise<DeleteResult>;
+
+  // ------------------------------------------------------------------------------------------
+  // Subresource hooks: one for each of `eviction`, `scale`, `log` listed in `subresources`.
+  eviction?: EvictionStrategy;
+  scale?: ScaleStrategy;
+  log?: LogStrategy;
+}
+
+export function apiVersionOf(def: Pick<ResourceDefinition, 'group' | 'version'>): string {
+  return def.group ? `${def.group}/${def.version}` : def.version;
+}
+
+/** `apiVersion`, `kind`, `metadata` and the kind's own top-level fields. */
+export const standardFields = (...extra: string[]): ReadonlySet<string> =>
+  new Set(['apiVersion', 'kind', 'metadata', ...extra]);
+
+/** A definition's subresources and its hooks must agree: a listed subresource without its hook would be routed to nothing. */
+export function checkDefinition(def: ResourceDefinition): void {
+  const hooks: Record<Exclude<Subresource, 'status'>, unknown> = { eviction: def.eviction, scale: def.scale, log: def.log };
+  for (const [name, hook] of Object.entries(hooks)) {
+    const listed = def.subresources.includes(name as Subresource);
+    if (listed !== (hook !== undefined)) {
+      throw new Error(`resource ${def.plural}.${def.group || 'core'}: subresource ${name} ${listed ? 'is listed without its hook' : 'has a hook but is not listed'}`);
+    }
+  }
+}

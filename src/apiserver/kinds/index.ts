@@ -1,0 +1,26 @@
+import type { ResourceDefinition } from '../definition.js';
+import { PDB_DEFINITION } from './disruption-budgets.js';
+import { CORE_EVENT_DEFINITION, EVENTS_V1_DEFINITION } from './events.js';
+import { LEASE_DEFINITION } from './leases.js';
+import { NAMESPACE_DEFINITION } from './namespaces.js';
+import { NODE_DEFINITION } from './nodes.js';
+import { POD_DEFINITION } from './pods.js';
+import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
+
+/**
+ * Every kind Drover serves, one definition each (data and strategy hooks), in discovery order.
+ * Adding a kind is adding its file here and its entry below (docs/architecture.md, "How to add
+ * a kind").
+ */
+export const RESOURCES: readonly ResourceDefinition[] = [
+  NAMESPACE_DEFINITION,
+  NODE_DEFINITION,
+  POD_DEFINITION,
+  CORE_EVENT_DEFINITION,
+  EVENTS_V1_DEFINITION,
+  LEASE_DEFINITION,
+  DEPLOYMENT_DEFINITION,
+  REPLICASET_DEFINITION,
+  STATEFULSET_DEFINITION,
+  PDB_DEFINITION,
+];

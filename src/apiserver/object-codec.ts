@@ -1,0 +1,60 @@
+import type { KeyValue } from '../datastore/types.js';
+import type { ResourceDefinition } from './definition.js';
+import { ApiError } from './errors.js';
+import { MAX_OBJECT_BYTES } from './limits.js';
+import type { KubeObject } from './objects.js';
+
+/**
+ * Objects to and from datastore values: JSON in the stored version's shape, without the
+ * resourceVersion (which is the value's revision), bounded in size. Keeps the objects it has just
+ * written parsed, so the next read-modify-write of the same object and every watcher of that
+ * write need not parse the value again.
+ */
+
+/** Recently written objects kept parsed. */
+const RECENT_OBJECTS = 4096;
+
+export class ObjectCodec {
+  /**
+   * Objects just written, by key, at their revision. Shared, so treated as immutable: only code
+   * that does not mutate what it gets reads from here (guaranteedUpdate's `current`, watch
+   * delivery). Not used for kinds served through a conversion.
+   */
+  private readonly recent = new Map<string, { revision: number; obj: KubeObject }>();
+
+  remember(def: ResourceDefinition, key: string, obj: KubeObject): void {
+    if (def.conversion) return;
+    if (this.recent.size >= RECENT_OBJECTS) this.recent.clear();
+    this.recent.set(key, { revision: Number(obj.metadata.resourceVersion), obj });
+  }
+
+  /** The object as stored at this kv's revision, parsed once and shared (do not mutate). */
+  decodeShared(def: ResourceDefinition, kv: KeyValue): KubeObject {
+    if (!def.conversion) {
+      const hit = this.recent.get(kv.key);
+      if (hit && hit.revision === kv.modRevision) return hit.obj;
+    }
+    return this.decode(def, kv);
+  }
+
+  /** A private copy of the object as stored at this kv's revision. */
+  decode(def: ResourceDefinition, kv: KeyValue): KubeObject {
+    const stored = JSON.parse(kv.value.toString('utf8')) as KubeObject;
+    stored.metadata.resourceVersion = String(kv.modRevision);
+    return def.conversion ? def.conversion.fromStorage(stored) : stored;
+  }
+
+  encode(def: ResourceDefinition, obj: KubeObject): Buffer {
+    const stored = def.conversion ? def.conversion.toStorage(obj) : obj;
+    const { resourceVersion: _rv, ...metadata } = stored.metadata;
+    const encoded = Buffer.from(JSON.stringify({ ...stored, metadata }));
+    if (encoded.length > MAX_OBJECT_BYTES) {
+      throw new ApiError(
+        413,
+        'RequestEntityTooLarge',
+        `${def.kind} "${obj.metadata.name ?? ''}" is too large to store: ${encoded.length} bytes, the limit is ${MAX_OBJECT_BYTES} bytes (etcd's request limit)`,
+      );
+    }
+    return encoded;
+  }
+}

@@ -1,0 +1,216 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { apiVersionOf, type PodLogParams } from './definition.js';
+import { ApiError, deletedStatus, errors } from './errors.js';
+import { decodeBody, negotiate, readBody, sendJson } from './http.js';
+import type { KubeObject } from './objects.js';
+import { queryBool } from './query.js';
+import type { ResourceRequest } from './request-info.js';
+import {
+  bodyDryRun,
+  deleteOptionsOf,
+  fieldValidationParam,
+  gracePeriodOf,
+  parsePatch,
+  patchTypeOf,
+  preconditionsOf,
+  readDeleteOptions,
+  readObject,
+  warningHeader,
+} from './request-options.js';
+import { listKind, respondObject } from './serve-reads.js';
+import { isJsonObject } from './json.js';
+import { asKubeObject, type Change, type RequestContext } from './verbs/context.js';
+import type { ResourceVerbs } from './verbs/verbs.js';
+
+/**
+ * The HTTP side of the writes and of the subresources: bodies and query options in, the verb
+ * layer's answer out, in kube-apiserver's response shapes (status codes, Status or object, Table).
+ */
+
+/** The server's hook that streams a container log from the pod's agent. */
+export type PodLogHook = (pod: KubeObject, params: PodLogParams, req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+export async function serveCreate(
+  verbs: ResourceVerbs,
+  ctx: RequestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  request: ResourceRequest,
+): Promise<void> {
+  const negotiated = negotiate(req.headers.accept);
+  const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
+  const obj = await readObject(req, fieldValidation);
+  const { object, unknownFields } = await verbs.create({ ...ctx, fieldValidation }, request.def, request.namespace, obj);
+  respondObject(res, 201, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
+}
+
+export async function serveUpdate(
+  verbs: ResourceVerbs,
+  ctx: RequestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  request: ResourceRequest,
+): Promise<void> {
+  const negotiated = negotiate(req.headers.accept);
+  const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
+  const obj = await readObject(req, fieldValidation);
+  const subresource = request.subresource === 'status' ? 'status' : undefined;
+  const { object, unknownFields } = await verbs.update({ ...ctx, fieldValidation }, request.def, request.namespace, request.name!, obj, subresource);
+  respondObject(res, 200, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
+}
+
+export async function servePatch(
+  verbs: ResourceVerbs,
+  ctx: RequestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  request: ResourceRequest,
+): Promise<void> {
+  const negotiated = negotiate(req.headers.accept);
+  const patchType = patchTypeOf(req);
+  const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
+  const patch = parsePatch(await readBody(req), fieldValidation);
+  const subresource = request.subresource === 'status' ? 'status' : undefined;
+  const { object, unknownFields } = await verbs.patch(
+    { ...ctx, fieldValidation },
+    request.def,
+    request.namespace,
+    request.name!,
+    patchType,
+    patch,
+    subresource,
+  );
+  respondObject(res, 200, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
+}
+
+export async function serveDelete(
+  verbs: ResourceVerbs,
+  ctx: RequestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  request: ResourceRequest,
+): Promise<void> {
+  const negotiated = negotiate(req.headers.accept);
+  const { def } = request;
+  const name = request.name!;
+  const body = await readDeleteOptions(req);
+  const options = deleteOptionsOf(body, url.searchParams, { preconditions: true });
+  const dryRun = ctx.dryRun === true || bodyDryRun(body);
+  const { object, removed } = await verbs.delete({ ...ctx, dryRun }, def, request.namespace, name, options);
+  // As kube-apiserver: gone at once is a Status of Success (uid included, for kubectl's --wait),
+  // except for kinds that return the deleted object; still there (finalizers, a grace period)
+  // is the object, with 202 instead of 200 when the deprecated orphanDependents was false.
+  if (removed && !def.returnsDeletedObject) {
+    sendJson(res, 200, deletedStatus(def, name, object.metadata.uid));
+    return;
+  }
+  respondObject(res, !removed && options.orphanDependents === false ? 202 : 200, negotiated, def, object, 'Metadata');
+}
+
+export async function serveDeleteCollection(
+  verbs: ResourceVerbs,
+  ctx: RequestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  request: ResourceRequest,
+): Promise<void> {
+  const { def } = request;
+  const body = await readDeleteOptions(req);
+  const options = deleteOptionsOf(body, url.searchParams, { preconditions: false });
+  const deleted = await verbs.deleteCollection(
+    ctx,
+    def,
+    request.namespace,
+    { labelSelector: url.searchParams.get('labelSelector'), fieldSelector: url.searchParams.get('fieldSelector') },
+    options,
+  );
+  sendJson(res, 200, { kind: listKind(def), apiVersion: apiVersionOf(def), metadata: {}, items: deleted });
+}
+
+/**
+ * policy/v1 (and kubectl 1.20's policy/v1beta1) Eviction: deletes the pod, gracefully when it runs
+ * on a node, once its PodDisruptionBudget (if any) allows it.
+ */
+export async function serveEviction(
+  verbs: ResourceVerbs,
+  ctx: RequestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  request: ResourceRequest,
+): Promise<void> {
+  const eviction = asKubeObject(decodeBody(await readBody(req), req.headers['content-type']), 'the eviction');
+  if (eviction.kind !== undefined && eviction.kind !== 'Eviction') {
+    throw errors.badRequest(`expected an Eviction, got ${String(eviction.kind)}`);
+  }
+  if (eviction.metadata.name !== undefined && eviction.metadata.name !== request.name) {
+    throw errors.badRequest(`name in URL does not match name in Eviction object`);
+  }
+  const deleteOptions = isJsonObject(eviction.deleteOptions) ? eviction.deleteOptions : {};
+  const preconditions = preconditionsOf(deleteOptions);
+  const gracePeriodSeconds = gracePeriodOf(deleteOptions);
+  await verbs.evict(ctx, request.def, request.namespace, request.name!, {
+    ...(preconditions ? { preconditions } : {}),
+    ...(gracePeriodSeconds !== undefined ? { gracePeriodSeconds } : {}),
+  });
+  sendJson(res, 201, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', code: 201 });
+}
+
+/**
+ * `<workload>/scale`: the autoscaling/v1 Scale view of spec.replicas. Reads build it from the
+ * workload; writes (PUT, or a patch of the Scale) change only the workload's spec.replicas.
+ */
+export async function serveScale(
+  verbs: ResourceVerbs,
+  ctx: RequestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  request: ResourceRequest,
+  verb: string,
+): Promise<void> {
+  const { def } = request;
+  const name = request.name!;
+  negotiate(req.headers.accept);
+  if (verb === 'get') {
+    sendJson(res, 200, await verbs.getScale(ctx, def, request.namespace, name));
+    return;
+  }
+  if (verb !== 'update' && verb !== 'patch') throw errors.methodNotAllowed();
+  const body = await readBody(req);
+  const change: Change =
+    verb === 'patch'
+      ? { type: 'patch', patchType: patchTypeOf(req), patch: parsePatch(body) }
+      : { type: 'update', object: asKubeObject(decodeBody(body, req.headers['content-type']), 'the request body') };
+  sendJson(res, 200, await verbs.updateScale(ctx, def, request.namespace, name, change));
+}
+
+/** `pods/P/log`: checked by the verb layer, served by the podLogs hook (which reaches the pod's agent). */
+export async function serveLog(
+  verbs: ResourceVerbs,
+  podLogs: PodLogHook | undefined,
+  ctx: RequestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  request: ResourceRequest,
+): Promise<void> {
+  const params = url.searchParams;
+  const container = params.get('container');
+  const tailLines = params.get('tailLines');
+  const limitBytes = params.get('limitBytes');
+  const { object, params: logParams } = await verbs.podLog(ctx, request.def, request.namespace, request.name!, {
+    ...(container ? { container } : {}),
+    follow: queryBool(params, 'follow'),
+    previous: queryBool(params, 'previous'),
+    ...(tailLines !== null ? { tailLines } : {}),
+    ...(limitBytes !== null ? { limitBytes } : {}),
+  });
+  if (!podLogs) {
+    throw new ApiError(404, 'NotFound', 'this server does not serve container logs', {});
+  }
+  await podLogs(object, logParams, req, res);
+}

@@ -1,0 +1,79 @@
+import type { DependentsChoice } from './deletion.js';
+import type { ApiError } from './errors.js';
+import type { KubeObject } from './objects.js';
+import type { FieldSelector, LabelSelector } from './selectors.js';
+
+/**
+ * The options and results of the ObjectStore (src/apiserver/storage.ts). They know nothing of
+ * any kind, so resource definitions, strategy hooks and the verb layer can all name them
+ * without depending on the store itself.
+ */
+
+export interface Selection {
+  labelSelector: LabelSelector;
+  fieldSelector: FieldSelector;
+}
+
+export interface ListOptions extends Selection {
+  limit?: number;
+  continueToken?: string;
+  /** Exact revision to read (`resourceVersionMatch=Exact`). */
+  exactRevision?: number;
+}
+
+export interface ListResult {
+  items: KubeObject[];
+  resourceVersion: string;
+  continueToken?: string;
+}
+
+export interface WriteOptions {
+  dryRun?: boolean;
+}
+
+export interface UpdateOptions extends WriteOptions {
+  subresource?: 'status';
+  /**
+   * Mark the object as going away: set metadata.deletionTimestamp and deletionGracePeriodSeconds
+   * (it has finalizers, or it is deleted gracefully).
+   */
+  markDeleted?: { deletionTimestamp: string; gracePeriodSeconds: number };
+}
+
+export interface Preconditions {
+  uid?: string;
+  resourceVersion?: string;
+}
+
+export interface DeleteOptions extends WriteOptions, DependentsChoice {
+  preconditions?: Preconditions;
+  /**
+   * For kinds deleted gracefully (pods): 0 removes the object at once; unset uses the object's
+   * own grace period. Other kinds ignore it.
+   */
+  gracePeriodSeconds?: number;
+}
+
+/** What a delete did: `removed` when the object is gone now, else it waits (finalizers, grace). */
+export interface DeleteResult {
+  /** The object as removed, or as it stays marked for deletion. */
+  object: KubeObject;
+  removed: boolean;
+}
+
+export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+export interface WatchSink {
+  event(type: WatchEventType, obj: KubeObject): void;
+  /** Everything up to this resourceVersion has been sent. */
+  progress(resourceVersion: string): void;
+  error(error: ApiError): void;
+}
+
+export interface ObjectWatch {
+  requestProgress(): void;
+  cancel(): void;
+}
+
+/** What a caller's update function may answer: the new object, or "nothing to change". */
+export type UpdateFn = (current: KubeObject) => KubeObject | Promise<KubeObject>;

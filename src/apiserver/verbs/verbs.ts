@@ -1,0 +1,401 @@
+import type { Logger } from '../../logging/logger.js';
+import type { Admission } from '../auth.js';
+import type { KindContext, LogQuery, PodLogParams, ResourceDefinition } from '../definition.js';
+import { ApiError, errors } from '../errors.js';
+import type { JsonObject } from '../json.js';
+import type { KubeObject } from '../objects.js';
+import { applyPatch, PatchError, type PatchType } from '../patch/index.js';
+import type { ResourceRegistry } from '../resources.js';
+import { parseSelection } from '../selection.js';
+import type { ObjectStore } from '../storage.js';
+import type { DeleteOptions, DeleteResult, ListResult, ObjectWatch, Preconditions, WatchSink } from '../storage-types.js';
+import { checkPreconditions } from '../write-rules.js';
+import { asKubeObject, type Change, checkTypeMeta, pruneUnknownFields, type RequestContext, type WriteResult } from './context.js';
+
+/**
+ * The verb layer: get, list, watch, create, update, patch, delete and deletecollection, and the
+ * subresources (status, scale, eviction, log), for every kind, run the same way for every caller.
+ * The HTTP handler (src/apiserver/handler.ts) calls it after authentication and authorization;
+ * LocalClient (src/client/local.ts) calls it for the code inside the server. The generic rules
+ * are here and in the ObjectStore; what differs between kinds is in each kind's definition
+ * (src/apiserver/kinds/), whose hooks this layer calls, as kube-apiserver's generic registry
+ * calls each kind's strategy.
+ *
+ * Admission (node restriction) judges the writes of a request that carries a user: it runs here,
+ * inside each write, because it must see the object about to be stored (for an update or patch,
+ * inside the compare-and-swap, beside the stored object it replaces).
+ */
+
+export interface VerbsOptions {
+  store: ObjectStore;
+  registry: ResourceRegistry;
+  /** Checks on objects about to be written by authenticated callers (node restriction). */
+  admission?: Admission;
+  logger?: Logger;
+}
+
+/** A list request: selectors as clients send them, paging, and the revision to read at. */
+export interface ListRequest {
+  labelSelector?: string | null;
+  fieldSelector?: string | null;
+  limit?: number;
+  continueToken?: string;
+  resourceVersion?: string;
+  /** `Exact` reads at `resourceVersion`; `NotOlderThan` (or nothing) reads the latest. */
+  resourceVersionMatch?: string;
+}
+
+/** A watch request: selectors, one object by name, and the revision to start after. */
+export interface WatchRequest {
+  labelSelector?: string | null;
+  fieldSelector?: string | null;
+  name?: string;
+  /** Unset or "0": the current objects first (as ADDED), then every change. */
+  resourceVersion?: string;
+}
+
+/** What admission is told a write is about. */
+interface AdmissionTarget {
+  def: ResourceDefinition;
+  namespace: string | undefined;
+  name?: string;
+  subresource?: string;
+}
+
+export class ResourceVerbs {
+  readonly store: ObjectStore;
+  readonly registry: ResourceRegistry;
+  /** What the kinds' hooks are handed. */
+  private readonly kindContext: KindContext;
+
+  constructor(private readonly options: VerbsOptions) {
+    this.store = options.store;
+    this.registry = options.registry;
+    this.kindContext = {
+      store: options.store,
+      kinds: options.registry,
+      ...(options.logger ? { logger: options.logger } : {}),
+    };
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Reads
+
+  get(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject> {
+    return this.store.get(def, namespace, name);
+  }
+
+  list(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, request: ListRequest = {}): Promise<ListResult> {
+    const match = request.resourceVersionMatch ?? '';
+    if (match !== '' && match !== 'Exact' && match !== 'NotOlderThan') {
+      throw errors.badRequest(`invalid resourceVersionMatch "${match}": supported values: "Exact", "NotOlderThan"`);
+    }
+    const exact = match === 'Exact' && request.resourceVersion !== undefined ? Number(request.resourceVersion) : undefined;
+    return this.store.list(def, namespace, {
+      ...parseSelection(def, request.labelSelector, request.fieldSelector),
+      ...(request.limit ? { limit: request.limit } : {}),
+      ...(request.continueToken ? { continueToken: request.continueToken } : {}),
+      ...(exact !== undefined ? { exactRevision: exact } : {}),
+    });
+  }
+
+  /**
+   * A watch, in two steps: the request is checked at once (a bad selector throws before the
+   * caller sends anything), and the answer starts it, first sending the current objects as ADDED
+   * when no resourceVersion is given.
+   */
+  watch(
+    _ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    request: WatchRequest,
+  ): (sink: WatchSink) => Promise<ObjectWatch> {
+    const selection = parseSelection(def, request.labelSelector, request.fieldSelector);
+    if (request.name !== undefined) selection.fieldSelector.push({ field: 'metadata.name', op: 'eq', value: request.name });
+    return (sink) => this.store.watch(def, namespace, request.resourceVersion, selection, sink);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Writes of the object (and of its status)
+
+  async create(ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, obj: KubeObject): Promise<WriteResult> {
+    checkTypeMeta(def, obj);
+    const unknownFields = pruneUnknownFields(def, obj, ctx.fieldValidation);
+    if (def.namespaced) {
+      if (!namespace) throw errors.methodNotAllowed();
+      const bodyNamespace = obj.metadata.namespace;
+      if (bodyNamespace && bodyNamespace !== namespace) {
+        throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
+      }
+    }
+    await this.admit(ctx, 'create', { def, namespace }, obj);
+    const object = await this.store.create(def, namespace, obj, { dryRun: ctx.dryRun === true });
+    return { object, unknownFields };
+  }
+
+  /** PUT: the whole object, or with subresource `status` only its status. */
+  async update(
+    ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    obj: KubeObject,
+    subresource?: 'status',
+  ): Promise<WriteResult> {
+    checkTypeMeta(def, obj);
+    const unknownFields = pruneUnknownFields(def, obj, ctx.fieldValidation);
+    if (obj.metadata.name !== undefined && obj.metadata.name !== name) {
+      throw errors.badRequest(`the name of the object (${String(obj.metadata.name)}) does not match the name on the URL (${name})`);
+    }
+    if (def.namespaced && obj.metadata.namespace && obj.metadata.namespace !== namespace) {
+      throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
+    }
+    const uid = obj.metadata.uid;
+    const target = { def, namespace, name, ...(subresource ? { subresource } : {}) };
+    const object = await this.store.guaranteedUpdate(
+      def,
+      namespace,
+      name,
+      async (current) => {
+        // A uid in the body is a precondition, as in Kubernetes: it names one incarnation.
+        checkPreconditions(def, name, current, { uid });
+        await this.admit(ctx, 'update', target, obj, current);
+        return obj;
+      },
+      { dryRun: ctx.dryRun === true, ...(subresource ? { subresource } : {}) },
+    );
+    return { object, unknownFields };
+  }
+
+  /** PATCH: the patch applied to the stored object (or, with subresource `status`, to its status). */
+  async patch(
+    ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    patchType: PatchType,
+    patch: unknown,
+    subresource?: 'status',
+  ): Promise<WriteResult> {
+    const admission = ctx.user && this.options.admission?.judges(ctx.user) ? this.options.admission : undefined;
+    const target = { def, namespace, name, ...(subresource ? { subresource } : {}) };
+    let unknownFields: string[] = [];
+    const object = await this.store.guaranteedUpdate(
+      def,
+      namespace,
+      name,
+      async (current) => {
+        const currentUid = current.metadata.uid;
+        // The patch consumes `current`; admission judges the stored object as it was.
+        const stored = admission ? admissionSnapshot(current) : undefined;
+        // `current` is this attempt's private copy: the patch may work in it directly.
+        const patched = asKubeObject(applyPatchAsApi(patchType, current, patch, def.kind, true), 'the patched object');
+        checkTypeMeta(def, patched);
+        if (patched.metadata.name !== name) {
+          throw errors.badRequest(`the name of the object (${String(patched.metadata.name)}) does not match the name on the URL (${name})`);
+        }
+        if (patched.metadata.uid !== undefined && patched.metadata.uid !== currentUid) {
+          throw errors.invalid(def.kind, name, def.group, [{ reason: 'FieldValueInvalid', message: 'field is immutable', field: 'metadata.uid' }]);
+        }
+        unknownFields = pruneUnknownFields(def, patched, ctx.fieldValidation);
+        await this.admit(ctx, 'patch', target, patched, stored);
+        return patched;
+      },
+      { dryRun: ctx.dryRun === true, ...(subresource ? { subresource } : {}) },
+    );
+    return { object, unknownFields };
+  }
+
+  /**
+   * DELETE of one object: admission sees the stored object it would remove; built-in names may
+   * not go; the kind's own delete hook (namespaces) runs in place of the store's.
+   */
+  async delete(
+    ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    options: Omit<DeleteOptions, 'dryRun'> = {},
+  ): Promise<DeleteResult> {
+    await this.admitExisting(ctx, 'delete', { def, namespace, name });
+    if (def.undeletable?.has(name)) {
+      throw errors.forbidden(`${def.plural} "${name}" is forbidden: this ${def.singular} may not be deleted`, def, name);
+    }
+    return this.deleteObject(def, namespace, name, { ...options, dryRun: ctx.dryRun === true });
+  }
+
+  /** DELETE of a collection: every object the selectors pick, but the undeletable ones; one gone meanwhile is skipped. */
+  async deleteCollection(
+    ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    selectors: Pick<ListRequest, 'labelSelector' | 'fieldSelector'>,
+    options: Omit<DeleteOptions, 'dryRun'> = {},
+  ): Promise<KubeObject[]> {
+    const { items } = await this.store.list(def, namespace, parseSelection(def, selectors.labelSelector, selectors.fieldSelector));
+    const deleted: KubeObject[] = [];
+    for (const item of items) {
+      if (def.undeletable?.has(item.metadata.name ?? '')) continue;
+      try {
+        deleted.push((await this.deleteObject(def, item.metadata.namespace, item.metadata.name!, { ...options, dryRun: ctx.dryRun === true })).object);
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === 404)) throw error;
+      }
+    }
+    return deleted;
+  }
+
+  private deleteObject(def: ResourceDefinition, namespace: string | undefined, name: string, options: DeleteOptions): Promise<DeleteResult> {
+    if (def.delete) return def.delete(this.kindContext, name, options);
+    return this.store.delete(def, namespace, name, options);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Subresources: eviction, scale, log
+
+  /**
+   * `<kind>/eviction` (policy/v1 Eviction): the kind's eviction hook may refuse (pods: a
+   * disruption budget, 429) or spend something, then the object is deleted, gracefully when the
+   * kind says so. Admission sees the stored object, as for a delete.
+   */
+  async evict(
+    ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    options: { preconditions?: Preconditions; gracePeriodSeconds?: number } = {},
+  ): Promise<void> {
+    const hook = def.eviction;
+    if (!hook) throw errors.pathNotFound();
+    await this.admitExisting(ctx, 'create', { def, namespace, name, subresource: 'eviction' });
+    const dryRun = ctx.dryRun === true;
+    const obj = await this.store.get(def, namespace, name);
+    await hook.beforeEviction(this.kindContext, obj, dryRun);
+    await this.store.delete(def, namespace, name, {
+      dryRun,
+      ...(options.preconditions ? { preconditions: options.preconditions } : {}),
+      ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
+    });
+  }
+
+  /** `<kind>/scale` read: the Scale view of the stored object. */
+  async getScale(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject> {
+    const hook = def.scale;
+    if (!hook) throw errors.pathNotFound();
+    return hook.view(await this.store.get(def, namespace, name));
+  }
+
+  /**
+   * `<kind>/scale` write: a Scale (PUT) or a patch of the current Scale; only what the kind's
+   * scale hook takes from it (spec.replicas) changes the object. A uid or resourceVersion in the
+   * Scale is a precondition on the object, as in Kubernetes.
+   */
+  async updateScale(ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, name: string, change: Change): Promise<KubeObject> {
+    const hook = def.scale;
+    if (!hook) throw errors.pathNotFound();
+    const updated = await this.store.guaranteedUpdate(
+      def,
+      namespace,
+      name,
+      async (current) => {
+        let scale: KubeObject;
+        if (change.type === 'patch') {
+          scale = asKubeObject(applyPatchAsApi(change.patchType, hook.view(current), change.patch, 'Scale', false), 'the patched Scale');
+        } else {
+          scale = change.object;
+          if (scale.kind !== undefined && scale.kind !== '' && scale.kind !== 'Scale') {
+            throw errors.badRequest(`expected a Scale, got ${String(scale.kind)}`);
+          }
+        }
+        if (scale.metadata.name !== undefined && scale.metadata.name !== '' && scale.metadata.name !== name) {
+          throw errors.badRequest(`the name of the object (${String(scale.metadata.name)}) does not match the name on the URL (${name})`);
+        }
+        checkPreconditions(def, name, current, { uid: scale.metadata.uid });
+        const next = hook.apply(current, scale);
+        // A resourceVersion in the Scale (sent, or put there by the patch: the current copy has
+        // none) is a precondition on the object.
+        const wanted = scale.metadata.resourceVersion;
+        if (typeof wanted === 'string' && wanted) next.metadata = { ...next.metadata, resourceVersion: wanted };
+        await this.admit(ctx, change.type, { def, namespace, name, subresource: 'scale' }, next);
+        return next;
+      },
+      { dryRun: ctx.dryRun === true },
+    );
+    return hook.view(updated);
+  }
+
+  /**
+   * `<kind>/log`: the query checked alone, then against the stored object (which container). The
+   * log itself is streamed by the HTTP layer's hook; it is not an object of the store.
+   */
+  async podLog(
+    _ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    query: LogQuery,
+  ): Promise<{ object: KubeObject; params: PodLogParams }> {
+    const hook = def.log;
+    if (!hook) throw errors.pathNotFound();
+    const parsed = hook.parse(query);
+    const object = await this.store.get(def, namespace, name);
+    return { object, params: hook.resolve(object, parsed) };
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Admission
+
+  /**
+   * Deletes and evictions carry no object: admission judges the one they would remove (node
+   * restriction lets an agent remove only pods bound to its node). A missing object is left to
+   * the verb itself, which answers 404.
+   */
+  private async admitExisting(ctx: RequestContext, verb: string, target: AdmissionTarget & { name: string }): Promise<void> {
+    if (!this.options.admission || !ctx.user) return;
+    let current: KubeObject;
+    try {
+      current = await this.store.get(target.def, target.namespace, target.name);
+    } catch (error) {
+      if (error instanceof ApiError && error.code === 404) return;
+      throw error;
+    }
+    await this.admit(ctx, verb, target, current);
+  }
+
+  private async admit(ctx: RequestContext, verb: string, target: AdmissionTarget, obj: KubeObject, oldObject?: KubeObject): Promise<void> {
+    const { admission } = this.options;
+    if (!admission || !ctx.user) return;
+    await admission.admit({
+      user: ctx.user,
+      verb,
+      group: target.def.group,
+      resource: target.def.plural,
+      object: obj,
+      ...(oldObject ? { oldObject } : {}),
+      ...(target.subresource ? { subresource: target.subresource } : {}),
+      ...(target.namespace ? { namespace: target.namespace } : {}),
+      ...(target.name ? { name: target.name } : {}),
+    });
+  }
+}
+
+/** applyPatch, with a patch that does not apply answered as an API error (422, or 400 for a malformed one). */
+function applyPatchAsApi(type: PatchType, original: KubeObject, patch: unknown, kind: string, consumeOriginal: boolean): unknown {
+  try {
+    return applyPatch(type, original as unknown as JsonObject, patch as JsonObject, kind, { consumeOriginal });
+  } catch (error) {
+    if (error instanceof PatchError) {
+      throw error.status === 422 ? new ApiError(422, 'Invalid', error.message) : errors.badRequest(error.message);
+    }
+    throw error;
+  }
+}
+
+/**
+ * What admission may read of a stored object that a patch is about to consume in place: a copy of
+ * all but its status (the bulk of a Node or Pod, which no admission rule judges), shared as is.
+ */
+function admissionSnapshot(current: KubeObject): KubeObject {
+  const { status, ...rest } = current;
+  return { ...structuredClone(rest), ...(status !== undefined ? { status } : {}) };
+}
