@@ -113,16 +113,16 @@ export class LocalClient implements ApiClient {
         handler.onClose(error, error.code === 410);
       },
     }).then(
-        (handle) => {
-          if (stopped) handle.cancel();
-          else cancel = () => handle.cancel();
-        },
-        (error: unknown) => {
-          if (stopped) return;
-          stopped = true;
-          handler.onClose(error instanceof Error ? error : new Error(String(error)), false);
-        },
-      );
+      (handle) => {
+        if (stopped) handle.cancel();
+        else cancel = () => handle.cancel();
+      },
+      (error: unknown) => {
+        if (stopped) return;
+        stopped = true;
+        handler.onClose(error instanceof Error ? error : new Error(String(error)), false);
+      },
+    );
     return {
       stop: () => {
         stopped = true;

@@ -63,14 +63,12 @@ interface AdmissionTarget {
 }
 
 export class ResourceVerbs {
-  readonly store: ObjectStore;
-  readonly registry: ResourceRegistry;
+  private readonly store: ObjectStore;
   /** What the kinds' hooks are handed. */
   private readonly kindContext: KindContext;
 
   constructor(private readonly options: VerbsOptions) {
     this.store = options.store;
-    this.registry = options.registry;
     this.kindContext = {
       store: options.store,
       kinds: options.registry,
