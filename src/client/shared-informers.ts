@@ -3,9 +3,10 @@ import { type ChangeHandler, Informer } from './informer.js';
 import type { ApiClient, ResourceRef } from './types.js';
 
 /**
- * One informer per resource, shared by every workload controller (the scheduler, the ReplicaSet
- * and StatefulSet controllers and the garbage collector all follow pods): one list and one watch
- * each, with every controller's handler called on each change.
+ * One informer per resource (and namespace), shared by every controller on the leader (the node
+ * lifecycle controller, the scheduler, the ReplicaSet and StatefulSet controllers, failover and
+ * the garbage collector all follow nodes or pods): one list and one watch each, with every
+ * controller's handler called on each change, as client-go's shared informer factory does.
  */
 export class SharedInformers {
   private readonly informers = new Map<string, Informer>();
@@ -16,9 +17,9 @@ export class SharedInformers {
     private readonly logger: Logger,
   ) {}
 
-  /** The informer of `ref` (all namespaces), created on first use. */
-  get(ref: ResourceRef): Informer {
-    const id = refId(ref);
+  /** The informer of `ref` in `namespace` (all namespaces when undefined), created on first use. */
+  get(ref: ResourceRef, namespace?: string): Informer {
+    const id = refId(ref, namespace);
     let informer = this.informers.get(id);
     if (!informer) {
       const handlers: ChangeHandler[] = [];
@@ -26,7 +27,7 @@ export class SharedInformers {
       informer = new Informer(
         this.client,
         ref,
-        undefined,
+        namespace,
         (type, obj, old) => {
           for (const handler of handlers) handler(type, obj, old);
         },
@@ -37,9 +38,10 @@ export class SharedInformers {
     return informer;
   }
 
-  on(ref: ResourceRef, handler: ChangeHandler): void {
-    this.get(ref);
-    this.handlers.get(refId(ref))!.push(handler);
+  /** Call `handler` on every change; register before start() to see the first list. */
+  on(ref: ResourceRef, handler: ChangeHandler, namespace?: string): void {
+    this.get(ref, namespace);
+    this.handlers.get(refId(ref, namespace))!.push(handler);
   }
 
   /** Starts every informer; resolves after each first list (or its first failure: it keeps retrying). */
@@ -52,6 +54,6 @@ export class SharedInformers {
   }
 }
 
-function refId(ref: ResourceRef): string {
-  return `${ref.group}/${ref.version}/${ref.plural}`;
+function refId(ref: ResourceRef, namespace: string | undefined): string {
+  return `${ref.group}/${ref.version}/${ref.plural}${namespace === undefined ? '' : ` in ${namespace}`}`;
 }

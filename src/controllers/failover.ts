@@ -1,12 +1,12 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
-import { monotonicMs } from './clock.js';
+import { type Clock, systemClock, type TimerHandle } from './clock.js';
 import type { EventRecorder } from './events.js';
 import { decideFailover, type FailoverSettings, majoritySilentDuring, NodeRateLimiter } from './failover-logic.js';
 import type { Informer } from '../client/informer.js';
 import { STATE_LABEL, UNREACHABLE_TAINT } from '../node-protocol/names.js';
-import type { Taint } from '../node-protocol/taints.js';
+import { nodeSpec, podSpec } from './kube-types.js';
 import type { NodeHealthView } from './node-lifecycle.js';
 
 /**
@@ -31,8 +31,7 @@ interface LostNode {
 
 function isLost(node: KubeObject): boolean {
   if (node.metadata.labels?.[STATE_LABEL] === 'Down') return true;
-  const taints = (node.spec as { taints?: Taint[] } | undefined)?.taints ?? [];
-  return taints.some((t) => t.key === UNREACHABLE_TAINT && t.effect === 'NoExecute');
+  return (nodeSpec(node).taints ?? []).some((t) => t.key === UNREACHABLE_TAINT && t.effect === 'NoExecute');
 }
 
 export class FailoverController {
@@ -42,7 +41,7 @@ export class FailoverController {
   /** Pods already acted on (uid → action), so each gets one delete and one event. */
   private readonly handled = new Map<string, string>();
   private readonly limiter: NodeRateLimiter;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: TimerHandle | undefined;
   private running = false;
   private busy = false;
 
@@ -54,8 +53,10 @@ export class FailoverController {
     private readonly events: EventRecorder,
     private readonly logger: Logger,
     private readonly settings: FailoverSettings,
+    /** The node lifecycle controller's clock: the times the view gives are on it. */
+    private readonly clock: Clock = systemClock,
   ) {
-    this.limiter = new NodeRateLimiter(FAILOVER_NODE_BURST, FAILOVER_NODES_PER_SECOND, monotonicMs());
+    this.limiter = new NodeRateLimiter(FAILOVER_NODE_BURST, FAILOVER_NODES_PER_SECOND, clock.now());
   }
 
   start(): void {
@@ -73,12 +74,12 @@ export class FailoverController {
 
   stop(): void {
     this.running = false;
-    clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
   }
 
   private schedule(): void {
     if (!this.running) return;
-    this.timer = setTimeout(() => {
+    this.timer = this.clock.setTimeout(() => {
       void this.reconcile()
         .catch((error: unknown) => this.logger.warn({ err: error }, 'failover pass failed; retrying'))
         .finally(() => this.schedule());
@@ -90,10 +91,10 @@ export class FailoverController {
     if (this.busy || !this.pods.hasSynced) return;
     this.busy = true;
     try {
-      const now = monotonicMs();
+      const now = this.clock.now();
       const byNode = new Map<string, KubeObject[]>();
       for (const pod of this.pods.items()) {
-        const nodeName = (pod.spec as { nodeName?: string } | undefined)?.nodeName;
+        const nodeName = podSpec(pod).nodeName;
         if (!nodeName) continue;
         const list = byNode.get(nodeName) ?? [];
         list.push(pod);

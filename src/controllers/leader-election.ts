@@ -2,7 +2,8 @@ import { ApiError } from '../apiserver/errors.js';
 import { type KubeObject, kubeMicroTime } from '../apiserver/objects.js';
 import { type ApiClient, LEASES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
-import { monotonicMs } from './clock.js';
+import { type Clock, systemClock, type TimerHandle } from './clock.js';
+import { type LeaseSpec, leaseSpec } from './kube-types.js';
 
 /**
  * Exactly one server runs the controllers: the holder of a Lease. Expiry is judged by this
@@ -18,6 +19,8 @@ export interface LeaderElectionOptions {
   identity: string;
   leaseDurationMs: number;
   renewIntervalMs: number;
+  /** The system clock unless a test drives one. */
+  clock?: Clock;
 }
 
 export interface LeaderCallbacks {
@@ -25,28 +28,23 @@ export interface LeaderCallbacks {
   onStoppedLeading(): void;
 }
 
-interface LeaseSpec {
-  holderIdentity?: string;
-  leaseDurationSeconds?: number;
-  acquireTime?: string;
-  renewTime?: string;
-  leaseTransitions?: number;
-}
-
 export class LeaderElector {
   private leading = false;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: TimerHandle | undefined;
   private stopped = false;
   private observedVersion: string | undefined;
   private observedAt = 0;
   private lastRenewedAt = 0;
+  private readonly clock: Clock;
 
   constructor(
     private readonly client: ApiClient,
     private readonly options: LeaderElectionOptions,
     private readonly callbacks: LeaderCallbacks,
     private readonly logger: Logger,
-  ) {}
+  ) {
+    this.clock = options.clock ?? systemClock;
+  }
 
   get isLeader(): boolean {
     return this.leading;
@@ -59,13 +57,13 @@ export class LeaderElector {
   /** Stop, and release the lease so another server can take over at once. */
   async stop(): Promise<void> {
     this.stopped = true;
-    clearTimeout(this.timer);
+    this.clock.clearTimeout(this.timer);
     if (!this.leading) return;
     this.setLeading(false);
     try {
       const lease = await this.client.get(LEASES, this.options.namespace, this.options.name);
-      if (lease && (lease.spec as LeaseSpec | undefined)?.holderIdentity === this.options.identity) {
-        const spec: LeaseSpec = { ...(lease.spec as LeaseSpec), holderIdentity: '', leaseDurationSeconds: 1 };
+      if (lease && leaseSpec(lease).holderIdentity === this.options.identity) {
+        const spec: LeaseSpec = { ...leaseSpec(lease), holderIdentity: '', leaseDurationSeconds: 1 };
         await this.client.update(LEASES, this.options.namespace, { ...lease, spec: spec as KubeObject['spec'] });
       }
     } catch (error) {
@@ -93,17 +91,17 @@ export class LeaderElector {
       this.logger.debug({ err: error }, 'leader election attempt failed');
     }
     // A leader that cannot renew for a whole lease duration must assume someone else took over.
-    if (this.leading && monotonicMs() - this.lastRenewedAt > this.options.leaseDurationMs) this.setLeading(false);
+    if (this.leading && this.clock.now() - this.lastRenewedAt > this.options.leaseDurationMs) this.setLeading(false);
     if (!this.stopped) {
-      this.timer = setTimeout(() => void this.tick(), this.leading ? this.options.renewIntervalMs : this.options.renewIntervalMs / 2);
+      this.timer = this.clock.setTimeout(() => void this.tick(), this.leading ? this.options.renewIntervalMs : this.options.renewIntervalMs / 2);
     }
   }
 
   private async tryAcquireOrRenew(): Promise<void> {
     const { namespace, name, identity } = this.options;
-    const now = monotonicMs();
+    const now = this.clock.now();
     // Written into the lease for people to read; never compared with anything.
-    const wallNow = Date.now();
+    const wallNow = this.clock.wallNow();
     const durationSeconds = Math.max(1, Math.ceil(this.options.leaseDurationMs / 1000));
     const lease = await this.client.get(LEASES, namespace, name);
     if (!lease) {
@@ -127,7 +125,7 @@ export class LeaderElector {
       }
       return;
     }
-    const spec = (lease.spec ?? {}) as LeaseSpec;
+    const spec = leaseSpec(lease);
     if (lease.metadata.resourceVersion !== this.observedVersion) {
       this.observedVersion = lease.metadata.resourceVersion;
       this.observedAt = now;

@@ -1,11 +1,12 @@
 import { kubeTime, type KubeObject } from '../apiserver/objects.js';
+import type { Informer } from '../client/informer.js';
+import { SharedInformers } from '../client/shared-informers.js';
 import { type ApiClient, LEASES, NODES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
-import { monotonicMs, wallTimeOf } from './clock.js';
+import { type Clock, systemClock, wallTimeOf } from './clock.js';
 import { addSample, clockSkewCondition, emptySamples, estimateOffset, isSkewed, type OffsetSamples, SKEW_MESSAGE_STEP_MS } from './clock-skew.js';
 import type { EventRecorder } from './events.js';
 import type { SilenceHistory } from './failover-logic.js';
-import { Informer } from '../client/informer.js';
 import {
   HEALTH_ANNOTATION,
   leaseHolderIdentity,
@@ -19,7 +20,8 @@ import {
 } from '../node-protocol/names.js';
 import { type AgentHealth, parseAgentHealth, parseShutdownRecord } from '../node-protocol/records.js';
 import type { Taint } from '../node-protocol/taints.js';
-import { classifyNode, isDisruption, isStale, type NodeObservation, type Verdict } from './node-state.js';
+import { leaseSpec, nodeCondition, nodeSpec, nodeStatus } from './kube-types.js';
+import { classifyNode, DISRUPTION_LIMIT_GRACES, type DisruptionMode, isStale, type NodeObservation, reduceDisruption, type Verdict } from './node-state.js';
 
 /**
  * The node lifecycle controller: one reconcile loop over Nodes and their Leases in
@@ -32,8 +34,6 @@ import { classifyNode, isDisruption, isStale, type NodeObservation, type Verdict
  */
 
 const UNKNOWN_EVENT_INTERVAL_MS = 60_000;
-/** How long the disruption rule may hold verdicts back before the nodes are judged anyway. */
-const DISRUPTION_LIMIT_GRACES = 10;
 
 /** Renewal history older than this is of no use to the outage rule (its window is a few seconds). */
 const HISTORY_KEEP_MS = 60_000;
@@ -45,7 +45,7 @@ function recordObservation(tracked: Tracked, at: number): void {
 
 interface Tracked {
   uid: string;
-  /** Monotonic (clock.ts), as every time in here unless named wall. */
+  /** The controller's monotonic clock (clock.ts), as every time in here unless named wall. */
   observedAt: number;
   heardFrom: boolean;
   renewTime?: string;
@@ -79,6 +79,13 @@ export interface NodeLifecycleOptions {
   onNodeDeleted?: (node: KubeObject) => void;
   /** A node's estimated clock offset in seconds (positive: ahead of this server), or undefined when no longer known (metrics). */
   onClockOffset?: (node: string, seconds: number | undefined) => void;
+  /** The system clock unless a test drives one. */
+  clock?: Clock;
+  /**
+   * The leader's shared informers, which their owner (the controller manager) starts and stops.
+   * Without them the controller keeps its own, started and stopped with it.
+   */
+  informers?: SharedInformers;
 }
 
 const CONDITION_STATUS: Record<NodeState, 'True' | 'False' | 'Unknown'> = {
@@ -105,7 +112,7 @@ export interface NodeHealthView {
   node(name: string): KubeObject | undefined;
   /**
    * This controller's clock when it last saw the node's current incarnation renew (or started
-   * watching): monotonic, compare it only with monotonicMs() (clock.ts).
+   * watching): monotonic, compare it only with the same Clock's now() (clock.ts).
    */
   lastRenewalObservedAt(name: string): number | undefined;
   /**
@@ -122,17 +129,20 @@ export interface NodeHealthView {
 
 export class NodeLifecycleController implements NodeHealthView {
   private readonly tracked = new Map<string, Tracked>();
+  private informers: SharedInformers;
   private nodes: Informer;
   private leases: Informer;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: ReturnType<Clock['setTimeout']> | undefined;
   private lastTick = 0;
   private running = false;
-  private disruptionSince: number | undefined;
+  private disruption: DisruptionMode = {};
   /** After a pause of this process, renewals that waited in its queues arrive late: no offset samples until then. */
   private offsetSamplesFrom = 0;
 
   private reconciling = false;
   private readonly tickMs: number;
+  private readonly clock: Clock;
+  private readonly ownsInformers: boolean;
 
   constructor(
     private readonly client: ApiClient,
@@ -141,28 +151,36 @@ export class NodeLifecycleController implements NodeHealthView {
     private readonly options: NodeLifecycleOptions,
   ) {
     this.tickMs = options.tickMs ?? Math.max(50, Math.min(250, options.gracePeriodMs / 16));
-    this.nodes = this.nodeInformer();
-    this.leases = this.leaseInformer();
+    this.clock = options.clock ?? systemClock;
+    this.ownsInformers = !options.informers;
+    this.informers = options.informers ?? new SharedInformers(client, logger);
+    [this.nodes, this.leases] = this.follow(this.informers);
   }
 
-  private nodeInformer(): Informer {
-    return new Informer(this.client, NODES, undefined, (type, node, old) => this.onNode(type, node, old), this.logger);
+  private follow(informers: SharedInformers): [nodes: Informer, leases: Informer] {
+    informers.on(NODES, (type, node, old) => this.onNode(type, node, old));
+    informers.on(LEASES, (type, lease) => this.onLease(type, lease), NODE_LEASE_NAMESPACE);
+    return [informers.get(NODES), informers.get(LEASES, NODE_LEASE_NAMESPACE)];
   }
 
-  private leaseInformer(): Informer {
-    return new Informer(this.client, LEASES, NODE_LEASE_NAMESPACE, (type, lease) => this.onLease(type, lease), this.logger);
-  }
-
-  /** Start observing and judging. Every node gets a full grace period from now. */
+  /**
+   * Start observing and judging. Every node gets a full grace period from now. With shared
+   * informers, their owner starts them (before or after this); verdicts wait for their first list.
+   */
   async start(): Promise<void> {
     this.running = true;
     this.tracked.clear();
-    this.nodes = this.nodeInformer();
-    this.leases = this.leaseInformer();
-    // Every node seen from here on starts with a full grace period (see onNode).
-    await this.nodes.start();
-    await this.leases.start();
-    this.lastTick = monotonicMs();
+    this.disruption = {};
+    if (this.ownsInformers) {
+      // Informers cannot start twice: a restart (leadership regained) follows new ones.
+      this.informers = new SharedInformers(this.client, this.logger);
+      [this.nodes, this.leases] = this.follow(this.informers);
+      await this.informers.start();
+    } else {
+      // Nodes (and leases) the shared informers listed before this start are judged from now.
+      for (const node of this.nodes.items()) this.onNode('ADDED', node, undefined);
+    }
+    this.lastTick = this.clock.now();
     this.logger.info({ gracePeriodMs: this.options.gracePeriodMs, nodes: this.tracked.size }, 'node lifecycle controller started');
     this.schedule();
   }
@@ -190,15 +208,14 @@ export class NodeLifecycleController implements NodeHealthView {
     if (lease.metadata.resourceVersion === tracked.leaseVersion) return true;
     // Something changed that the watch has not shown yet: take it in, and judge again later.
     this.onLease('MODIFIED', lease);
-    const renewTime = (lease.spec as { renewTime?: string } | undefined)?.renewTime;
+    const renewTime = leaseSpec(lease).renewTime;
     return renewTime === tracked.renewTime && tracked.leaseVersion === lease.metadata.resourceVersion;
   }
 
   stop(): void {
     this.running = false;
-    clearTimeout(this.timer);
-    this.nodes.stop();
-    this.leases.stop();
+    this.clock.clearTimeout(this.timer);
+    if (this.ownsInformers) this.informers.stop();
     // Only the leader measures offsets: a server that stops leading stops reporting them.
     for (const [name, t] of this.tracked) if (t.publishedOffsetMs !== undefined) this.options.onClockOffset?.(name, undefined);
     this.tracked.clear();
@@ -206,13 +223,15 @@ export class NodeLifecycleController implements NodeHealthView {
 
   private schedule(): void {
     if (!this.running) return;
-    this.timer = setTimeout(() => {
+    this.timer = this.clock.setTimeout(() => {
       void this.reconcileAll().finally(() => this.schedule());
     }, this.tickMs);
   }
 
   private onNode(type: string, node: KubeObject, old: KubeObject | undefined): void {
     const name = node.metadata.name!;
+    // Before start() (shared informers listing) and after stop(): start() takes the nodes in.
+    if (!this.running) return;
     if (type === 'DELETED') {
       if (this.tracked.get(name)?.publishedOffsetMs !== undefined) this.options.onClockOffset?.(name, undefined);
       this.tracked.delete(name);
@@ -221,11 +240,11 @@ export class NodeLifecycleController implements NodeHealthView {
       this.options.onNodeDeleted?.(node);
       return;
     }
-    const bootId = (node.status as { nodeInfo?: { bootID?: string } } | undefined)?.nodeInfo?.bootID;
+    const bootId = nodeStatus(node).nodeInfo?.bootID;
     const existing = this.tracked.get(name);
     if (!existing || existing.uid !== node.metadata.uid) {
       // A new node, or a new incarnation under an old name: judge it from scratch, with full grace.
-      const startedAt = monotonicMs();
+      const startedAt = this.clock.now();
       if (existing?.publishedOffsetMs !== undefined) this.options.onClockOffset?.(name, undefined);
       this.tracked.set(name, {
         uid: node.metadata.uid!,
@@ -238,6 +257,9 @@ export class NodeLifecycleController implements NodeHealthView {
         lastUnknownEventAt: Number.NEGATIVE_INFINITY,
         clock: emptySamples(),
       });
+      // Its lease may have been listed first (informers list in parallel): take it in now.
+      const lease = this.leases.get(NODE_LEASE_NAMESPACE, name);
+      if (lease) this.onLease('MODIFIED', lease);
       return;
     }
     if (bootId && existing.bootId && bootId !== existing.bootId && old) {
@@ -252,7 +274,7 @@ export class NodeLifecycleController implements NodeHealthView {
     if (old?.metadata.annotations?.[SHUTDOWN_ANNOTATION] && !node.metadata.annotations?.[SHUTDOWN_ANNOTATION]) {
       // The agent is back and withdrew its shutdown notice; its first renewal follows right after.
       // Judge it from now, not from the heartbeat it stopped sending when it shut down.
-      existing.observedAt = monotonicMs();
+      existing.observedAt = this.clock.now();
       recordObservation(existing, existing.observedAt);
       existing.awaitingRenewal = false;
       existing.released = false;
@@ -260,11 +282,11 @@ export class NodeLifecycleController implements NodeHealthView {
   }
 
   private onLease(type: string, lease: KubeObject): void {
-    if (type === 'DELETED') return;
+    if (type === 'DELETED' || !this.running) return;
     const name = lease.metadata.name!;
     const tracked = this.tracked.get(name);
     if (!tracked) return;
-    const spec = (lease.spec ?? {}) as { holderIdentity?: string; renewTime?: string };
+    const spec = leaseSpec(lease);
     // Identity is the node's UID, never its name: a lease held by a deleted incarnation of this
     // name is not a heartbeat of the current node.
     if (spec.holderIdentity !== leaseHolderIdentity(name, tracked.uid)) {
@@ -276,8 +298,8 @@ export class NodeLifecycleController implements NodeHealthView {
     // A lease held by this incarnation, released or not, is word from the node.
     tracked.heardFrom = true;
     if (spec.renewTime !== tracked.renewTime && !released) {
-      const arrivedWall = Date.now();
-      tracked.observedAt = monotonicMs();
+      const arrivedWall = this.clock.wallNow();
+      tracked.observedAt = this.clock.now();
       // The first renewal seen may be an old one (listed at start): only changes seen live are samples.
       if (tracked.renewTime !== undefined && spec.renewTime && tracked.observedAt >= this.offsetSamplesFrom) {
         addSample(tracked.clock, Date.parse(spec.renewTime), arrivedWall);
@@ -311,7 +333,7 @@ export class NodeLifecycleController implements NodeHealthView {
     if (this.reconciling || !this.nodes.hasSynced) return;
     this.reconciling = true;
     try {
-      const now = monotonicMs();
+      const now = this.clock.now();
       const grace = this.options.gracePeriodMs;
       if (now - this.lastTick > grace / 2) {
         // This process was not running (stopped, swapped, starved) for a while: it did not see
@@ -326,42 +348,35 @@ export class NodeLifecycleController implements NodeHealthView {
       this.lastTick = now;
       let observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
       const stale = observations.filter(([, , o]) => isStale(o, now, grace)).length;
-      let disruption = isDisruption(stale, observations.length);
-      if (disruption) {
-        if (this.disruptionSince === undefined) {
-          this.disruptionSince = now;
-          this.logger.warn({ stale, nodes: observations.length }, 'most nodes went silent at once; holding verdicts');
-          void this.events.record(
-            { kind: 'Namespace', name: NODE_LEASE_NAMESPACE, namespace: NODE_LEASE_NAMESPACE },
-            'Warning',
-            'ControlPlaneDisruption',
-            `${stale} of ${observations.length} nodes stopped renewing at once; suspecting the control plane or datastore, not the nodes. No node is marked Unavailable for up to ${(DISRUPTION_LIMIT_GRACES * grace) / 1000}s.`,
-          );
-        } else if (now - this.disruptionSince > DISRUPTION_LIMIT_GRACES * grace) {
-          disruption = false;
-        }
-      } else if (this.disruptionSince !== undefined) {
-        const held = now - this.disruptionSince <= DISRUPTION_LIMIT_GRACES * grace;
-        this.disruptionSince = undefined;
-        if (held) {
-          // Renewals come back one node at a time (each agent on its own timer), so the episode
-          // ends as soon as most are heard from again, while the others' next renewal may be a
-          // moment away. Judged now, by silence that the outage caused, they would be Unavailable
-          // and failed over within the tick. Give the nodes still silent a fresh grace instead,
-          // as Kubernetes resets its probe timestamps when it leaves its disruption mode; they
-          // stay Unknown until a renewal is seen (node-state.ts, awaitingRenewal).
-          const silent = observations.filter(([, , o]) => isStale(o, now, grace)).map(([name, t]) => {
-            t.observedAt = now;
-            t.awaitingRenewal = true;
-            recordObservation(t, now);
-            return name;
-          });
-          this.logger.info({ restarted: silent }, 'node renewals are back to normal; disruption mode over; restarting the grace of nodes still silent');
-          observations = observations.map(([name, t]) => [name, t, this.observation(name, t)] as const);
-        } else {
-          this.logger.info('node renewals are back to normal; disruption mode over');
-        }
+      const step = reduceDisruption(this.disruption, { now, gracePeriodMs: grace, staleCount: stale, nodeCount: observations.length });
+      this.disruption = step.mode;
+      if (step.transition === 'entered') {
+        this.logger.warn({ stale, nodes: observations.length }, 'most nodes went silent at once; holding verdicts');
+        void this.events.record(
+          { kind: 'Namespace', name: NODE_LEASE_NAMESPACE, namespace: NODE_LEASE_NAMESPACE },
+          'Warning',
+          'ControlPlaneDisruption',
+          `${stale} of ${observations.length} nodes stopped renewing at once; suspecting the control plane or datastore, not the nodes. No node is marked Unavailable for up to ${(DISRUPTION_LIMIT_GRACES * grace) / 1000}s.`,
+        );
+      } else if (step.transition === 'ended') {
+        // Renewals come back one node at a time (each agent on its own timer), so the episode
+        // ends as soon as most are heard from again, while the others' next renewal may be a
+        // moment away. Judged now, by silence that the outage caused, they would be Unavailable
+        // and failed over within the tick. Give the nodes still silent a fresh grace instead,
+        // as Kubernetes resets its probe timestamps when it leaves its disruption mode; they
+        // stay Unknown until a renewal is seen (node-state.ts, awaitingRenewal).
+        const silent = observations.filter(([, , o]) => isStale(o, now, grace)).map(([name, t]) => {
+          t.observedAt = now;
+          t.awaitingRenewal = true;
+          recordObservation(t, now);
+          return name;
+        });
+        this.logger.info({ restarted: silent }, 'node renewals are back to normal; disruption mode over; restarting the grace of nodes still silent');
+        observations = observations.map(([name, t]) => [name, t, this.observation(name, t)] as const);
+      } else if (step.transition === 'ended-expired') {
+        this.logger.info('node renewals are back to normal; disruption mode over');
       }
+      const disruption = step.holdVerdicts;
       for (const [name, tracked, observation] of observations) {
         const verdict = classifyNode(observation, { now, gracePeriodMs: grace, disruption });
         if (verdict) await this.apply(name, tracked, verdict, now);
@@ -376,9 +391,7 @@ export class NodeLifecycleController implements NodeHealthView {
     const node = this.nodes.get(undefined, name);
     if (!node) return;
     const currentState = node.metadata.labels?.[STATE_LABEL];
-    const conditions = ((node.status as { conditions?: { type: string; status: string; reason?: string }[] } | undefined)
-      ?.conditions ?? []);
-    const ready = conditions.find((c) => c.type === 'Ready');
+    const ready = nodeCondition(node, 'Ready');
     const status = CONDITION_STATUS[verdict.state];
     const inSync = currentState === verdict.state && ready?.status === status && ready.reason === verdict.reason;
     if (inSync) {
@@ -400,17 +413,17 @@ export class NodeLifecycleController implements NodeHealthView {
                 status,
                 reason: verdict.reason,
                 message: verdict.message,
-                lastHeartbeatTime: kubeTime(wallTimeOf(tracked.observedAt)),
-                lastTransitionTime: ready?.status === status && ready ? (ready as { lastTransitionTime?: string }).lastTransitionTime ?? kubeTime() : kubeTime(),
+                lastHeartbeatTime: kubeTime(wallTimeOf(tracked.observedAt, this.clock)),
+                lastTransitionTime: ready?.status === status ? ready.lastTransitionTime ?? kubeTime(this.clock.wallNow()) : kubeTime(this.clock.wallNow()),
               },
             ],
           },
         },
         'status',
       );
-      const taints = ((node.spec as { taints?: Taint[] } | undefined)?.taints ?? []).filter((t) => t.key !== UNREACHABLE_TAINT);
+      const taints = ((nodeSpec(node).taints ?? []) as Taint[]).filter((t) => t.key !== UNREACHABLE_TAINT);
       if (verdict.state === 'Unavailable') {
-        const timeAdded = kubeTime();
+        const timeAdded = kubeTime(this.clock.wallNow());
         taints.push({ key: UNREACHABLE_TAINT, effect: 'NoSchedule', timeAdded }, { key: UNREACHABLE_TAINT, effect: 'NoExecute', timeAdded });
       }
       await this.client.patch(NODES, undefined, name, 'merge', {
@@ -432,7 +445,7 @@ export class NodeLifecycleController implements NodeHealthView {
     const nodeId = node.metadata.annotations?.[NODE_ID_ANNOTATION] ?? 'unknown';
     const message =
       verdict.state === 'Unavailable'
-        ? `Node ${name} (id ${nodeId}, uid ${node.metadata.uid}) is Unavailable: last heartbeat at ${kubeTime(wallTimeOf(tracked.observedAt))}, no shutdown notice. ${verdict.message}`
+        ? `Node ${name} (id ${nodeId}, uid ${node.metadata.uid}) is Unavailable: last heartbeat at ${kubeTime(wallTimeOf(tracked.observedAt, this.clock))}, no shutdown notice. ${verdict.message}`
         : `Node ${name} is ${verdict.state}${previous ? ` (was ${previous})` : ''}: ${verdict.message}`;
     await this.events.record({ kind: 'Node', name, uid: node.metadata.uid! }, type, reason, message);
   }
@@ -450,8 +463,7 @@ export class NodeLifecycleController implements NodeHealthView {
     }
     const node = this.nodes.get(undefined, name);
     if (!node) return;
-    const conditions = (node.status as { conditions?: { type: string; status: string; lastTransitionTime?: string }[] } | undefined)?.conditions ?? [];
-    const current = conditions.find((c) => c.type === 'ClockSkew');
+    const current = nodeCondition(node, 'ClockSkew');
     // What this controller wrote last, else what the Node says (a new leader takes over from it).
     const skewedNow = tracked.reportedSkewed ?? current?.status === 'True';
     const skewed = isSkewed(offset, skewedNow);
@@ -474,8 +486,8 @@ export class NodeLifecycleController implements NodeHealthView {
             conditions: [
               {
                 ...condition,
-                lastHeartbeatTime: kubeTime(),
-                lastTransitionTime: written ? (current?.lastTransitionTime ?? kubeTime()) : kubeTime(),
+                lastHeartbeatTime: kubeTime(this.clock.wallNow()),
+                lastTransitionTime: written ? (current?.lastTransitionTime ?? kubeTime(this.clock.wallNow())) : kubeTime(this.clock.wallNow()),
               },
             ],
           },

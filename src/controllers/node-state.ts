@@ -126,3 +126,54 @@ export function isStale(observation: NodeObservation, now: number, gracePeriodMs
 export function isDisruption(staleCount: number, nodeCount: number): boolean {
   return staleCount >= 3 && staleCount * 2 > nodeCount;
 }
+
+/** How long the disruption rule may hold verdicts back, in grace periods, before the nodes are judged anyway. */
+export const DISRUPTION_LIMIT_GRACES = 10;
+
+/** The node lifecycle controller's disruption mode: since when (its clock) most nodes have been silent, if they are. */
+export interface DisruptionMode {
+  since?: number;
+}
+
+export interface DisruptionInput {
+  now: number;
+  gracePeriodMs: number;
+  /** Nodes silent by `isStale`, and all nodes tracked. */
+  staleCount: number;
+  nodeCount: number;
+}
+
+/**
+ * What changed this pass:
+ *   entered         most nodes just went silent at once: verdicts are held from now
+ *   held            still in disruption mode, verdicts still held
+ *   expired         still most nodes silent, but for longer than the limit: judged as they are
+ *   ended           renewals are back within the limit: the nodes still silent get a fresh grace
+ *                   (their silence is the outage's), and stay Unknown until they renew
+ *   ended-expired   renewals are back after the limit ran out: nothing to restart
+ *   normal          not in disruption mode, nor entering it
+ */
+export type DisruptionTransition = 'normal' | 'entered' | 'held' | 'expired' | 'ended' | 'ended-expired';
+
+export interface DisruptionStep {
+  mode: DisruptionMode;
+  transition: DisruptionTransition;
+  /** Classify with `disruption: true` (hold Unavailable verdicts) this pass. */
+  holdVerdicts: boolean;
+}
+
+/**
+ * The disruption rule as a pure reducer over one pass of the controller: given the mode so far and
+ * this pass's counts, the next mode, what happened, and whether verdicts are held. Kubernetes'
+ * node lifecycle controller has the same mode (it stops evicting when a zone is fully disrupted).
+ */
+export function reduceDisruption(mode: DisruptionMode, input: DisruptionInput): DisruptionStep {
+  const limitMs = DISRUPTION_LIMIT_GRACES * input.gracePeriodMs;
+  if (isDisruption(input.staleCount, input.nodeCount)) {
+    if (mode.since === undefined) return { mode: { since: input.now }, transition: 'entered', holdVerdicts: true };
+    if (input.now - mode.since > limitMs) return { mode, transition: 'expired', holdVerdicts: false };
+    return { mode, transition: 'held', holdVerdicts: true };
+  }
+  if (mode.since === undefined) return { mode, transition: 'normal', holdVerdicts: false };
+  return { mode: {}, transition: input.now - mode.since <= limitMs ? 'ended' : 'ended-expired', holdVerdicts: false };
+}

@@ -1,6 +1,7 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import type { Informer } from '../client/informer.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock, type TimerHandle } from './clock.js';
 
 /**
  * A work queue of object keys for level-triggered reconcilers, as client-go's workqueue: a key
@@ -13,6 +14,8 @@ export interface WorkQueueOptions {
   concurrency?: number;
   baseBackoffMs?: number;
   maxBackoffMs?: number;
+  /** Times back-offs and delayed adds; the system clock unless a test drives one. */
+  clock?: Clock;
 }
 
 /** A reconcile may ask to be called again later (e.g. when a pod becomes available by time). */
@@ -23,12 +26,13 @@ export class WorkQueue {
   private readonly running = new Set<string>();
   private readonly dirtyWhileRunning = new Set<string>();
   private readonly failures = new Map<string, number>();
-  private readonly timers = new Map<string, NodeJS.Timeout>();
+  private readonly timers = new Map<string, TimerHandle>();
   private stopped = false;
   private scheduled = false;
   private readonly concurrency: number;
   private readonly baseBackoffMs: number;
   private readonly maxBackoffMs: number;
+  private readonly clock: Clock;
 
   constructor(
     private readonly name: string,
@@ -39,6 +43,7 @@ export class WorkQueue {
     this.concurrency = options.concurrency ?? 4;
     this.baseBackoffMs = options.baseBackoffMs ?? 50;
     this.maxBackoffMs = options.maxBackoffMs ?? 10_000;
+    this.clock = options.clock ?? systemClock;
   }
 
   add(key: string): void {
@@ -56,17 +61,16 @@ export class WorkQueue {
     if (this.stopped) return;
     if (delayMs <= 0) return this.add(key);
     if (this.timers.has(key)) return;
-    const timer = setTimeout(() => {
+    const timer = this.clock.setTimeout(() => {
       this.timers.delete(key);
       this.add(key);
     }, delayMs);
-    timer.unref?.();
     this.timers.set(key, timer);
   }
 
   stop(): void {
     this.stopped = true;
-    for (const timer of this.timers.values()) clearTimeout(timer);
+    for (const timer of this.timers.values()) this.clock.clearTimeout(timer);
     this.timers.clear();
     this.pending.clear();
   }
@@ -134,7 +138,10 @@ export function presenceIn(cache: Informer, namespace: string | undefined): (nam
 export class Expectations {
   private readonly byKey = new Map<string, { creates: Set<string>; deletes: Set<string>; until: number }>();
 
-  constructor(private readonly ttlMs = 15_000) {}
+  constructor(
+    private readonly ttlMs = 15_000,
+    private readonly clock: Clock = systemClock,
+  ) {}
 
   expectCreate(key: string, name: string): void {
     this.entry(key).creates.add(name);
@@ -160,7 +167,7 @@ export class Expectations {
     if (!entry) return true;
     for (const name of [...entry.creates]) if (lookup(name) !== 'absent') entry.creates.delete(name);
     for (const name of [...entry.deletes]) if (lookup(name) !== 'present') entry.deletes.delete(name);
-    if ((entry.creates.size === 0 && entry.deletes.size === 0) || Date.now() > entry.until) {
+    if ((entry.creates.size === 0 && entry.deletes.size === 0) || this.clock.now() > entry.until) {
       this.byKey.delete(key);
       return true;
     }
@@ -177,7 +184,7 @@ export class Expectations {
       entry = { creates: new Set(), deletes: new Set(), until: 0 };
       this.byKey.set(key, entry);
     }
-    entry.until = Date.now() + this.ttlMs;
+    entry.until = this.clock.now() + this.ttlMs;
     return entry;
   }
 }

@@ -1,5 +1,7 @@
+import type { SharedInformers } from '../client/shared-informers.js';
 import { type ApiClient, DEPLOYMENTS, NODES, PODS, REPLICASETS, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock, type TimerHandle } from './clock.js';
 import { DeploymentController } from './deployment.js';
 import { DisruptionController, PODDISRUPTIONBUDGETS } from './disruption.js';
 import type { EventRecorder } from './events.js';
@@ -7,13 +9,12 @@ import { GarbageCollector } from './garbage-collector.js';
 import { ReplicaSetController } from './replicaset.js';
 import { Scheduler } from './scheduler.js';
 import { StatefulSetController } from './statefulset.js';
-import { SharedInformers } from '../client/shared-informers.js';
 
 /**
  * The workload controllers in one piece, for the controller leader: the scheduler, the
- * ReplicaSet, Deployment, StatefulSet and disruption controllers and the garbage collector, over one shared
- * set of informers. Each is level-triggered: informer events queue keys, a periodic resync
- * queues every key again, and failures are retried with back-off.
+ * ReplicaSet, Deployment, StatefulSet and disruption controllers and the garbage collector, over
+ * the leader's shared informers. Each is level-triggered: informer events queue keys, a periodic
+ * resync queues every key again, and failures are retried with back-off.
  */
 
 export interface WorkloadControllersOptions {
@@ -21,53 +22,72 @@ export interface WorkloadControllersOptions {
   events: EventRecorder;
   /** ms between full resyncs (and garbage-collector sweeps); 30 s by default. */
   resyncMs?: number;
+  clock?: Clock;
 }
 
-export interface WorkloadControllers {
-  /** The informers the controllers share; others on the leader (failover) read them too. */
-  readonly informers: SharedInformers;
-  stop(): void;
-}
+/** The resources the workload controllers follow; made known before the first list, so no controller misses an early event. */
+export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS];
 
-export async function startWorkloadControllers(client: ApiClient, options: WorkloadControllersOptions): Promise<WorkloadControllers> {
-  const { logger, events } = options;
-  const informers = new SharedInformers(client, logger);
-  const scheduler = new Scheduler(client, informers, events, logger.child({ controller: 'scheduler' }));
-  const replicaSets = new ReplicaSetController(client, informers, events, logger.child({ controller: 'replicaset' }));
-  const deployments = new DeploymentController(client, informers, events, logger.child({ controller: 'deployment' }));
-  const statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }));
-  const disruption = new DisruptionController(client, informers, logger.child({ controller: 'disruption' }));
-  const collector = new GarbageCollector(client, informers, logger.child({ controller: 'garbage-collector' }));
-  // Every resource is made known before the first list, so no controller misses an early event.
-  for (const ref of [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS]) informers.get(ref);
+export class WorkloadControllers {
+  private readonly scheduler: Scheduler;
+  private readonly replicaSets: ReplicaSetController;
+  private readonly deployments: DeploymentController;
+  private readonly statefulSets: StatefulSetController;
+  private readonly disruption: DisruptionController;
+  private readonly collector: GarbageCollector;
+  private readonly clock: Clock;
+  private readonly resyncMs: number;
+  private timer: TimerHandle | undefined;
+  private stopped = false;
 
-  let stopped = false;
-  const resyncMs = options.resyncMs ?? 30_000;
-  const resync = (): void => {
-    scheduler.resync();
-    replicaSets.resync();
-    deployments.resync();
-    statefulSets.resync();
-    disruption.resync();
-    collector.sweep();
-  };
-  const timer = setInterval(resync, resyncMs);
-  timer.unref?.();
-  const stop = (): void => {
-    if (stopped) return;
-    stopped = true;
-    clearInterval(timer);
-    informers.stop();
-    scheduler.stop();
-    replicaSets.stop();
-    deployments.stop();
-    statefulSets.stop();
-    disruption.stop();
-    collector.stop();
-  };
-  await informers.start();
-  // A sweep right after the first lists catches dependents orphaned while no leader ran.
-  if (!stopped) collector.sweep();
-  logger.info({ resyncMs }, 'workload controllers started');
-  return { informers, stop };
+  /** Registers every controller's handlers on `informers`, whose owner starts them (then call start()). */
+  constructor(
+    client: ApiClient,
+    informers: SharedInformers,
+    private readonly options: WorkloadControllersOptions,
+  ) {
+    const { logger, events } = options;
+    this.clock = options.clock ?? systemClock;
+    this.resyncMs = options.resyncMs ?? 30_000;
+    for (const ref of WORKLOAD_RESOURCES) informers.get(ref);
+    this.scheduler = new Scheduler(client, informers, events, logger.child({ controller: 'scheduler' }));
+    this.replicaSets = new ReplicaSetController(client, informers, events, logger.child({ controller: 'replicaset' }));
+    this.deployments = new DeploymentController(client, informers, events, logger.child({ controller: 'deployment' }));
+    this.statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }));
+    this.disruption = new DisruptionController(client, informers, logger.child({ controller: 'disruption' }));
+    this.collector = new GarbageCollector(client, informers, logger.child({ controller: 'garbage-collector' }));
+  }
+
+  /** After the informers' first lists: a sweep catches dependents orphaned while no leader ran; then the resyncs. */
+  start(): void {
+    if (this.stopped) return;
+    this.collector.sweep();
+    this.scheduleResync();
+    this.options.logger.info({ resyncMs: this.resyncMs }, 'workload controllers started');
+  }
+
+  stop(): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.clock.clearTimeout(this.timer);
+    this.scheduler.stop();
+    this.replicaSets.stop();
+    this.deployments.stop();
+    this.statefulSets.stop();
+    this.disruption.stop();
+    this.collector.stop();
+  }
+
+  private scheduleResync(): void {
+    this.timer = this.clock.setTimeout(() => {
+      if (this.stopped) return;
+      this.scheduler.resync();
+      this.replicaSets.resync();
+      this.deployments.resync();
+      this.statefulSets.resync();
+      this.disruption.resync();
+      this.collector.sweep();
+      this.scheduleResync();
+    }, this.resyncMs);
+  }
 }

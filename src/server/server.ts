@@ -14,7 +14,7 @@ import { ApiServer, type ConnectionTimeouts } from '../apiserver/server.js';
 import type { LongRunningLimits } from '../apiserver/limits.js';
 import { ObjectStore } from '../apiserver/storage.js';
 import { LocalClient } from '../client/local.js';
-import { NODES, PODS } from '../client/types.js';
+import { NODES } from '../client/types.js';
 import { CLUSTER_RECORD_KEY, checkClusterRecord } from '../config/cluster-record.js';
 import { computeDrift, publication, publishConfig, publishedValues, readPublished } from '../config/drift.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -25,13 +25,9 @@ import { NodeRegistry } from '../cluster/node-registry.js';
 import { NodeRecordReconciler, unusedRecordTtlMs } from '../cluster/node-record-reconciler.js';
 import { API_SERVER_CLIENT_NAME, droverEndpoints } from '../cluster/drover-endpoints.js';
 import { EventRecorder } from '../controllers/events.js';
-import { LeaderElector } from '../controllers/leader-election.js';
-import { startWorkloadControllers, type WorkloadControllers } from '../controllers/workload-controllers.js';
+import { ControllerManager } from '../controllers/controller-manager.js';
 import { podLogProxy } from './pod-logs.js';
-import { FailoverController } from '../controllers/failover.js';
-import { FENCING_MARGIN_MS, fencingThresholds } from '../node-protocol/fencing.js';
 import { CONTROL_PLANE_ROLE_LABEL, ETCD_ROLE_LABEL, STATE_LABEL } from '../node-protocol/names.js';
-import { NodeLifecycleController } from '../controllers/node-lifecycle.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
 import { etcdMembership } from '../cluster/etcd-membership.js';
@@ -328,67 +324,42 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     writeKubeconfig(kubeconfigPath, kubeconfig);
     if (options.writeKubeconfig) writeKubeconfig(path.resolve(options.writeKubeconfig), kubeconfig);
 
-    const lifecycle = new NodeLifecycleController(client, events, logger.child({ controller: 'node-lifecycle' }), {
-      gracePeriodMs: options.nodeMonitorGracePeriodMs,
-      ...(metrics
-        ? {
-            onUnavailable: (seconds: number) => metrics.detection.observe(seconds),
-            onClockOffset: (node: string, seconds: number | undefined) =>
-              seconds === undefined ? metrics.nodeClockOffset.remove({ node }) : metrics.nodeClockOffset.set({ node }, seconds),
-          }
-        : {}),
-      ...(etcdAccess
-        ? {
-            // An etcd server's Node deleted: its member goes too, so quorum counts only real members.
-            onNodeDeleted: (node: KubeObject) => {
-              if (node.metadata.labels?.[ETCD_ROLE_LABEL] !== 'true') return;
-              void etcdMembership(etcdAccess!, { logger })
-                .removeByNode(node.metadata.name!)
-                .then((removed) => removed.length && logger.info({ node: node.metadata.name, members: removed }, 'removed the etcd member of a deleted node'))
-                .catch((error: unknown) => logger.warn({ err: error, node: node.metadata.name }, 'could not remove the etcd member of a deleted node'));
-            },
-          }
-        : {}),
-    });
     // Revokes the credentials of deleted Nodes and collects never-used registrations (leader only).
     const records = new NodeRecordReconciler(nodeRegistry, client, logger.child({ controller: 'node-records' }), {
       unusedTtlMs: unusedRecordTtlMs(),
     });
-    let failover: FailoverController | undefined;
-    let workloads: WorkloadControllers | undefined;
-    const workloadEvents = new EventRecorder(client, 'drover-controller-manager', leaderIdentity, logger);
-    const elector = new LeaderElector(
+    // While this server holds the controller lease: the node lifecycle, workload and failover
+    // controllers, and the node records, over one set of shared informers.
+    const controllers = new ControllerManager({
       client,
-      { namespace: 'kube-system', name: 'drover-controllers', identity: leaderIdentity, leaseDurationMs: 15_000, renewIntervalMs: 2000 },
-      {
-        onStartedLeading: () =>
-          void (async () => {
-            await lifecycle.start();
-            await records.start();
-            workloads = await startWorkloadControllers(client, { logger, events: workloadEvents });
-            // Failover reads the workload controllers' pod informer: one list and watch of every pod.
-            failover = new FailoverController(client, lifecycle, workloads.informers.get(PODS), events, logger.child({ controller: 'failover' }), {
-              defaultTolerationMs: options.defaultUnavailableTolerationMs,
-              fencingTimeoutMs: options.fencingTimeoutMs,
-              fencingMarginMs: FENCING_MARGIN_MS,
-              silenceThresholdMs: fencingThresholds(options.nodeLeaseRenewIntervalMs, options.fencingTimeoutMs).controllerSilenceMs,
-            });
-            failover.start();
-          })().catch((error: unknown) => logger.error({ err: error }, 'node lifecycle or failover controller failed to start')),
-        onStoppedLeading: () => {
-          // Failover first: it reads the workload controllers' pod informer.
-          failover?.stop();
-          failover = undefined;
-          workloads?.stop();
-          workloads = undefined;
-          records.stop();
-          lifecycle.stop();
-        },
-      },
       logger,
-    );
+      identity: leaderIdentity,
+      timings: { ...timings, defaultUnavailableTolerationMs: options.defaultUnavailableTolerationMs },
+      extraControllers: [records],
+      lifecycle: {
+        ...(metrics
+          ? {
+              onUnavailable: (seconds: number) => metrics.detection.observe(seconds),
+              onClockOffset: (node: string, seconds: number | undefined) =>
+                seconds === undefined ? metrics.nodeClockOffset.remove({ node }) : metrics.nodeClockOffset.set({ node }, seconds),
+            }
+          : {}),
+        ...(etcdAccess
+          ? {
+              // An etcd server's Node deleted: its member goes too, so quorum counts only real members.
+              onNodeDeleted: (node: KubeObject) => {
+                if (node.metadata.labels?.[ETCD_ROLE_LABEL] !== 'true') return;
+                void etcdMembership(etcdAccess!, { logger })
+                  .removeByNode(node.metadata.name!)
+                  .then((removed) => removed.length && logger.info({ node: node.metadata.name, members: removed }, 'removed the etcd member of a deleted node'))
+                  .catch((error: unknown) => logger.warn({ err: error, node: node.metadata.name }, 'could not remove the etcd member of a deleted node'));
+              },
+            }
+          : {}),
+      },
+    });
     // An etcd-only server runs no controllers and serves no Kubernetes API.
-    if (runsApi) elector.start();
+    if (runsApi) controllers.start();
 
     let agent: Agent | undefined;
     let stopped = false;
@@ -464,11 +435,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         const bounded = (work: Promise<void>): Promise<unknown> =>
           Promise.race([work, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
         await bounded(directory.stop());
-        await bounded(elector.stop());
-        workloads?.stop();
-        failover?.stop();
-        records.stop();
-        lifecycle.stop();
+        await bounded(controllers.stop());
         nodeRegistry.stop();
         await api.close(4000);
         await openDatastore.close();

@@ -1,0 +1,176 @@
+import { SharedInformers } from '../client/shared-informers.js';
+import { type ApiClient, PODS } from '../client/types.js';
+import type { Logger } from '../logging/logger.js';
+import { FENCING_MARGIN_MS, fencingThresholds } from '../node-protocol/fencing.js';
+import { type Clock, systemClock } from './clock.js';
+import { EventRecorder } from './events.js';
+import { FailoverController } from './failover.js';
+import { LeaderElector } from './leader-election.js';
+import { NodeLifecycleController, type NodeLifecycleOptions } from './node-lifecycle.js';
+import { WorkloadControllers } from './workload-controllers.js';
+
+/**
+ * The controller manager, as kube-controller-manager is: it competes for the controller lease
+ * and, while it holds it, runs every leader-only controller over one set of shared informers (one
+ * list and one watch per resource for all of them): the node lifecycle controller, the workload
+ * controllers, failover, and whatever other leader-only controllers the caller passes in (the
+ * cluster layer's node record reconciler, which controllers may not import). Each term of
+ * leadership gets fresh controllers and informers; losing the lease stops them all.
+ */
+
+/** A controller that runs only on the leader, started and stopped with each term. */
+export interface LeaderOnlyController {
+  start(): void | Promise<void>;
+  stop(): void;
+}
+
+/** The cluster timings the controllers judge by (cluster-scoped settings). */
+export interface ControllerTimings {
+  nodeLeaseRenewIntervalMs: number;
+  nodeMonitorGracePeriodMs: number;
+  fencingTimeoutMs: number;
+  defaultUnavailableTolerationMs: number;
+}
+
+export interface ControllerLease {
+  namespace: string;
+  name: string;
+  leaseDurationMs: number;
+  renewIntervalMs: number;
+}
+
+export const CONTROLLER_LEASE: ControllerLease = { namespace: 'kube-system', name: 'drover-controllers', leaseDurationMs: 15_000, renewIntervalMs: 2000 };
+
+export interface ControllerManagerOptions {
+  client: ApiClient;
+  logger: Logger;
+  /** This server's identity in the controller lease and as the events' reporting instance. */
+  identity: string;
+  timings: ControllerTimings;
+  /** Metrics and deletion hooks of the node lifecycle controller. */
+  lifecycle?: Pick<NodeLifecycleOptions, 'onUnavailable' | 'onNodeDeleted' | 'onClockOffset' | 'tickMs'>;
+  /** Started after the node lifecycle controller, stopped before it. */
+  extraControllers?: readonly LeaderOnlyController[];
+  lease?: ControllerLease;
+  /** The workload controllers' full resync interval. */
+  resyncMs?: number;
+  /** The system clock unless a test drives one. */
+  clock?: Clock;
+}
+
+/** What one term of leadership runs. */
+interface Term {
+  informers: SharedInformers;
+  lifecycle: NodeLifecycleController;
+  workloads: WorkloadControllers;
+  failover: FailoverController;
+}
+
+export class ControllerManager {
+  private readonly elector: LeaderElector;
+  private readonly clock: Clock;
+  private readonly lifecycleEvents: EventRecorder;
+  private readonly workloadEvents: EventRecorder;
+  private term: Term | undefined;
+
+  constructor(private readonly options: ControllerManagerOptions) {
+    const { client, logger, identity } = options;
+    this.clock = options.clock ?? systemClock;
+    this.lifecycleEvents = new EventRecorder(client, 'drover-node-lifecycle', identity, logger);
+    this.workloadEvents = new EventRecorder(client, 'drover-controller-manager', identity, logger);
+    this.elector = new LeaderElector(
+      client,
+      { ...(options.lease ?? CONTROLLER_LEASE), identity, clock: this.clock },
+      {
+        onStartedLeading: () =>
+          void this.startTerm().catch((error: unknown) => logger.error({ err: error }, 'the controllers failed to start')),
+        onStoppedLeading: () => this.stopTerm(),
+      },
+      logger,
+    );
+  }
+
+  get isLeader(): boolean {
+    return this.elector.isLeader;
+  }
+
+  /** The node lifecycle controller of the current term, if leading (tests drive it). */
+  get lifecycle(): NodeLifecycleController | undefined {
+    return this.term?.lifecycle;
+  }
+
+  /** Compete for the controller lease; the controllers run while this server holds it. */
+  start(): void {
+    this.elector.start();
+  }
+
+  /**
+   * Stop competing: the controllers stop at once, then the lease is released (holder cleared) so
+   * another server can take over without waiting for it to expire.
+   */
+  async stop(): Promise<void> {
+    const released = this.elector.stop();
+    this.stopTerm();
+    await released;
+  }
+
+  private async startTerm(): Promise<void> {
+    const { client, logger, timings } = this.options;
+    const clock = this.clock;
+    const informers = new SharedInformers(client, logger);
+    // Every controller registers its handlers before the first list, so none misses an event.
+    const lifecycle = new NodeLifecycleController(client, this.lifecycleEvents, logger.child({ controller: 'node-lifecycle' }), {
+      ...this.options.lifecycle,
+      gracePeriodMs: timings.nodeMonitorGracePeriodMs,
+      clock,
+      informers,
+    });
+    const workloads = new WorkloadControllers(client, informers, {
+      logger,
+      events: this.workloadEvents,
+      clock,
+      ...(this.options.resyncMs !== undefined ? { resyncMs: this.options.resyncMs } : {}),
+    });
+    // Failover reads the lifecycle controller's observations and the shared pod informer.
+    const failover = new FailoverController(
+      client,
+      lifecycle,
+      informers.get(PODS),
+      this.lifecycleEvents,
+      logger.child({ controller: 'failover' }),
+      {
+        defaultTolerationMs: timings.defaultUnavailableTolerationMs,
+        fencingTimeoutMs: timings.fencingTimeoutMs,
+        fencingMarginMs: FENCING_MARGIN_MS,
+        silenceThresholdMs: fencingThresholds(timings.nodeLeaseRenewIntervalMs, timings.fencingTimeoutMs).controllerSilenceMs,
+      },
+      clock,
+    );
+    const term: Term = { informers, lifecycle, workloads, failover };
+    this.term = term;
+    const current = (): boolean => this.term === term;
+    await informers.start();
+    if (!current()) return;
+    await lifecycle.start();
+    for (const extra of this.options.extraControllers ?? []) {
+      await extra.start();
+      // The lease was lost while it started: stopTerm stopped it before it was up; stop it now.
+      if (!current()) return extra.stop();
+    }
+    if (!current()) return;
+    workloads.start();
+    failover.start();
+  }
+
+  private stopTerm(): void {
+    const term = this.term;
+    if (!term) return;
+    this.term = undefined;
+    // Failover first: it reads the lifecycle controller and the pod informer.
+    term.failover.stop();
+    term.workloads.stop();
+    for (const extra of this.options.extraControllers ?? []) extra.stop();
+    term.lifecycle.stop();
+    term.informers.stop();
+  }
+}

@@ -1,0 +1,144 @@
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import type { KubeObject } from '../../src/apiserver/objects.js';
+import { EVENTS } from '../../src/client/types.js';
+import { FakeClock } from '../../src/controllers/clock.js';
+import { EventRecorder } from '../../src/controllers/events.js';
+import { type NodeCondition, nodeCondition } from '../../src/controllers/kube-types.js';
+import { NodeLifecycleController } from '../../src/controllers/node-lifecycle.js';
+import { UNREACHABLE_TAINT } from '../../src/node-protocol/names.js';
+import { advance, type InProcessApi, inProcessApi, InProcessNode } from '../helpers/in-process.js';
+import { eventually } from '../helpers/server.js';
+
+/**
+ * The node lifecycle controller in-process: real LocalClient on an in-memory SQLite store, nodes
+ * played through the client, and time on a FakeClock that only the test moves. Verdicts follow
+ * the fake clock alone, so each boundary is checked on both sides without waiting for it.
+ */
+
+const GRACE_MS = 4000;
+
+function readyCondition(node: KubeObject | undefined): NodeCondition | undefined {
+  return nodeCondition(node, 'Ready');
+}
+
+describe('node lifecycle controller on a fake clock', () => {
+  let api: InProcessApi;
+  let clock: FakeClock;
+  let lifecycle: NodeLifecycleController;
+  let unavailableAfter: number[];
+
+  beforeEach(async () => {
+    api = await inProcessApi();
+    clock = new FakeClock();
+    unavailableAfter = [];
+    const events = new EventRecorder(api.client, 'drover-node-lifecycle', 'test', api.logger);
+    lifecycle = new NodeLifecycleController(api.client, events, api.logger, {
+      gracePeriodMs: GRACE_MS,
+      clock,
+      onUnavailable: (seconds) => unavailableAfter.push(seconds),
+    });
+  });
+
+  afterEach(async () => {
+    lifecycle.stop();
+    await api.close();
+  });
+
+  async function startWith(names: string[]): Promise<InProcessNode[]> {
+    const nodes = names.map((name) => new InProcessNode(api, clock, name));
+    for (const node of nodes) await node.register();
+    for (const node of nodes) await node.renew();
+    await lifecycle.start();
+    return nodes;
+  }
+
+  it('a node whose lease stops being renewed goes Unknown after half the grace and Unavailable after the grace, by the fake clock', async () => {
+    const [lost, alive] = await startWith(['lost', 'alive']);
+    await advance(clock, 500, () => alive!.renew().then(() => lost!.renew()));
+    await eventually(async () => (await lost!.state()) === 'Ready', 'lost Ready while it renews', 5000, 5);
+    assert.equal(readyCondition(await lost!.node())?.status, 'True');
+
+    // Renewals stop at this instant (the last one was sent just before the last step).
+    await advance(clock, GRACE_MS / 2 - 250, () => alive!.renew());
+    assert.equal(await lost!.state(), 'Ready', 'still Ready up to half the grace');
+    await advance(clock, 500, () => alive!.renew());
+    await eventually(async () => (await lost!.state()) === 'Unknown', 'lost Unknown past half the grace', 5000, 5);
+    assert.equal(readyCondition(await lost!.node())?.reason, 'NodeStatusUnknown');
+    assert.equal(await alive!.state(), 'Ready', 'the renewing node stays Ready');
+
+    await advance(clock, GRACE_MS / 2 - 500, () => alive!.renew());
+    assert.equal(await lost!.state(), 'Unknown', 'not Unavailable before the grace runs out');
+    await advance(clock, 500, () => alive!.renew());
+    const node = await eventually(async () => {
+      const n = await lost!.node();
+      return n?.metadata.labels?.['drover.io/state'] === 'Unavailable' ? n : undefined;
+    }, 'lost Unavailable past the grace', 5000, 5);
+    const taints = (node.spec as { taints?: { key: string; effect: string }[] }).taints ?? [];
+    assert.deepEqual(taints.filter((t) => t.key === UNREACHABLE_TAINT).map((t) => t.effect).sort(), ['NoExecute', 'NoSchedule']);
+    assert.equal(await alive!.state(), 'Ready');
+    assert.equal(unavailableAfter.length, 1);
+    assert.ok(unavailableAfter[0]! >= GRACE_MS / 1000 && unavailableAfter[0]! <= GRACE_MS / 1000 + 0.5, `detected after ${unavailableAfter[0]} s of fake time`);
+    const { items } = await api.client.list(EVENTS, 'default');
+    assert.ok(items.some((e) => e.reason === 'NodeUnavailable' && (e.involvedObject as { name?: string }).name === 'lost'));
+  });
+
+  it('a renewal after Unknown brings the node back to Ready, and a wall-clock step changes nothing', async () => {
+    const [node] = await startWith(['n']);
+    await advance(clock, 500, () => node!.renew());
+    await eventually(async () => (await node!.state()) === 'Ready', 'Ready', 5000, 5);
+    await advance(clock, GRACE_MS / 2 + 250);
+    await eventually(async () => (await node!.state()) === 'Unknown', 'Unknown', 5000, 5);
+    // A step of the controller's wall clock (NTP, date -s) is no time passing for a verdict.
+    clock.stepWall(60 * 60_000);
+    await node!.renew();
+    await advance(clock, 500, () => node!.renew());
+    await eventually(async () => (await node!.state()) === 'Ready', 'Ready again after a renewal', 5000, 5);
+  });
+
+  it('disruption mode: three of four nodes silent at once are held Unknown past the grace, and those still silent after it ends get a fresh grace', async () => {
+    const nodes = await startWith(['a', 'b', 'c', 'd']);
+    const [a, b, c, d] = nodes as [InProcessNode, InProcessNode, InProcessNode, InProcessNode];
+    await advance(clock, 500, async () => {
+      for (const n of nodes) await n.renew();
+    });
+    await eventually(async () => (await Promise.all(nodes.map((n) => n.state()))).every((s) => s === 'Ready'), 'all Ready', 5000, 5);
+
+    // a, b and c stop at once; d keeps renewing. Past the grace, they are held, not Unavailable.
+    await advance(clock, GRACE_MS * 2, () => d.renew());
+    for (const n of [a, b, c]) {
+      assert.equal(await n.state(), 'Unknown', `${n.name} held Unknown`);
+      assert.equal(readyCondition(await n.node())?.reason, 'ControlPlaneDisruption');
+    }
+    const { items } = await api.client.list(EVENTS, 'kube-node-lease');
+    assert.equal(items.filter((e) => e.reason === 'ControlPlaneDisruption').length, 1, 'one event when the mode is entered');
+
+    // a and b come back: most nodes renew again, the mode ends. c, still silent, is not judged by
+    // the outage's silence: it stays Unknown for a fresh grace, then is Unavailable.
+    await advance(clock, 500, async () => {
+      for (const n of [a, b, d]) await n.renew();
+    });
+    await eventually(async () => (await a.state()) === 'Ready' && (await b.state()) === 'Ready', 'a and b Ready', 5000, 5);
+    const renewAlive = async (): Promise<void> => {
+      for (const n of [a, b, d]) await n.renew();
+    };
+    await advance(clock, GRACE_MS - 750, renewAlive);
+    assert.equal(await c.state(), 'Unknown', 'c within its fresh grace');
+    assert.equal(readyCondition(await c.node())?.reason, 'NodeStatusUnknown');
+    await advance(clock, 1000, renewAlive);
+    await eventually(async () => (await c.state()) === 'Unavailable', 'c Unavailable after its fresh grace', 5000, 5);
+    assert.equal(await d.state(), 'Ready');
+  });
+
+  it('disruption mode holds verdicts for at most ten graces', async () => {
+    const nodes = await startWith(['a', 'b', 'c']);
+    await advance(clock, 500, async () => {
+      for (const n of nodes) await n.renew();
+    });
+    // Silent from about 0.5 s, stale (and the mode entered) from about 2.5 s: held until about 42.5 s.
+    await advance(clock, 10 * GRACE_MS, undefined, 500);
+    for (const n of nodes) assert.equal(await n.state(), 'Unknown', `${n.name} held within the limit`);
+    await advance(clock, 4000, undefined, 500);
+    await eventually(async () => (await Promise.all(nodes.map((n) => n.state()))).every((s) => s === 'Unavailable'), 'all Unavailable past the limit', 5000, 5);
+  });
+});
