@@ -4,6 +4,7 @@ import { type ApiClient, NODES, PODS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
 import { chooseNode, podNodeName } from './scheduling.js';
+import { nodeCondition, podSpec } from './kube-types.js';
 import { objectKey, splitKey, WorkQueue } from './work-queue.js';
 import type { SharedInformers } from '../client/shared-informers.js';
 
@@ -45,7 +46,7 @@ export class Scheduler {
   }
 
   private wantsNode(pod: KubeObject): boolean {
-    const schedulerName = (pod.spec as { schedulerName?: string } | undefined)?.schedulerName;
+    const schedulerName = podSpec(pod).schedulerName;
     return !podNodeName(pod) && !pod.metadata.deletionTimestamp && (!schedulerName || schedulerName === SCHEDULER_NAME);
   }
 
@@ -138,8 +139,7 @@ export class Scheduler {
 
 /** Heartbeat-only node updates do not change where a pod fits. */
 function schedulingRelevantChange(old: KubeObject, node: KubeObject): boolean {
-  const readyOf = (n: KubeObject): string | undefined =>
-    (n.status as { conditions?: { type: string; status: string }[] } | undefined)?.conditions?.find((c) => c.type === 'Ready')?.status;
+  const readyOf = (n: KubeObject): string | undefined => nodeCondition(n, 'Ready')?.status;
   return (
     JSON.stringify(old.metadata.labels ?? {}) !== JSON.stringify(node.metadata.labels ?? {}) ||
     JSON.stringify(old.spec ?? {}) !== JSON.stringify(node.spec ?? {}) ||

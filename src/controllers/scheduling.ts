@@ -1,6 +1,7 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { controllerOf, isNodeReady } from '../node-protocol/pods.js';
 import type { Taint, Toleration } from '../node-protocol/taints.js';
+import { nodeSpec, podSpec, podStatus } from './kube-types.js';
 
 /**
  * The scheduler's decision, pure: which node a pod goes to, or why none fits, worded as
@@ -30,27 +31,22 @@ export function firstUntoleratedTaint(taints: readonly Taint[], tolerations: rea
 }
 
 export function isPodTerminated(pod: KubeObject): boolean {
-  const phase = (pod.status as { phase?: string } | undefined)?.phase;
+  const phase = podStatus(pod).phase;
   return phase === 'Succeeded' || phase === 'Failed';
 }
 
 export function podNodeName(pod: KubeObject): string | undefined {
-  return (pod.spec as { nodeName?: string } | undefined)?.nodeName || undefined;
-}
-
-interface PodSpecForScheduling {
-  nodeSelector?: Record<string, string>;
-  tolerations?: Toleration[];
+  return podSpec(pod).nodeName || undefined;
 }
 
 /** Why a node cannot take the pod, in kube-scheduler's words; undefined when it can. */
 export function nodeRejection(pod: KubeObject, node: KubeObject): string | undefined {
-  const spec = (pod.spec ?? {}) as PodSpecForScheduling;
-  const nodeSpec = (node.spec ?? {}) as { unschedulable?: boolean; taints?: Taint[] };
+  const spec = podSpec(pod);
+  const onNode = nodeSpec(node);
   // Filter order follows kube-scheduler's default profile: NodeUnschedulable, TaintToleration,
   // then readiness (older releases' CheckNodeCondition), then NodeAffinity (nodeSelector).
-  if (nodeSpec.unschedulable === true) return 'node(s) were unschedulable';
-  const taint = firstUntoleratedTaint(nodeSpec.taints ?? [], spec.tolerations ?? []);
+  if (onNode.unschedulable === true) return 'node(s) were unschedulable';
+  const taint = firstUntoleratedTaint((onNode.taints ?? []) as Taint[], spec.tolerations ?? []);
   if (taint) return `node(s) had untolerated taint {${taint.key}: ${taint.value ?? ''}}`;
   if (!isNodeReady(node)) return 'node(s) were not ready';
   const labels = node.metadata.labels ?? {};

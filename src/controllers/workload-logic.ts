@@ -2,6 +2,7 @@ import { randomInt } from 'node:crypto';
 import type { KubeObject } from '../apiserver/objects.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from '../apiserver/selectors.js';
 import { isPodReady } from '../node-protocol/pods.js';
+import { podStatus } from './kube-types.js';
 import { isPodTerminated, podNodeName } from './scheduling.js';
 import { CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_HASH_LABEL } from './workloads.js';
 
@@ -36,15 +37,6 @@ export function selectorMatches(selector: LabelSelectorSpec | undefined, labels:
 // ---------------------------------------------------------------------------------------------
 // Pods
 
-interface PodCondition {
-  type: string;
-  status: string;
-  lastTransitionTime?: string;
-}
-
-function podStatus(pod: KubeObject): { phase?: string; conditions?: PodCondition[] } {
-  return (pod.status ?? {}) as { phase?: string; conditions?: PodCondition[] };
-}
 
 /** Counts toward the replicas: not being deleted and not finished. */
 export function isPodActive(pod: KubeObject): boolean {
