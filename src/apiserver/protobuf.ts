@@ -1,10 +1,10 @@
 /**
  * A small decoder for Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`).
  *
- * kubectl's generator commands (`kubectl create namespace`, `create pdb`, and `create deployment`
- * in kubectl 1.32; 1.20 sends the deployment as JSON) send their POST body as protobuf. Drover
- * stores JSON, so this decodes the envelope and the few kinds those commands create (plus Pod,
- * which shares the PodSpec) into the JSON shape the JSON API accepts. Everything else is refused
+ * kubectl's generator commands (`kubectl create namespace`, `create pdb`, `create configmap`,
+ * `create secret`, and `create deployment` in kubectl 1.32; 1.20 sends them as JSON) send their
+ * POST body as protobuf. Drover stores JSON, so this decodes the envelope and the few kinds those
+ * commands create (plus Pod, which shares the PodSpec) into the JSON shape the JSON API accepts. Everything else is refused
  * with a message telling the user to send JSON or YAML.
  *
  * Wire format: the 4 magic bytes `k8s\0`, then a `runtime.Unknown` message
@@ -16,11 +16,12 @@
  *
  * This file reads the envelope and picks the kind's decoder. The wire format is
  * ./protobuf/reader.ts, the shared apimachinery messages ./protobuf/meta.ts, and each API group's
- * kinds have their own file (./protobuf/core-v1.ts, apps-v1.ts, policy-v1.ts).
+ * kinds have their own file (./protobuf/core-v1.ts, core-v1-config.ts, apps-v1.ts, policy-v1.ts).
  */
 
 import { decodeDeployment } from './protobuf/apps-v1.js';
 import { decodeNamespace, decodePod } from './protobuf/core-v1.js';
+import { decodeConfigMap, decodeSecret } from './protobuf/core-v1-config.js';
 import { jsonHint, ProtobufDecodeError, ProtobufUnsupportedError } from './protobuf/errors.js';
 import { decodeDeleteOptions } from './protobuf/meta.js';
 import { decodePodDisruptionBudget } from './protobuf/policy-v1.js';
@@ -37,12 +38,14 @@ export interface DecodedProtobuf {
 
 const MAGIC = Buffer.from([0x6b, 0x38, 0x73, 0x00]); // "k8s\0"
 
-const SUPPORTED = 'v1 Namespace, v1 Pod, apps/v1 Deployment and policy/v1 PodDisruptionBudget';
+const SUPPORTED = 'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, apps/v1 Deployment and policy/v1 PodDisruptionBudget';
 
 const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Namespace', decodeNamespace],
   ['policy/v1/PodDisruptionBudget', decodePodDisruptionBudget],
   ['v1/Pod', decodePod],
+  ['v1/ConfigMap', decodeConfigMap],
+  ['v1/Secret', decodeSecret],
   ['apps/v1/Deployment', decodeDeployment],
   ['v1/DeleteOptions', decodeDeleteOptions],
   ['meta.k8s.io/v1/DeleteOptions', decodeDeleteOptions],

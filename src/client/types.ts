@@ -17,6 +17,8 @@ export const NODES: ResourceRef = { group: '', version: 'v1', plural: 'nodes', n
 export const PODS: ResourceRef = { group: '', version: 'v1', plural: 'pods', namespaced: true };
 export const EVENTS: ResourceRef = { group: '', version: 'v1', plural: 'events', namespaced: true };
 export const NAMESPACES: ResourceRef = { group: '', version: 'v1', plural: 'namespaces', namespaced: false };
+export const CONFIGMAPS: ResourceRef = { group: '', version: 'v1', plural: 'configmaps', namespaced: true };
+export const SECRETS: ResourceRef = { group: '', version: 'v1', plural: 'secrets', namespaced: true };
 export const LEASES: ResourceRef = {
   group: 'coordination.k8s.io',
   version: 'v1',

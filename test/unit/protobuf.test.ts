@@ -10,7 +10,8 @@ import {
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: request bodies captured from kubectl v1.32.4 (Content-Type:
-// application/vnd.kubernetes.protobuf) through a logging TLS proxy in front of `drover server`.
+// application/vnd.kubernetes.protobuf) through a logging TLS proxy in front of `drover server`, or
+// from the request body kubectl prints at -v=8.
 // kubectl 1.20 (Debian) sends these same commands as JSON, and creates PDBs as policy/v1beta1, so
 // it contributes no protobuf fixtures. `kubectl run` sends JSON from both versions.
 
@@ -33,6 +34,24 @@ const CAPTURED = {
   /** kubectl create configmap cm --from-literal=a=b */
   configMap:
     '6b3873000a0f0a0276311209436f6e6669674d6170121c0a120a02636d12001a0022002a0032003800420012060a01611201621a002200',
+  /** kubectl create configmap c2 --from-env-file=env (X=1, Y=two) */
+  configMapEnvFile:
+    '6b3873000a0f0a0276311209436f6e6669674d617012260a120a02633212001a0022002a0032003800420012060a015812013112080a0159120374776f1a002200',
+  /** kubectl create configmap c3 --from-file=bin.dat (bytes 00 01 ff) --from-literal=k=v */
+  configMapBinary:
+    '6b3873000a0f0a0276311209436f6e6669674d6170122c0a120a02633312001a0022002a0032003800420012060a016b1201761a0e0a0762696e2e64617412030001ff1a002200',
+  /** kubectl create secret generic s2 --from-file=f.txt ("hello\n") --from-literal=user=admin */
+  secretGeneric:
+    '6b3873000a0c0a027631120653656372657412360a120a02733212001a0022002a00320038004200120f0a05662e747874120668656c6c6f0a120d0a0475736572120561646d696e1a001a002200',
+  /** kubectl create secret generic s1 --from-literal=a=b --type=foo */
+  secretTyped:
+    '6b3873000a0c0a027631120653656372657412210a120a02733112001a0022002a0032003800420012060a01611201621a03666f6f1a002200',
+  /** kubectl -n other create secret generic s5 --from-literal=a=b --dry-run=server */
+  secretInNamespace:
+    '6b3873000a0c0a027631120653656372657412230a170a02733512001a056f7468657222002a0032003800420012060a01611201621a001a002200',
+  /** kubectl create secret docker-registry d1 --docker-server=reg.example --docker-username=u --docker-password=p */
+  secretDockerRegistry:
+    '6b3873000a0c0a02763112065365637265741292010a120a02643112001a0022002a00320038004200125c0a112e646f636b6572636f6e6669676a736f6e12477b226175746873223a7b227265672e6578616d706c65223a7b22757365726e616d65223a2275222c2270617373776f7264223a2270222c2261757468223a2264547077227d7d7d1a1e6b756265726e657465732e696f2f646f636b6572636f6e6669676a736f6e1a002200',
   /** kubectl create deployment web --image=busybox --replicas=2 --port=8080 -- sh -c 'while :; do sleep 1; done' */
   deploymentWithCommand:
     '6b3873000a150a07617070732f7631120a4465706c6f796d656e7412e1010a1f0a0377656212001a0022002a003200380042005a0a0a03617070120377656212af010802120c0a0a0a0361707012037765621a94010a1c0a0012001a0022002a003200380042005a0a0a036170701203776562127412560a0762757379626f78120762757379626f781a0273681a022d631a197768696c65203a3b20646f20736c65657020313b20646f6e652a00320b0a00100018903f22002a0042006a007200800100880100900100a201001a00320042004a0052005800600068008201008a01009a0100c2010022020a00280038001a0c0800100018002000280038001a002200',
@@ -260,12 +279,57 @@ describe('decodeKubernetesProtobuf: bodies captured from kubectl', () => {
     );
   });
 
-  it('refuses kinds Drover does not decode, naming the kind and a way out', () => {
-    assertUnsupported(
-      hex(CAPTURED.configMap),
-      /only for v1 Namespace, v1 Pod, apps\/v1 Deployment and policy\/v1 PodDisruptionBudget \(got v1 ConfigMap\)/,
+  it('kubectl create configmap from a literal, an env file and a binary file', () => {
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.configMap)).object, {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'cm' },
+      data: { a: 'b' },
+    });
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.configMapEnvFile)).object.data, { X: '1', Y: 'two' });
+    // A file that is not UTF-8 goes to binaryData: bytes, which JSON carries as base64.
+    const binary = decodeKubernetesProtobuf(hex(CAPTURED.configMapBinary)).object;
+    assert.deepEqual(binary.data, { k: 'v' });
+    assert.deepEqual(binary.binaryData, { 'bin.dat': Buffer.from([0x00, 0x01, 0xff]).toString('base64') });
+  });
+
+  it('kubectl create secret generic and docker-registry: data as base64, the type when given', () => {
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.secretGeneric)).object, {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 's2' },
+      data: { 'f.txt': Buffer.from('hello\n').toString('base64'), user: Buffer.from('admin').toString('base64') },
+    });
+    assert.equal(decodeKubernetesProtobuf(hex(CAPTURED.secretTyped)).object.type, 'foo');
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.secretInNamespace)).object.metadata, { name: 's5', namespace: 'other' });
+    const docker = decodeKubernetesProtobuf(hex(CAPTURED.secretDockerRegistry)).object;
+    assert.equal(docker.type, 'kubernetes.io/dockerconfigjson');
+    const config = JSON.parse(Buffer.from((docker.data as Record<string, string>)['.dockerconfigjson']!, 'base64').toString()) as unknown;
+    assert.deepEqual(config, { auths: { 'reg.example': { username: 'u', password: 'p', auth: Buffer.from('u:p').toString('base64') } } });
+  });
+
+  it('hand-built ConfigMap and Secret: immutable (false kept), stringData, Go field order', () => {
+    const cm = decodeKubernetesProtobuf(envelope('v1', 'ConfigMap', Buffer.concat([
+      m(1, s(1, 'c'), ...emptyMetaFields()), m(3, s(1, 'b'), bytesField(2, Buffer.from('hi'))), entry(2, 'a', 'x'), v(4, false), s(9, 'future'),
+    ]))).object;
+    assert.equal(JSON.stringify(cm), '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"immutable":false,"data":{"a":"x"},"binaryData":{"b":"aGk="}}');
+    const secret = decodeKubernetesProtobuf(envelope('v1', 'Secret', Buffer.concat([
+      m(1, s(1, 's')), s(3, 'kubernetes.io/tls'), entry(4, 'tls.key', 'k'), m(2, s(1, 'tls.crt'), bytesField(2, Buffer.from([0xff]))), v(5, true),
+    ]))).object;
+    assert.equal(
+      JSON.stringify(secret),
+      '{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"immutable":true,"data":{"tls.crt":"/w=="},"stringData":{"tls.key":"k"},"type":"kubernetes.io/tls"}',
     );
-    assertUnsupported(hex(CAPTURED.configMap), /kubectl create configmap \.\.\. --dry-run=client -o yaml \| kubectl apply -f -/);
+    assert.deepEqual(decodeKubernetesProtobuf(envelope('v1', 'Secret', Buffer.alloc(0))).object, { apiVersion: 'v1', kind: 'Secret', metadata: {} });
+  });
+
+  it('refuses kinds Drover does not decode, naming the kind and a way out', () => {
+    const service = envelope('v1', 'Service', m(1, s(1, 'svc')));
+    assertUnsupported(
+      service,
+      /only for v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, apps\/v1 Deployment and policy\/v1 PodDisruptionBudget \(got v1 Service\)/,
+    );
+    assertUnsupported(service, /kubectl create service clusterip \.\.\. --dry-run=client -o yaml \| kubectl apply -f -/);
     assertUnsupported(hex(CAPTURED.selfSubjectAccessReview), /got authorization\.k8s\.io\/v1 SelfSubjectAccessReview/);
   });
 
@@ -827,7 +891,7 @@ describe('decodeKubernetesProtobuf: unsupported input', () => {
     assertUnsupported(envelope('apps/v1', 'StatefulSet', m(1, s(1, 'p'))), /got apps\/v1 StatefulSet/);
     assertUnsupported(envelope('extensions/v1beta1', 'Deployment', m(1, s(1, 'p'))), /got extensions\/v1beta1 Deployment.*kubectl create deployment/);
     assertUnsupported(envelope('policy/v1beta1', 'PodDisruptionBudget', m(1, s(1, 'p'))), /got policy\/v1beta1 PodDisruptionBudget/);
-    assertUnsupported(envelope('v1', 'ConfigMap', Buffer.alloc(0)), /kubectl create configmap/);
+    assertUnsupported(envelope('v1', 'ServiceAccount', Buffer.alloc(0)), /kubectl create serviceaccount/);
     assertUnsupported(envelope('example.com/v1', 'constructor', Buffer.alloc(0)), /write the object to a YAML file/);
     assertUnsupported(Buffer.concat([Buffer.from('k8s\0', 'latin1'), bytesField(2, Buffer.alloc(0))]), /without a kind/);
   });

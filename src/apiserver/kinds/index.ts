@@ -1,10 +1,12 @@
 import type { ResourceDefinition } from '../definition.js';
+import { CONFIGMAP_DEFINITION } from './configmaps.js';
 import { PDB_DEFINITION } from './disruption-budgets.js';
 import { CORE_EVENT_DEFINITION, EVENTS_V1_DEFINITION } from './events.js';
 import { LEASE_DEFINITION } from './leases.js';
 import { NAMESPACE_DEFINITION } from './namespaces.js';
 import { NODE_DEFINITION } from './nodes.js';
 import { POD_DEFINITION } from './pods.js';
+import { SECRET_DEFINITION } from './secrets.js';
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
 
 /**
@@ -19,6 +21,8 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   CORE_EVENT_DEFINITION,
   EVENTS_V1_DEFINITION,
   LEASE_DEFINITION,
+  CONFIGMAP_DEFINITION,
+  SECRET_DEFINITION,
   DEPLOYMENT_DEFINITION,
   REPLICASET_DEFINITION,
   STATEFULSET_DEFINITION,
