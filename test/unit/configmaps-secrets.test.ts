@@ -18,6 +18,7 @@ import { base64ErrorOffset, configKeyProblems, MAX_CONFIG_BYTES } from '../../sr
 import { CONFIGMAP_DEFINITION } from '../../src/apiserver/kinds/configmaps.js';
 import { RESOURCES } from '../../src/apiserver/kinds/index.js';
 import { NAMESPACE_DEFINITION } from '../../src/apiserver/kinds/namespaces.js';
+import { goJsonSyntaxError } from '../../src/apiserver/kinds/go-json-syntax.js';
 import { dockerConfigProblem, SECRET_DEFINITION } from '../../src/apiserver/kinds/secrets.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { ObjectStore } from '../../src/apiserver/storage.js';
@@ -79,7 +80,47 @@ describe('key names and base64, as apimachinery has them', () => {
     assert.equal(base64ErrorOffset('aé=='), 1, 'a byte outside ASCII');
   });
 
-  it('words a bad docker config as Go does where that is simple, never echoing it', () => {
+  it("reports JSON syntax errors in Go's words, quoting one character at most", () => {
+    const error = (text: string): string | undefined => goJsonSyntaxError(Buffer.from(text, 'latin1'));
+    for (const good of ['{}', '[]', 'null', ' 1 ', '"x"', '[1,{"a":[true,false,null,-0.5e+3,0,1E9]},"\\u00e9\\n"]']) assert.equal(error(good), undefined, good);
+    const cases: [string, string][] = [
+      ['', 'unexpected end of JSON input'],
+      ['   ', 'unexpected end of JSON input'],
+      ['{"a":1', 'unexpected end of JSON input'],
+      ['"abc', 'unexpected end of JSON input'],
+      ['tru', 'unexpected end of JSON input'],
+      ['1.', 'unexpected end of JSON input'],
+      ['hunter2', "invalid character 'h' looking for beginning of value"],
+      ['{"auths": hunter2', "invalid character 'h' looking for beginning of value"],
+      ['[1,]', "invalid character ']' looking for beginning of value"],
+      ['{a:1}', "invalid character 'a' looking for beginning of object key string"],
+      ['{"a":1,}', "invalid character '}' looking for beginning of object key string"],
+      ['{"a" 1}', "invalid character '1' after object key"],
+      ['{"a":1 "b":2}', `invalid character '"' after object key:value pair`],
+      ['[1 2]', "invalid character '2' after array element"],
+      ['{"a":1}x', "invalid character 'x' after top-level value"],
+      ['01', "invalid character '1' after top-level value"],
+      ['trux', "invalid character 'x' in literal true (expecting 'e')"],
+      ['nul1', "invalid character '1' in literal null (expecting 'l')"],
+      ['fals', 'unexpected end of JSON input'],
+      ['-a', "invalid character 'a' in numeric literal"],
+      ['1.x', "invalid character 'x' after decimal point in numeric literal"],
+      ['1ex', "invalid character 'x' in exponent of numeric literal"],
+      ['"a\x01"', "invalid character '\\x01' in string literal"],
+      ['"a\tb"', "invalid character '\\t' in string literal"],
+      ['"\\q"', "invalid character 'q' in string escape code"],
+      ['"\\u12g4"', "invalid character 'g' in \\u hexadecimal character escape"],
+      ["'x'", "invalid character '\\'' looking for beginning of value"],
+      ['\x80', "invalid character '\\u0080' looking for beginning of value"],
+      ['\xe9', "invalid character 'é' looking for beginning of value"],
+    ];
+    for (const [text, message] of cases) assert.equal(error(text), message, JSON.stringify(text));
+    // Deep nesting is scanned without recursion.
+    assert.equal(error('['.repeat(200_000)), 'unexpected end of JSON input');
+    assert.equal(error(`${'['.repeat(200_000)}${']'.repeat(200_000)}`), undefined);
+  });
+
+  it('words a bad docker config as Go does, never echoing it', () => {
     assert.equal(dockerConfigProblem(Buffer.from('{"auths":{}}')), undefined);
     assert.equal(dockerConfigProblem(Buffer.from('null')), undefined, 'Go unmarshals null into a map without complaint');
     assert.equal(dockerConfigProblem(Buffer.from('')), 'unexpected end of JSON input');
@@ -87,6 +128,7 @@ describe('key names and base64, as apimachinery has them', () => {
     assert.equal(dockerConfigProblem(Buffer.from('[1]')), 'json: cannot unmarshal array into Go value of type map[string]interface {}');
     assert.equal(dockerConfigProblem(Buffer.from('"s"')), 'json: cannot unmarshal string into Go value of type map[string]interface {}');
     assert.equal(dockerConfigProblem(Buffer.from('hunter2')), "invalid character 'h' looking for beginning of value");
+    assert.equal(dockerConfigProblem(Buffer.from('{"auths": {"r": {"password": "hunter2" }')), 'unexpected end of JSON input');
   });
 });
 
@@ -149,20 +191,21 @@ describe('ConfigMaps and Secrets through the ObjectStore', () => {
     assert.deepEqual(causesOf(big), [{ reason: 'FieldValueTooLong', message: 'Too long: must have at most 1048576 bytes', field: '[]' }]);
   });
 
-  it('answers a body of the wrong shape as kube-apiserver decoding does (400)', async () => {
-    const cases: [Promise<unknown>, string][] = [
-      [configMap('shape1', { data: { a: 1 } }), 'ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ConfigMap.data of type string'],
-      [configMap('shape2', { data: ['a'] }), 'json: cannot unmarshal array into Go struct field ConfigMap.data of type map[string]string'],
-      [configMap('shape3', { binaryData: { a: 'not base64!' } }), 'ConfigMap in version "v1" cannot be handled as a ConfigMap: illegal base64 data at input byte 3'],
-      [configMap('shape4', { immutable: 'yes' }), 'json: cannot unmarshal string into Go struct field ConfigMap.immutable of type bool'],
-      [secret('shape5', { data: { a: 'YWJ' } }), 'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input byte 0'],
-      [secret('shape6', { stringData: { a: true } }), 'json: cannot unmarshal bool into Go struct field Secret.stringData of type string'],
-      [secret('shape7', { type: 7 }), 'json: cannot unmarshal number into Go struct field Secret.type of type v1.SecretType'],
+  it('answers a body of the wrong shape as kube-apiserver decoding does (400), naming the field', async () => {
+    const cases: [Promise<unknown>, string, string][] = [
+      [configMap('shape1', { data: { a: 1 } }), 'ConfigMap in version "v1" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ConfigMap.data of type string', 'data[a]'],
+      [configMap('shape2', { data: ['a'] }), 'json: cannot unmarshal array into Go struct field ConfigMap.data of type map[string]string', 'data'],
+      [configMap('shape3', { binaryData: { a: 'not base64!' } }), 'ConfigMap in version "v1" cannot be handled as a ConfigMap: illegal base64 data at input byte 3', 'binaryData[a]'],
+      [configMap('shape4', { immutable: 'yes' }), 'json: cannot unmarshal string into Go struct field ConfigMap.immutable of type bool', 'immutable'],
+      [secret('shape5', { data: { a: 'YWJ' } }), 'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input byte 0', 'data[a]'],
+      [secret('shape6', { stringData: { a: true } }), 'json: cannot unmarshal bool into Go struct field Secret.stringData of type string', 'stringData[a]'],
+      [secret('shape7', { type: 7 }), 'json: cannot unmarshal number into Go struct field Secret.type of type v1.SecretType', 'type'],
     ];
-    for (const [write, message] of cases) {
+    for (const [write, message, field] of cases) {
       const error = await refusal(write);
       assert.equal(error.code, 400, error.message);
       assert.ok(error.message.includes(message), `${error.message}\n  should include\n${message}`);
+      assert.equal(causesOf(error)[0]?.field, field, error.message);
     }
   });
 

@@ -1,4 +1,4 @@
-import { errors, type StatusCause } from '../errors.js';
+import { ApiError, type StatusCause } from '../errors.js';
 import { isJsonObject } from '../json.js';
 import type { KubeObject } from '../objects.js';
 
@@ -93,20 +93,26 @@ export function base64ErrorOffset(text: string): number | undefined {
   }
 }
 
-/** A 400 as kube-apiserver answers a body its JSON decoding refuses: `<Kind> in version "v1" cannot be handled as a <Kind>: …`. */
-export function undecodable(kind: string, why: string): never {
-  throw errors.badRequest(`${kind} in version "v1" cannot be handled as a ${kind}: ${why}`);
+/**
+ * A 400 worded as kube-apiserver answers a body its JSON decoding refuses (`<Kind> in version
+ * "v1" cannot be handled as a <Kind>: …`). kube-apiserver's carries no cause; this one also names
+ * the field, so every refused input says where it is wrong.
+ */
+export function undecodable(kind: string, why: string, field: string, reason = 'FieldValueTypeInvalid'): never {
+  throw new ApiError(400, 'BadRequest', `${kind} in version "v1" cannot be handled as a ${kind}: ${why}`, {
+    causes: [{ reason, message: why, field }],
+  });
 }
 
 /** Go's JSON name of a value's type, for `json: cannot unmarshal <type> into …`. */
-function jsonType(value: unknown): string {
+export function jsonType(value: unknown): string {
   if (Array.isArray(value)) return 'array';
   if (typeof value === 'boolean') return 'bool';
   return typeof value === 'object' ? 'object' : typeof value;
 }
 
-function cannotUnmarshal(kind: string, field: string, value: unknown, goType: string): never {
-  undecodable(kind, `json: cannot unmarshal ${jsonType(value)} into Go struct field ${kind}.${field} of type ${goType}`);
+function cannotUnmarshal(kind: string, field: string, path: string, value: unknown, goType: string): never {
+  undecodable(kind, `json: cannot unmarshal ${jsonType(value)} into Go struct field ${kind}.${field} of type ${goType}`, path);
 }
 
 /**
@@ -120,10 +126,10 @@ export function takeStringMap(obj: KubeObject, kind: string, field: string, goTy
     delete obj[field];
     return undefined;
   }
-  if (!isJsonObject(value)) cannotUnmarshal(kind, field, value, `map[string]${goType}`);
+  if (!isJsonObject(value)) cannotUnmarshal(kind, field, field, value, `map[string]${goType}`);
   for (const [key, entry] of Object.entries(value)) {
     if (entry === null) value[key] = '';
-    else if (typeof entry !== 'string') cannotUnmarshal(kind, field, entry, goType);
+    else if (typeof entry !== 'string') cannotUnmarshal(kind, field, `${field}[${key}]`, entry, goType);
   }
   if (Object.keys(value).length === 0) {
     delete obj[field];
@@ -143,7 +149,7 @@ export function takeBytesMap(obj: KubeObject, kind: string, field: string): Map<
   if (!map) return decoded;
   for (const [key, text] of Object.entries(map)) {
     const offset = base64ErrorOffset(text);
-    if (offset !== undefined) undecodable(kind, `illegal base64 data at input byte ${offset}`);
+    if (offset !== undefined) undecodable(kind, `illegal base64 data at input byte ${offset}`, `${field}[${key}]`, 'FieldValueInvalid');
     const bytes = Buffer.from(text.replace(/[\r\n]/g, ''), 'base64');
     decoded.set(key, bytes);
     map[key] = bytes.toString('base64');
@@ -155,7 +161,7 @@ export function takeBytesMap(obj: KubeObject, kind: string, field: string): Map<
 export function takeImmutable(obj: KubeObject, kind: string): void {
   const value = obj.immutable;
   if (value === null) delete obj.immutable;
-  else if (value !== undefined && typeof value !== 'boolean') cannotUnmarshal(kind, 'immutable', value, 'bool');
+  else if (value !== undefined && typeof value !== 'boolean') cannotUnmarshal(kind, 'immutable', 'immutable', value, 'bool');
 }
 
 /**

@@ -5,6 +5,7 @@ import { getString, type KubeObject } from '../objects.js';
 import { AGE_COLUMN, ageOf, column, NAME_COLUMN, type Printer } from '../table.js';
 import {
   immutableCauses,
+  jsonType,
   keyCauses,
   MAX_CONFIG_BYTES,
   takeBytesMap,
@@ -13,6 +14,7 @@ import {
   tooLongCause,
   undecodable,
 } from './config-data.js';
+import { goJsonSyntaxError } from './go-json-syntax.js';
 
 /**
  * v1 Secret, as kube-apiserver's registry/core/secret strategy and ValidateSecret(Update) have
@@ -76,37 +78,26 @@ function normalizeSecret(secret: KubeObject): void {
   const type = secret.type;
   if (type === undefined || type === null || type === '') secret.type = SECRET_TYPE.opaque;
   else if (typeof type !== 'string') {
-    undecodable(KIND, `json: cannot unmarshal ${Array.isArray(type) ? 'array' : typeof type} into Go struct field Secret.type of type v1.SecretType`);
+    undecodable(KIND, `json: cannot unmarshal ${jsonType(type)} into Go struct field Secret.type of type v1.SecretType`, 'type');
   }
 }
 
 /**
- * Why a docker config is not what Go's json.Unmarshal into a map takes, worded as Go words it
- * where that is simple (end of input, a value that is not an object); other syntax errors carry
- * the parser's own description.
+ * Why a docker config is not what Go's json.Unmarshal into a map takes, in Go's words: a syntax
+ * error (which quotes one character at most), or a value that is not an object (null is fine).
  */
 export function dockerConfigProblem(bytes: Buffer): string | undefined {
-  const text = bytes.toString('utf8');
+  const syntax = goJsonSyntaxError(bytes);
+  if (syntax) return syntax;
   let value: unknown;
   try {
-    value = JSON.parse(text);
-  } catch (error) {
-    const trimmed = text.trim();
-    if (trimmed === '' || /end of JSON input/i.test((error as Error).message)) return 'unexpected end of JSON input';
-    const first = trimmed[0]!;
-    if (!'{["-0123456789tfn'.includes(first)) return `invalid character ${quoteChar(first)} looking for beginning of value`;
-    return `invalid JSON: ${(error as Error).message}`;
+    value = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    // Valid to Go but not to JavaScript: say nothing of the content.
+    return 'invalid JSON';
   }
   if (value === null || isJsonObject(value)) return undefined;
-  const type = Array.isArray(value) ? 'array' : typeof value === 'boolean' ? 'bool' : typeof value;
-  return `json: cannot unmarshal ${type} into Go value of type map[string]interface {}`;
-}
-
-/** A character as Go's JSON scanner quotes it in its errors. */
-function quoteChar(c: string): string {
-  if (c === "'") return "'\\''";
-  if (c === '"') return `'"'`;
-  return `'${JSON.stringify(c).slice(1, -1)}'`;
+  return `json: cannot unmarshal ${jsonType(value)} into Go value of type map[string]interface {}`;
 }
 
 const required = (field: string): StatusCause => ({ reason: 'FieldValueRequired', message: 'Required value', field });
