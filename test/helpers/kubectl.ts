@@ -43,11 +43,12 @@ export function runKubectl(
   kubeconfig: string,
   cacheDir: string,
   args: string[],
-  options: { input?: string; timeoutMs?: number } = {},
+  /** `env`: extra environment (e.g. KUBE_EDITOR), over this process's. */
+  options: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
 ): Promise<KubectlResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(client.bin, ['--kubeconfig', kubeconfig, '--cache-dir', cacheDir, ...args], {
-      env: { ...process.env, KUBECACHEDIR: cacheDir, KUBECONFIG: kubeconfig },
+      env: { ...process.env, KUBECACHEDIR: cacheDir, KUBECONFIG: kubeconfig, ...options.env },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     let stdout = '';
