@@ -24,7 +24,7 @@ import { queryBool } from './query.js';
 import { parseResourcePath, type ResourceRequest, verbOf } from './request-info.js';
 import { checkWriteOptions } from './request-options.js';
 import type { ResourceRegistry } from './resources.js';
-import { serveGet, serveList, serveWatch, type WatchSettings } from './serve-reads.js';
+import { type HttpCall, serveGet, serveList, serveWatch, type WatchSettings } from './serve-reads.js';
 import {
   type PodLogHook,
   serveCreate,
@@ -322,32 +322,32 @@ export class ApiHandler {
     }
     checkWriteOptions(verb, url.searchParams);
     const ctx: RequestContext = { user, dryRun: url.searchParams.getAll('dryRun').includes('All') };
-    const verbs = this.verbs;
-    if (request.subresource === 'scale') return serveScale(verbs, ctx, req, res, request, verb);
+    const call: HttpCall = { verbs: this.verbs, ctx, req, res, url, request };
+    if (request.subresource === 'scale') return serveScale(call, verb);
     if (verb === 'watch' || (request.subresource === 'log' && queryBool(url.searchParams, 'follow'))) {
       // Taken before any work and given back when the connection goes, however it ends.
       const release = this.longRunning.acquire(user.name, verb === 'watch' ? 'watches' : 'followed logs');
       res.once('close', release);
     }
-    if (request.subresource === 'log') return serveLog(verbs, this.options.podLogs, ctx, req, res, url, request);
+    if (request.subresource === 'log') return serveLog(call, this.options.podLogs);
     switch (verb) {
       case 'get':
-        return serveGet(verbs, ctx, req, res, url, request);
+        return serveGet(call);
       case 'list':
-        return serveList(verbs, ctx, req, res, url, request);
+        return serveList(call);
       case 'watch':
-        return serveWatch(verbs, this.watchSettings, ctx, req, res, url, request);
+        return serveWatch(call, this.watchSettings);
       case 'create':
-        if (request.subresource === 'eviction') return serveEviction(verbs, ctx, req, res, request);
-        return serveCreate(verbs, ctx, req, res, url, request);
+        if (request.subresource === 'eviction') return serveEviction(call);
+        return serveCreate(call);
       case 'update':
-        return serveUpdate(verbs, ctx, req, res, url, request);
+        return serveUpdate(call);
       case 'patch':
-        return servePatch(verbs, ctx, req, res, url, request);
+        return servePatch(call);
       case 'delete':
-        return serveDelete(verbs, ctx, req, res, url, request);
+        return serveDelete(call);
       case 'deletecollection':
-        return serveDeleteCollection(verbs, ctx, req, res, url, request);
+        return serveDeleteCollection(call);
     }
   }
 }

@@ -25,6 +25,16 @@ export interface WatchSettings {
   logger: Logger;
 }
 
+/** One resource request on its way to the verb layer: what every serve-* function is given. */
+export interface HttpCall {
+  verbs: ResourceVerbs;
+  ctx: RequestContext;
+  req: IncomingMessage;
+  res: ServerResponse;
+  url: URL;
+  request: ResourceRequest;
+}
+
 export function listKind(def: ResourceDefinition): string {
   return `${def.kind}List`;
 }
@@ -46,28 +56,16 @@ export function respondObject(
   }
 }
 
-export async function serveGet(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveGet(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const obj = await verbs.get(ctx, request.def, request.namespace, request.name!);
   if (request.subresource === 'eviction') throw errors.methodNotAllowed();
   respondObject(res, 200, negotiated, request.def, obj, includeObjectParam(url.searchParams.get('includeObject')));
 }
 
-export async function serveList(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveList(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const { def } = request;
   const params = url.searchParams;
@@ -100,15 +98,8 @@ export async function serveList(
  * for a failure, until the timeout (30-60 minutes unless asked), the client leaving, or the client
  * leaving too many bytes unread.
  */
-export async function serveWatch(
-  verbs: ResourceVerbs,
-  settings: WatchSettings,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveWatch(call: HttpCall, settings: WatchSettings): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const { def } = request;
   const params = url.searchParams;

@@ -4,7 +4,6 @@ import { ApiError, deletedStatus, errors } from './errors.js';
 import { decodeBody, negotiate, readBody, sendJson } from './http.js';
 import type { KubeObject } from './objects.js';
 import { queryBool } from './query.js';
-import type { ResourceRequest } from './request-info.js';
 import {
   bodyDryRun,
   deleteOptionsOf,
@@ -17,10 +16,9 @@ import {
   readObject,
   warningHeader,
 } from './request-options.js';
-import { listKind, respondObject } from './serve-reads.js';
+import { type HttpCall, listKind, respondObject } from './serve-reads.js';
 import { isJsonObject } from './json.js';
-import { asKubeObject, type Change, type RequestContext } from './verbs/context.js';
-import type { ResourceVerbs } from './verbs/verbs.js';
+import { asKubeObject, type Change } from './verbs/context.js';
 
 /**
  * The HTTP side of the writes and of the subresources: bodies and query options in, the verb
@@ -30,14 +28,8 @@ import type { ResourceVerbs } from './verbs/verbs.js';
 /** The server's hook that streams a container log from the pod's agent. */
 export type PodLogHook = (pod: KubeObject, params: PodLogParams, req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
-export async function serveCreate(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveCreate(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
   const obj = await readObject(req, fieldValidation);
@@ -45,14 +37,8 @@ export async function serveCreate(
   respondObject(res, 201, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
 }
 
-export async function serveUpdate(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveUpdate(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
   const obj = await readObject(req, fieldValidation);
@@ -61,14 +47,8 @@ export async function serveUpdate(
   respondObject(res, 200, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
 }
 
-export async function servePatch(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function servePatch(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const patchType = patchTypeOf(req);
   const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
@@ -86,14 +66,8 @@ export async function servePatch(
   respondObject(res, 200, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
 }
 
-export async function serveDelete(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveDelete(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const { def } = request;
   const name = request.name!;
@@ -111,14 +85,8 @@ export async function serveDelete(
   respondObject(res, !removed && options.orphanDependents === false ? 202 : 200, negotiated, def, object, 'Metadata');
 }
 
-export async function serveDeleteCollection(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveDeleteCollection(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const { def } = request;
   const body = await readDeleteOptions(req);
   const options = deleteOptionsOf(body, url.searchParams, { preconditions: false });
@@ -136,13 +104,8 @@ export async function serveDeleteCollection(
  * policy/v1 (and kubectl 1.20's policy/v1beta1) Eviction: deletes the pod, gracefully when it runs
  * on a node, once its PodDisruptionBudget (if any) allows it.
  */
-export async function serveEviction(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveEviction(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, request } = call;
   const eviction = asKubeObject(decodeBody(await readBody(req), req.headers['content-type']), 'the eviction');
   if (eviction.kind !== undefined && eviction.kind !== 'Eviction') {
     throw errors.badRequest(`expected an Eviction, got ${String(eviction.kind)}`);
@@ -164,14 +127,8 @@ export async function serveEviction(
  * `<workload>/scale`: the autoscaling/v1 Scale view of spec.replicas. Reads build it from the
  * workload; writes (PUT, or a patch of the Scale) change only the workload's spec.replicas.
  */
-export async function serveScale(
-  verbs: ResourceVerbs,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  request: ResourceRequest,
-  verb: string,
-): Promise<void> {
+export async function serveScale(call: HttpCall, verb: string): Promise<void> {
+  const { verbs, ctx, req, res, request } = call;
   const { def } = request;
   const name = request.name!;
   negotiate(req.headers.accept);
@@ -189,15 +146,8 @@ export async function serveScale(
 }
 
 /** `pods/P/log`: checked by the verb layer, served by the podLogs hook (which reaches the pod's agent). */
-export async function serveLog(
-  verbs: ResourceVerbs,
-  podLogs: PodLogHook | undefined,
-  ctx: RequestContext,
-  req: IncomingMessage,
-  res: ServerResponse,
-  url: URL,
-  request: ResourceRequest,
-): Promise<void> {
+export async function serveLog(call: HttpCall, podLogs: PodLogHook | undefined): Promise<void> {
+  const { verbs, ctx, req, res, url, request } = call;
   const params = url.searchParams;
   const container = params.get('container');
   const tailLines = params.get('tailLines');
