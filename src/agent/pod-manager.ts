@@ -9,6 +9,7 @@ import { fencingThresholds } from '../node-protocol/fencing.js';
 import { isAtMostOne } from '../node-protocol/pods.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
+import { type ContainerWaiting, PodConfigurator } from './pod-config.js';
 import { podStatusFrom } from './pod-status.js';
 import { type FencingPeer, monoNowMs, type PeerControlPlaneAnswer, writeFencingState } from './pods/fencing.js';
 import {
@@ -53,7 +54,6 @@ interface ContainerLike {
   name: string;
   command?: string[];
   args?: string[];
-  env?: { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath?: string } } }[];
   workingDir?: string;
   image?: string;
 }
@@ -72,30 +72,12 @@ function followingClient(current: () => ApiClient): ApiClient {
   };
 }
 
-/** The downward API's field references a process pod can use (the rest need a kubelet). */
-function fieldRefValue(pod: KubeObject, fieldPath: string, nodeIp: string): string | undefined {
-  switch (fieldPath) {
-    case 'metadata.name':
-      return pod.metadata.name;
-    case 'metadata.namespace':
-      return pod.metadata.namespace;
-    case 'metadata.uid':
-      return pod.metadata.uid;
-    case 'spec.nodeName':
-      return getPath(pod, ['spec', 'nodeName']) as string | undefined;
-    case 'status.podIP':
-    case 'status.hostIP':
-      return nodeIp;
-    default: {
-      const label = /^metadata\.labels\['(.+)'\]$/.exec(fieldPath);
-      if (label) return pod.metadata.labels?.[label[1]!];
-      const annotation = /^metadata\.annotations\['(.+)'\]$/.exec(fieldPath);
-      return annotation ? pod.metadata.annotations?.[annotation[1]!] : undefined;
-    }
-  }
-}
-
-export function runSpecFor(pod: KubeObject, fencingFile: string, nodeIp = ''): PodRunSpec {
+/**
+ * The run spec of `pod`. `env` holds each container's resolved environment (env, envFrom, the
+ * downward API, its root for volumes: see pod-config.ts); HOSTNAME is the pod's name, as in a
+ * Kubernetes container, and the container's own env wins over it.
+ */
+export function runSpecFor(pod: KubeObject, fencingFile: string, env: ReadonlyMap<string, Record<string, string>>): PodRunSpec {
   const spec = (pod.spec ?? {}) as {
     containers?: ContainerLike[];
     restartPolicy?: string;
@@ -111,18 +93,7 @@ export function runSpecFor(pod: KubeObject, fencingFile: string, nodeIp = ''): P
       // No command: the args are the command line (no image entrypoint exists to receive them).
       command: c.command?.length ? c.command : (c.args ?? []),
       args: c.command?.length ? (c.args ?? []) : [],
-      // HOSTNAME is the pod's name, as in a Kubernetes container; the pod's own env wins.
-      env: {
-        HOSTNAME: pod.metadata.name!,
-        ...Object.fromEntries(
-          (c.env ?? []).flatMap((e) => {
-            if (typeof e.value === 'string') return [[e.name, e.value]];
-            const ref = e.valueFrom?.fieldRef?.fieldPath;
-            const value = ref ? fieldRefValue(pod, ref, nodeIp) : undefined;
-            return value === undefined ? [] : [[e.name, value]];
-          }),
-        ),
-      },
+      env: { HOSTNAME: pod.metadata.name!, ...env.get(c.name) },
       ...(c.workingDir ? { workingDir: c.workingDir } : {}),
       ...(c.image ? { image: c.image } : {}),
     })),
@@ -150,6 +121,8 @@ export class PodManager {
   /** Events already recorded per pod uid (see recordTransitions). */
   private readonly announced = new Map<string, Set<string>>();
   private readonly events: EventRecorder;
+  /** ConfigMaps, Secrets and volumes: what a pod needs before it starts, and its volumes' updates. */
+  private readonly config: PodConfigurator;
   /** Last status written per pod uid, so unchanged status is not written again. */
   private readonly reported = new Map<string, string>();
   /** Monotonic ms when the last renewal the server confirmed was sent; 0 before the first. */
@@ -168,6 +141,7 @@ export class PodManager {
     this.client = followingClient(options.client);
     this.events = new EventRecorder(this.client, 'drover-agent', options.nodeName, this.logger);
     const kick = (): void => this.kick();
+    this.config = new PodConfigurator({ client: this.client, nodeIp: options.nodeIp, events: this.events, logger: this.logger, kick });
     this.pods = new Informer(this.client, PODS, undefined, kick, this.logger, { fieldSelector: `spec.nodeName=${options.nodeName}` });
     this.nodes = new Informer(this.client, NODES, undefined, () => undefined, this.logger);
   }
@@ -185,6 +159,7 @@ export class PodManager {
     clearTimeout(this.timer);
     this.pods.stop();
     this.nodes.stop();
+    this.config.stop();
   }
 
   /** Called by the agent after each renewal the server confirmed, with when it was sent. */
@@ -274,6 +249,7 @@ export class PodManager {
     try {
       const wanted = new Map<string, KubeObject>();
       for (const pod of this.pods.items()) wanted.set(pod.metadata.uid!, pod);
+      this.config.track([...wanted.values()].filter((pod) => !pod.metadata.deletionTimestamp));
       for (const [uid, pod] of wanted) {
         if (this.inFlight.has(uid)) continue;
         const dir = podDir(this.podsDir, uid);
@@ -297,6 +273,7 @@ export class PodManager {
           if (!this.draining) this.track(uid, this.startPod(pod, dir));
           continue;
         }
+        if (state && !state.finished) this.config.refresh(pod, dir);
         await this.report(pod, state);
       }
       // Local pods the API no longer binds here (deleted, force-deleted after a failover).
@@ -322,7 +299,13 @@ export class PodManager {
 
   private async startPod(pod: KubeObject, dir: string): Promise<void> {
     const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
-    const spec = runSpecFor(pod, this.fencingFile, this.options.nodeIp);
+    const prepared = this.config.prepare(pod, dir);
+    if (prepared.kind === 'waiting') {
+      // Not created yet (an object or key it needs is missing): the next pass tries again.
+      await this.report(pod, undefined, prepared.waiting);
+      return;
+    }
+    const spec = runSpecFor(pod, this.fencingFile, prepared.env);
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
     writeRunSpec(dir, spec);
     let pid: number;
@@ -365,6 +348,7 @@ export class PodManager {
     this.reported.delete(pod.metadata.uid!);
     this.announced.delete(pod.metadata.uid!);
     this.launchFailedAt.delete(pod.metadata.uid!);
+    this.config.forget(pod.metadata.uid!);
     this.logger.info({ pod: name, graceSeconds: grace }, 'pod stopped and deleted');
   }
 
@@ -385,8 +369,8 @@ export class PodManager {
     this.logger.info({ pod: name }, 'stopped a pod that is no longer bound to this node');
   }
 
-  private async report(pod: KubeObject, state: ReturnType<typeof readRunState>): Promise<void> {
-    const status = podStatusFrom({ pod, state, nodeIp: this.options.nodeIp, now: new Date().toISOString() });
+  private async report(pod: KubeObject, state: ReturnType<typeof readRunState>, waiting?: Record<string, ContainerWaiting>): Promise<void> {
+    const status = podStatusFrom({ pod, state, nodeIp: this.options.nodeIp, now: new Date().toISOString(), ...(waiting ? { waiting } : {}) });
     const text = JSON.stringify(status);
     const uid = pod.metadata.uid!;
     if (this.reported.get(uid) === text) return;

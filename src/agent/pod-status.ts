@@ -12,8 +12,8 @@ interface ContainerSpecLike {
   image?: string;
 }
 
-function kubeState(state: ContainerRunState | undefined): Record<string, unknown> {
-  if (!state) return { waiting: { reason: 'ContainerCreating' } };
+function kubeState(state: ContainerRunState | undefined, notCreated?: { reason: string; message: string }): Record<string, unknown> {
+  if (!state) return { waiting: notCreated ? { reason: notCreated.reason, message: notCreated.message } : { reason: 'ContainerCreating' } };
   if ('running' in state) return { running: { startedAt: state.running.startedAt } };
   if ('waiting' in state) return { waiting: { reason: state.waiting.reason, ...(state.waiting.message ? { message: state.waiting.message } : {}) } };
   const t = state.terminated;
@@ -45,9 +45,14 @@ export interface PodStatusInput {
   nodeIp: string;
   /** The time conditions changed, when the caller has no better one. */
   now: string;
+  /**
+   * Before the pod runs: why a container cannot be created yet, per container name (kubelet's
+   * `CreateContainerConfigError` and its message); the others are `ContainerCreating`.
+   */
+  waiting?: Record<string, { reason: string; message: string }>;
 }
 
-export function podStatusFrom({ pod, state, nodeIp, now }: PodStatusInput): Record<string, unknown> {
+export function podStatusFrom({ pod, state, nodeIp, now, waiting }: PodStatusInput): Record<string, unknown> {
   const containers = (getPath(pod, ['spec', 'containers']) as ContainerSpecLike[] | undefined) ?? [];
   const runByName = new Map((state?.containers ?? []).map((c) => [c.name, c]));
   const statuses = containers.map((spec) => {
@@ -55,7 +60,7 @@ export function podStatusFrom({ pod, state, nodeIp, now }: PodStatusInput): Reco
     const running = Boolean(run && 'running' in run.state);
     return {
       name: spec.name,
-      state: kubeState(run?.state),
+      state: kubeState(run?.state, state ? undefined : waiting?.[spec.name]),
       ...(run?.lastState ? { lastState: kubeState(run.lastState) } : { lastState: {} }),
       ready: running && !state?.finished,
       restartCount: run?.restartCount ?? 0,
