@@ -4,6 +4,7 @@ import { isJsonObject, jsonEqual } from '../json.js';
 import { MAX_INT32 } from '../limits.js';
 import { getPath, getString, type KubeObject } from '../objects.js';
 import { spendDisruption } from './disruption-budgets.js';
+import { validateContainerConfig, validateVolumes } from './pod-config-validation.js';
 import { POD_PRINTER } from './pod-printer.js';
 
 /**
@@ -43,7 +44,14 @@ export function defaultPodSpec(spec: unknown): void {
   defaultContainers(spec.initContainers);
 }
 
-function validateContainers(list: unknown, field: string, required: boolean, causes: StatusCause[], seen: Set<string>): void {
+function validateContainers(
+  list: unknown,
+  field: string,
+  required: boolean,
+  causes: StatusCause[],
+  seen: Set<string>,
+  volumes: ReadonlySet<string>,
+): void {
   if (list === undefined && !required) return;
   if (!Array.isArray(list) || (required && list.length === 0)) {
     causes.push({ reason: 'FieldValueRequired', message: 'Required value', field });
@@ -79,6 +87,7 @@ function validateContainers(list: unknown, field: string, required: boolean, cau
     if (c.args !== undefined && (!Array.isArray(c.args) || !c.args.every((part) => typeof part === 'string'))) {
       causes.push({ reason: 'FieldValueInvalid', message: 'must be a list of strings', field: `${at}.args` });
     }
+    validateContainerConfig(c, at, volumes, causes);
   });
 }
 
@@ -94,8 +103,9 @@ export function validatePodSpec(spec: unknown, prefix: string): StatusCause[] {
     return causes;
   }
   const seen = new Set<string>();
-  validateContainers(spec.containers, `${prefix}.containers`, true, causes, seen);
-  validateContainers(spec.initContainers, `${prefix}.initContainers`, false, causes, seen);
+  const volumes = validateVolumes(spec.volumes, `${prefix}.volumes`, causes);
+  validateContainers(spec.containers, `${prefix}.containers`, true, causes, seen, volumes);
+  validateContainers(spec.initContainers, `${prefix}.initContainers`, false, causes, seen, volumes);
   const grace = spec.terminationGracePeriodSeconds;
   if (grace !== undefined && (!Number.isInteger(grace) || (grace as number) < 0)) {
     causes.push({
