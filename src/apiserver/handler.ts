@@ -21,7 +21,7 @@ import {
 } from './limits.js';
 import type { OpenApiDocuments } from './openapi.js';
 import { queryBool } from './query.js';
-import { parseResourcePath, type ResourceRequest, verbOf } from './request-info.js';
+import { nameFromFieldSelector, parseResourcePath, type ResourceRequest, verbOf } from './request-info.js';
 import { checkWriteOptions } from './request-options.js';
 import type { ResourceRegistry } from './resources.js';
 import { type HttpCall, serveGet, serveList, serveWatch, type WatchSettings } from './serve-reads.js';
@@ -305,19 +305,20 @@ export class ApiHandler {
     if (verb === 'invalid') throw errors.methodNotAllowed();
     const { def } = request;
     this.requestKinds.set(res, { verb, resource: request.subresource ? `${def.plural}/${request.subresource}` : def.plural });
+    const attributeName = request.name ?? nameFromFieldSelector(verb, url.searchParams);
     const decision = this.options.authorizer.authorize(user, {
       verb,
       group: def.group,
       resource: def.plural,
       ...(request.subresource ? { subresource: request.subresource } : {}),
       ...(request.namespace ? { namespace: request.namespace } : {}),
-      ...(request.name ? { name: request.name } : {}),
+      ...(attributeName ? { name: attributeName } : {}),
     });
     if (!decision.allowed) {
       throw errors.forbidden(
-        `${def.group ? `${def.plural}.${def.group}` : def.plural}${request.name ? ` "${request.name}"` : ''} is forbidden: User "${user.name}" cannot ${verb} resource "${def.plural}${request.subresource ? `/${request.subresource}` : ''}"${request.namespace ? ` in the namespace "${request.namespace}"` : ''}: ${decision.reason}`,
+        `${def.group ? `${def.plural}.${def.group}` : def.plural}${attributeName ? ` "${attributeName}"` : ''} is forbidden: User "${user.name}" cannot ${verb} resource "${def.plural}${request.subresource ? `/${request.subresource}` : ''}"${request.namespace ? ` in the namespace "${request.namespace}"` : ''}: ${decision.reason}`,
         def,
-        request.name,
+        attributeName,
       );
     }
     checkWriteOptions(verb, url.searchParams);

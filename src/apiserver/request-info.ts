@@ -1,6 +1,7 @@
 import type { ResourceDefinition } from './definition.js';
 import { errors } from './errors.js';
 import { queryBool } from './query.js';
+import { parseFieldSelector } from './selectors.js';
 import type { ResourceRegistry } from './resources.js';
 
 /**
@@ -94,4 +95,23 @@ export function verbOf(method: string, request: ResourceRequest, params: URLSear
     default:
       return 'invalid';
   }
+}
+
+/**
+ * The name a list or watch addresses through `fieldSelector=metadata.name=<name>`, as
+ * kube-apiserver's RequestInfo takes it, so an authorizer can allow reading one object by watch
+ * (kubelet watches each Secret it needs this way). Parsed by the same parser that filters the
+ * list, so the name authorized is the only one the answer can hold. Undefined otherwise.
+ */
+export function nameFromFieldSelector(verb: string, params: URLSearchParams): string | undefined {
+  if (verb !== 'list' && verb !== 'watch') return undefined;
+  let requirements;
+  try {
+    requirements = parseFieldSelector(params.get('fieldSelector'), new Set(['metadata.name']), '');
+  } catch {
+    return undefined;
+  }
+  const name = requirements.find((r) => r.field === 'metadata.name' && r.op === 'eq')?.value;
+  if (!name || name === '.' || name === '..' || name.includes('/') || name.includes('%')) return undefined;
+  return name;
 }

@@ -10,6 +10,8 @@ import { errors } from '../apiserver/errors.js';
 import { getString } from '../apiserver/objects.js';
 import { type ApiClient, NODES, PODS } from '../client/types.js';
 import type { KubeObject } from '../apiserver/objects.js';
+import type { ConfigKind } from '../node-protocol/pod-references.js';
+import type { NodeConfigGraph } from './node-graph.js';
 import { leaseHolderIdentity, NODE_LEASE_NAMESPACE, SHUTDOWN_ANNOTATION, STATE_LABEL } from '../node-protocol/names.js';
 import { NODE_USER_PREFIX, NODES_GROUP } from './node-registry.js';
 
@@ -27,9 +29,32 @@ export function nodeNameOf(user: UserInfo): string | undefined {
   return user.name.slice(NODE_USER_PREFIX.length);
 }
 
-function decide(node: string, a: RequestAttributes): AuthorizationDecision {
+/** What answers "does a pod of this node use that object?": the graph, or nothing (deny). */
+export type ConfigGraphView = Pick<NodeConfigGraph, 'synced' | 'nodeMayRead'>;
+
+/**
+ * ConfigMaps and Secrets, as Kubernetes' node authorizer reads them: one named object at a time
+ * (get, or a list or watch with `fieldSelector=metadata.name=<name>`), and only if a pod bound to
+ * the node refers to it. Its reasons are kube's.
+ */
+function decideConfig(node: string, kind: ConfigKind, a: RequestAttributes, graph: ConfigGraphView | undefined): AuthorizationDecision {
+  const deny = (reason: string): AuthorizationDecision => ({ allowed: false, reason });
+  if (!READ.has(a.verb)) return deny('can only read resources of this type');
+  if (a.subresource) return deny('cannot read subresource');
+  if (!a.namespace) return deny('can only read namespaced object of this type');
+  if (!a.name) return deny('No Object name found');
+  if (!graph?.synced) return deny("the node authorizer has not loaded the cluster's pods yet; retry");
+  if (!graph.nodeMayRead(node, { kind, namespace: a.namespace, name: a.name })) {
+    return deny(`no relationship found between node '${node}' and this object`);
+  }
+  return { allowed: true };
+}
+
+function decide(node: string, a: RequestAttributes, graph: ConfigGraphView | undefined): AuthorizationDecision {
   const deny = (reason: string): AuthorizationDecision => ({ allowed: false, reason });
   const own = a.name === node;
+  if (a.group === '' && a.resource === 'configmaps') return decideConfig(node, 'ConfigMap', a, graph);
+  if (a.group === '' && a.resource === 'secrets') return decideConfig(node, 'Secret', a, graph);
   if (a.group === '' && a.resource === 'nodes') {
     if (READ.has(a.verb)) return { allowed: true };
     // A create names the node in its body; admission checks it.
@@ -61,12 +86,16 @@ function decide(node: string, a: RequestAttributes): AuthorizationDecision {
 }
 
 export class NodeAuthorizer implements Authorizer {
-  constructor(private readonly fallback: Authorizer) {}
+  /** `graph`: which ConfigMaps and Secrets each node's pods use; without it nodes read none. */
+  constructor(
+    private readonly fallback: Authorizer,
+    private readonly graph?: ConfigGraphView,
+  ) {}
 
   authorize(user: UserInfo, attributes: RequestAttributes): AuthorizationDecision {
     const node = nodeNameOf(user);
     if (node === undefined) return this.fallback.authorize(user, attributes);
-    return decide(node, attributes);
+    return decide(node, attributes, this.graph);
   }
 }
 

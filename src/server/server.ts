@@ -21,6 +21,7 @@ import type { ServerMetrics } from '../metrics/metrics.js';
 import type { ListResult } from '../datastore/types.js';
 import type { ResolvedConfig } from '../config/resolve.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
+import { NodeConfigGraph } from '../cluster/node-graph.js';
 import { NodeRegistry } from '../cluster/node-registry.js';
 import { NodeRecordReconciler, unusedRecordTtlMs } from '../cluster/node-record-reconciler.js';
 import { API_SERVER_CLIENT_NAME, droverEndpoints } from '../cluster/drover-endpoints.js';
@@ -244,6 +245,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const nodeRegistry = new NodeRegistry(datastore);
     await nodeRegistry.start();
     const client = new LocalClient(store, registry);
+    // Which ConfigMaps and Secrets each node's pods use: all a node may read of them.
+    const nodeGraph = new NodeConfigGraph(client, logger);
+    await nodeGraph.start();
     const directory = new ApiServerDirectory(datastore, logger);
     const leaderIdentity = `${options.nodeName}-${serverId.slice(0, 8)}`;
     const events = new EventRecorder(client, 'drover-node-lifecycle', leaderIdentity, logger);
@@ -265,7 +269,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         registry,
         openapi: new OpenApiDocuments(registry),
         authenticator,
-        authorizer: new NodeAuthorizer(allowAuthenticated),
+        authorizer: new NodeAuthorizer(allowAuthenticated, nodeGraph),
         admission: new NodeRestrictionAdmission(client),
         ...(metrics ? { metrics } : {}),
         kubernetesApi: runsApi,
@@ -437,6 +441,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         await bounded(directory.stop());
         await bounded(controllers.stop());
         nodeRegistry.stop();
+        nodeGraph.stop();
         await api.close(4000);
         await openDatastore.close();
         await managedEtcd?.stop();
