@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { nodeLabelViolation, nodeSelfUpdateViolation } from '../../src/cluster/node-authorization.js';
 import { joinSecret, runDrover } from '../helpers/agent.js';
-import { cleanup, request, type ServerProcess, serverArgs, startServer, tempDir } from '../helpers/server.js';
+import { cleanup, eventually, request, type ServerProcess, serverArgs, startServer, tempDir } from '../helpers/server.js';
 
 /**
  * Node restriction judges what the caller cannot choose: the stored object, not fields the caller
@@ -189,6 +189,66 @@ describe('node restriction on a real server', () => {
     assert.equal((nodeBeta.spec as { unschedulable?: boolean }).unschedulable, true, 'still cordoned');
     const alpha = (await request(server, 'GET', '/api/v1/nodes/alpha')).json as KubeObject;
     assert.equal((alpha.spec as { taints?: unknown[] }).taints?.length, 1, 'still tainted');
+  });
+
+  it('a node reads only the ConfigMaps and Secrets its pods use: a Secret no pod of it uses is 403, as is a list of all', async () => {
+    const alpha = credentials.get('alpha')!;
+    const beta = credentials.get('beta')!;
+    const base = '/api/v1/namespaces/default';
+    for (const [kind, name] of [['configmaps', 'alpha-config'], ['secrets', 'alpha-secret'], ['secrets', 'unused-secret']] as const) {
+      const created = await request(server, 'POST', `${base}/${kind}`, {
+        body: { apiVersion: 'v1', kind: kind === 'configmaps' ? 'ConfigMap' : 'Secret', metadata: { name }, data: kind === 'configmaps' ? { k: 'v' } : { k: 'dg==' } },
+      });
+      assert.equal(created.status, 201, created.text);
+    }
+    const pod = await request(server, 'POST', `${base}/pods`, {
+      body: {
+        apiVersion: 'v1', kind: 'Pod', metadata: { name: 'uses-config' },
+        spec: {
+          nodeName: 'alpha',
+          volumes: [{ name: 's', secret: { secretName: 'alpha-secret' } }],
+          containers: [{ name: 'c', image: 'x', command: ['sleep', '1'], env: [{ name: 'K', valueFrom: { configMapKeyRef: { name: 'alpha-config', key: 'k' } } }] }],
+        },
+      },
+    });
+    assert.equal(pod.status, 201, pod.text);
+    const message = (res: { json: unknown }): string => (res.json as { message: string }).message;
+
+    // The graph follows the pods through a watch: allowed as soon as it has seen the pod.
+    await eventually(async () => (await request(server, 'GET', `${base}/configmaps/alpha-config`, { token: alpha })).status === 200, 'alpha may read its pod\'s ConfigMap', 20_000);
+    assert.equal((await request(server, 'GET', `${base}/secrets/alpha-secret`, { token: alpha })).status, 200);
+    // One object by name, as kubelet watches it.
+    const byName = await request(server, 'GET', `${base}/secrets?fieldSelector=metadata.name%3Dalpha-secret`, { token: alpha });
+    assert.equal(byName.status, 200, byName.text);
+    assert.deepEqual((byName.json as { items: KubeObject[] }).items.map((i) => i.metadata.name), ['alpha-secret']);
+    const watch = await request(server, 'GET', `${base}/configmaps?watch=true&timeoutSeconds=1&fieldSelector=metadata.name%3Dalpha-config`, { token: alpha });
+    assert.equal(watch.status, 200, watch.text);
+    assert.match(watch.text, /"name":"alpha-config"/);
+
+    const unused = await request(server, 'GET', `${base}/secrets/unused-secret`, { token: alpha });
+    assert.equal(unused.status, 403, unused.text);
+    assert.equal(
+      message(unused),
+      'secrets "unused-secret" is forbidden: User "system:node:alpha" cannot get resource "secrets" in the namespace "default": no relationship found between node \'alpha\' and this object',
+    );
+    const all = await request(server, 'GET', `${base}/secrets`, { token: alpha });
+    assert.equal(all.status, 403, all.text);
+    assert.match(message(all), /No Object name found/);
+    const otherByName = await request(server, 'GET', `${base}/secrets?fieldSelector=metadata.name%3Dunused-secret`, { token: alpha });
+    assert.equal(otherByName.status, 403, otherByName.text);
+    const write = await request(server, 'PUT', `${base}/configmaps/alpha-config`, {
+      token: alpha, body: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'alpha-config' }, data: { k: 'changed' } },
+    });
+    assert.equal(write.status, 403, write.text);
+    assert.match(message(write), /can only read resources of this type/);
+    const otherNode = await request(server, 'GET', `${base}/configmaps/alpha-config`, { token: beta });
+    assert.equal(otherNode.status, 403, otherNode.text);
+    assert.match(message(otherNode), /no relationship found between node 'beta' and this object/);
+
+    // Once the pod is gone, so is the access.
+    const deleted = await request(server, 'DELETE', `${base}/pods/uses-config?gracePeriodSeconds=0`);
+    assert.equal(deleted.status, 200, deleted.text);
+    await eventually(async () => (await request(server, 'GET', `${base}/configmaps/alpha-config`, { token: alpha })).status === 403, 'access to end with the pod', 20_000);
   });
 
   it('an agent refuses a reserved --node-label at start (exit 78, before anything is written)', async () => {
