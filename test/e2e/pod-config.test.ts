@@ -288,4 +288,29 @@ describe('pods use ConfigMaps and Secrets', { concurrency: false }, () => {
     assert.ok(log.includes('FILES=[]'), log);
     assert.ok(log.includes('PART=[present]'), log);
   });
+
+  it('after an agent restart, a running pod keeps its files and gets the updates made while the agent was down', async () => {
+    await create('configmaps', configMap('survivor', { 'v.conf': 'before' }));
+    await create(
+      'pods',
+      pod('survivor', 'while :; do echo "V=$(cat "$DROVER_CONTAINER_ROOT/etc/s/v.conf")"; sleep 0.5; done', { volumes: [{ name: 's', configMap: { name: 'survivor' } }] }, {
+        volumeMounts: [{ name: 's', mountPath: '/etc/s' }],
+      }),
+    );
+    await logWith('survivor', 'V=before');
+    const { metadata } = await getPod('survivor');
+    const file = path.join(podDir(metadata.uid), 'roots', 'main', 'etc', 's', 'v.conf');
+    const pidBefore = fs.readFileSync(path.join(podDir(metadata.uid), 'supervisor.pid'), 'utf8');
+    await agent.stop('SIGKILL');
+    const patched = await request(server, 'PATCH', '/api/v1/namespaces/default/configmaps/survivor', {
+      headers: { 'Content-Type': 'application/merge-patch+json' },
+      body: { data: { 'v.conf': 'after' } },
+    });
+    assert.equal(patched.status, 200, patched.text);
+    assert.equal(fs.readFileSync(file, 'utf8'), 'before', 'nobody updates the files while the agent is down');
+    agent = await startAgent({ server, name: NODE, dataDir: agent.dataDir });
+    await eventually(() => fs.readFileSync(file, 'utf8') === 'after', 'the restarted agent to bring the file up to date', CEILING_MS, 20);
+    await logWith('survivor', 'V=after');
+    assert.equal(fs.readFileSync(path.join(podDir(metadata.uid), 'supervisor.pid'), 'utf8'), pidBefore, 'the same supervisor: the pod was not restarted');
+  });
 });
