@@ -3,7 +3,7 @@ import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS, REPLICASETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
-import { type ReconcileResult, Expectations, objectKey, presenceIn, splitKey, WorkQueue } from './work-queue.js';
+import { type ReconcileResult, Expectations, objectKey, ownerToReconcile, splitKey, WorkQueue } from './work-queue.js';
 import type { SharedInformers } from '../client/shared-informers.js';
 import { isPodAvailable, isPodActive, planReplicaSet, randomSuffix, sameStatus, selectorMatches, type LabelSelectorSpec } from './workload-logic.js';
 import { controllerOf, isPodReady } from '../node-protocol/pods.js';
@@ -76,15 +76,10 @@ export class ReplicaSetController {
 
   private async reconcile(key: string): Promise<ReconcileResult> {
     const { namespace, name } = splitKey(key);
-    const rs = this.informers.get(REPLICASETS).get(namespace, name);
-    if (!rs) {
-      this.expectations.clear(key);
-      return;
-    }
-    // Its dependents are the garbage collector's now.
-    if (rs.metadata.deletionTimestamp) return;
     const pods = this.informers.get(PODS);
-    if (!this.expectations.satisfied(key, presenceIn(pods, namespace))) return { requeueAfterMs: 1000 };
+    const start = ownerToReconcile(key, this.informers.get(REPLICASETS), pods, this.expectations);
+    if (!start.owner) return start.result;
+    const rs = start.owner;
 
     const spec = (rs.spec ?? {}) as ReplicaSetSpec;
     const owned = this.ownedPods(rs);

@@ -4,7 +4,7 @@ import { type ApiClient, PODS, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
-import { Expectations, objectKey, presenceIn, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
+import { Expectations, objectKey, ownerToReconcile, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
 import type { SharedInformers } from '../client/shared-informers.js';
 import {
   isPodTerminated,
@@ -70,14 +70,10 @@ export class StatefulSetController {
 
   private async reconcile(key: string): Promise<ReconcileResult> {
     const { namespace, name } = splitKey(key);
-    const sts = this.informers.get(STATEFULSETS).get(namespace, name);
-    if (!sts) {
-      this.expectations.clear(key);
-      return;
-    }
-    if (sts.metadata.deletionTimestamp) return;
     const podCache = this.informers.get(PODS);
-    if (!this.expectations.satisfied(key, presenceIn(podCache, namespace))) return { requeueAfterMs: 1000 };
+    const start = ownerToReconcile(key, this.informers.get(STATEFULSETS), podCache, this.expectations);
+    if (!start.owner) return start.result;
+    const sts = start.owner;
 
     const spec = (sts.spec ?? {}) as StatefulSetSpec;
     const replicas = spec.replicas ?? 1;

@@ -189,6 +189,29 @@ export class Expectations {
   }
 }
 
+/**
+ * The start every pod-owning reconcile shares: the owner from its cache, or the result to return
+ * instead: the owner is gone (its expectations are dropped), is being deleted (its dependents are
+ * the garbage collector's now), or the pods' cache has not caught up with this controller's own
+ * writes yet (look again in a second rather than count from a stale picture).
+ */
+export function ownerToReconcile(
+  key: string,
+  owners: Informer,
+  pods: Informer,
+  expectations: Expectations,
+): { owner: KubeObject } | { owner?: undefined; result: ReconcileResult } {
+  const { namespace, name } = splitKey(key);
+  const owner = owners.get(namespace, name);
+  if (!owner) {
+    expectations.clear(key);
+    return { result: undefined };
+  }
+  if (owner.metadata.deletionTimestamp) return { result: undefined };
+  if (!expectations.satisfied(key, presenceIn(pods, namespace))) return { result: { requeueAfterMs: 1000 } };
+  return { owner };
+}
+
 export function objectKey(obj: KubeObject): string {
   return `${obj.metadata.namespace ?? ''}/${obj.metadata.name ?? ''}`;
 }
