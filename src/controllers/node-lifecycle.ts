@@ -387,6 +387,11 @@ export class NodeLifecycleController implements NodeHealthView {
     }
   }
 
+  /** Writes one condition of a Node's status (strategic merge: the other conditions stay). */
+  private async patchCondition(name: string, condition: Record<string, unknown>): Promise<void> {
+    await this.client.patch(NODES, undefined, name, 'strategic', { status: { conditions: [condition] } }, 'status');
+  }
+
   private async apply(name: string, tracked: Tracked, verdict: Verdict, now: number): Promise<void> {
     const node = this.nodes.get(undefined, name);
     if (!node) return;
@@ -400,27 +405,14 @@ export class NodeLifecycleController implements NodeHealthView {
     }
     const previous = tracked.applied?.state ?? currentState;
     try {
-      await this.client.patch(
-        NODES,
-        undefined,
-        name,
-        'strategic',
-        {
-          status: {
-            conditions: [
-              {
-                type: 'Ready',
-                status,
-                reason: verdict.reason,
-                message: verdict.message,
-                lastHeartbeatTime: kubeTime(wallTimeOf(tracked.observedAt, this.clock)),
-                lastTransitionTime: ready?.status === status ? ready.lastTransitionTime ?? kubeTime(this.clock.wallNow()) : kubeTime(this.clock.wallNow()),
-              },
-            ],
-          },
-        },
-        'status',
-      );
+      await this.patchCondition(name, {
+        type: 'Ready',
+        status,
+        reason: verdict.reason,
+        message: verdict.message,
+        lastHeartbeatTime: kubeTime(wallTimeOf(tracked.observedAt, this.clock)),
+        lastTransitionTime: ready?.status === status ? ready.lastTransitionTime ?? kubeTime(this.clock.wallNow()) : kubeTime(this.clock.wallNow()),
+      });
       const taints = ((nodeSpec(node).taints ?? []) as Taint[]).filter((t) => t.key !== UNREACHABLE_TAINT);
       if (verdict.state === 'Unavailable') {
         const timeAdded = kubeTime(this.clock.wallNow());
@@ -476,24 +468,11 @@ export class NodeLifecycleController implements NodeHealthView {
     }
     const condition = clockSkewCondition(offset, skewed);
     try {
-      await this.client.patch(
-        NODES,
-        undefined,
-        name,
-        'strategic',
-        {
-          status: {
-            conditions: [
-              {
-                ...condition,
-                lastHeartbeatTime: kubeTime(this.clock.wallNow()),
-                lastTransitionTime: written ? (current?.lastTransitionTime ?? kubeTime(this.clock.wallNow())) : kubeTime(this.clock.wallNow()),
-              },
-            ],
-          },
-        },
-        'status',
-      );
+      await this.patchCondition(name, {
+        ...condition,
+        lastHeartbeatTime: kubeTime(this.clock.wallNow()),
+        lastTransitionTime: written ? (current?.lastTransitionTime ?? kubeTime(this.clock.wallNow())) : kubeTime(this.clock.wallNow()),
+      });
     } catch (error) {
       this.logger.warn({ err: error, node: name }, 'could not record the node clock offset; will retry');
       return;
