@@ -25,6 +25,19 @@ function mergeMap(stored: Record<string, string> | undefined, wanted: Record<str
   return { merged, changed: Object.keys(merged).length !== Object.keys(stored ?? {}).length };
 }
 
+/** A copy of the stored object with the default's labels and annotations added where missing. */
+function withDefaultMetadata<T extends { metadata: { labels?: Record<string, string>; annotations?: Record<string, string> } }>(
+  stored: T,
+  wanted: T,
+): { result: T; changed: boolean } {
+  const result = structuredClone(stored);
+  const labels = mergeMap(stored.metadata.labels, wanted.metadata.labels);
+  const annotations = mergeMap(stored.metadata.annotations, wanted.metadata.annotations);
+  result.metadata.labels = labels.merged;
+  result.metadata.annotations = annotations.merged;
+  return { result, changed: labels.changed || annotations.changed };
+}
+
 function sameSelector(a: LabelSelector, b: LabelSelector): boolean {
   const norm = (s: LabelSelector): string =>
     JSON.stringify([Object.entries(s.matchLabels ?? {}).sort(), (s.matchExpressions ?? []).map((e) => [e.key, e.operator, e.values ?? []])]);
@@ -33,12 +46,9 @@ function sameSelector(a: LabelSelector, b: LabelSelector): boolean {
 
 export function reconcileClusterRole(stored: ClusterRole | undefined, wanted: ClusterRole): Reconciliation<ClusterRole> {
   if (!stored) return { action: 'create', object: structuredClone(wanted) };
-  const result: ClusterRole = structuredClone(stored);
-  const labels = mergeMap(stored.metadata.labels, wanted.metadata.labels);
-  const annotations = mergeMap(stored.metadata.annotations, wanted.metadata.annotations);
-  result.metadata.labels = labels.merged;
-  result.metadata.annotations = annotations.merged;
-  let changed = labels.changed || annotations.changed;
+  const start = withDefaultMetadata(stored, wanted);
+  const result = start.result;
+  let changed = start.changed;
 
   const wantedSelectors = wanted.aggregationRule?.clusterRoleSelectors ?? [];
   if (wantedSelectors.length > 0) {
@@ -71,12 +81,9 @@ function sameSubject(a: Subject, b: Subject): boolean {
 
 export function reconcileClusterRoleBinding(stored: ClusterRoleBinding | undefined, wanted: ClusterRoleBinding): Reconciliation<ClusterRoleBinding> {
   if (!stored) return { action: 'create', object: structuredClone(wanted) };
-  const result: ClusterRoleBinding = structuredClone(stored);
-  const labels = mergeMap(stored.metadata.labels, wanted.metadata.labels);
-  const annotations = mergeMap(stored.metadata.annotations, wanted.metadata.annotations);
-  result.metadata.labels = labels.merged;
-  result.metadata.annotations = annotations.merged;
-  let changed = labels.changed || annotations.changed;
+  const start = withDefaultMetadata(stored, wanted);
+  const result = start.result;
+  let changed = start.changed;
   const subjects = [...(stored.subjects ?? [])];
   for (const subject of wanted.subjects ?? []) {
     if (!subjects.some((have) => sameSubject(have, subject))) {
