@@ -21,14 +21,25 @@ export interface RequestAttributes {
   name?: string;
 }
 
+/**
+ * A request to a path outside the resource API (`/api`, `/apis/...` discovery, `/openapi/v3`,
+ * `/metrics`): the verb is the lowercased HTTP method (`get`, `post`, `put`, `patch`, `delete`,
+ * `head`, `options`), as Kubernetes authorizers see it.
+ */
+export interface NonResourceAttributes {
+  verb: string;
+  path: string;
+}
+
 export interface Authenticator {
   authenticate(req: IncomingMessage): UserInfo | undefined;
 }
 
-export type AuthorizationDecision = { allowed: true } | { allowed: false; reason: string };
+/** `reason` says why (RBAC: which binding allowed it), for access reviews and the 403's message. */
+export type AuthorizationDecision = { allowed: true; reason?: string } | { allowed: false; reason: string };
 
 export interface Authorizer {
-  authorize(user: UserInfo, attributes: RequestAttributes): AuthorizationDecision;
+  authorize(user: UserInfo, attributes: RequestAttributes | NonResourceAttributes): AuthorizationDecision;
 }
 
 function digest(token: string): Buffer {

@@ -1,4 +1,5 @@
 import type { Logger } from '../logging/logger.js';
+import type { Authorizer, UserInfo } from './auth.js';
 import type { StatusCause } from './errors.js';
 import type { KubeObject } from './objects.js';
 import type {
@@ -9,6 +10,7 @@ import type {
   UpdateFn,
   UpdateOptions,
 } from './storage-types.js';
+import type { RbacSource } from './rbac/types.js';
 import type { Printer } from './table.js';
 
 /**
@@ -58,6 +60,33 @@ export interface KindContext {
     lookup(group: string, version: string, plural: string): ResourceDefinition | undefined;
   };
   logger?: Logger;
+  /**
+   * The HTTP door's authorizer chain: what `authorizeWrite` and the access reviews ask about the
+   * caller (may they `escalate`, `bind`, do X). Absent for in-process callers, who carry no user.
+   */
+  authorizer?: Authorizer;
+  /** The RBAC objects the authorizer reads (its informer cache), for SelfSubjectRulesReview. */
+  rbac?: RbacSource;
+}
+
+/** A write as its caller asked for it, for the checks that depend on who asks. */
+export interface CallerWrite {
+  user: UserInfo;
+  verb: 'create' | 'update' | 'patch';
+  namespace: string | undefined;
+  /** The name in the request path: absent on create. */
+  name?: string;
+  /** The object about to be stored, before the store's defaults and validation. */
+  object: KubeObject;
+  /** The stored object an update or patch replaces. */
+  oldObject?: KubeObject;
+}
+
+/** What a create-only kind is handed: the body and who sent it. */
+export interface CreateOnlyRequest {
+  user: UserInfo | undefined;
+  namespace: string | undefined;
+  object: KubeObject;
 }
 
 /** `eviction`: checks made before an eviction deletes the object (pods: their disruption budget). */
@@ -120,7 +149,8 @@ export interface ResourceDefinition {
   topLevelFields: ReadonlySet<string>;
   /** Where objects live in the datastore: `/registry/<storagePath>/...`. Shared across versions. */
   storagePath: string;
-  nameRule: 'dns-subdomain' | 'dns-label';
+  /** `path-segment`: RBAC objects, whose names may hold `:` (`system:discovery`). */
+  nameRule: 'dns-subdomain' | 'dns-label' | 'path-segment';
   conversion?: Conversion;
 
   // ------------------------------------------------------------------------------------------
@@ -132,6 +162,19 @@ export interface ResourceDefinition {
   validate?(obj: KubeObject): StatusCause[];
   /** Rules about what an update (not a status write) may change, given the stored object. */
   validateUpdate?(next: KubeObject, current: KubeObject): StatusCause[];
+
+  /**
+   * Checks that depend on who writes (RBAC's escalation prevention: nobody grants what they do not
+   * hold), run by the verb layer before a create, update or patch of a caller that carries a user,
+   * inside the compare-and-swap for updates. In-process callers carry none and are trusted, as
+   * kube-apiserver trusts its loopback client. Throws an ApiError to refuse.
+   */
+  authorizeWrite?(context: KindContext, write: CallerWrite): Promise<void>;
+  /**
+   * Kinds that are never stored (the access reviews): a POST is answered 201 with what this
+   * returns, and every other verb is a 405, as kube-apiserver's create-only REST storage.
+   */
+  respondToCreate?(context: KindContext, request: CreateOnlyRequest): Promise<KubeObject> | KubeObject;
 
   // ------------------------------------------------------------------------------------------
   // Delete rules.

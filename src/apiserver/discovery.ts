@@ -14,6 +14,9 @@ export const AGGREGATED_CONTENT_TYPE = {
 
 const ALL_VERBS = ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'];
 
+/** Kinds that are never stored (the access reviews) take only create. */
+const verbsOf = (def: ResourceDefinition): string[] => (def.respondToCreate ? ['create'] : ALL_VERBS);
+
 const serverAddresses = [{ clientCIDR: '0.0.0.0/0', serverAddress: '' }];
 
 export function apiVersions(): object {
@@ -59,7 +62,7 @@ export function apiResourceList(registry: ResourceRegistry, group: string, versi
       singularName: def.singular,
       namespaced: def.namespaced,
       kind: def.kind,
-      verbs: ALL_VERBS,
+      verbs: verbsOf(def),
       ...(def.shortNames.length ? { shortNames: def.shortNames } : {}),
       ...(def.categories.length ? { categories: def.categories } : {}),
     });
@@ -82,7 +85,7 @@ function discoveryResource(def: ResourceDefinition): object {
     responseKind: { group: def.group, version: def.version, kind: def.kind },
     scope: def.namespaced ? 'Namespaced' : 'Cluster',
     singularResource: def.singular,
-    verbs: ALL_VERBS,
+    verbs: verbsOf(def),
     ...(def.shortNames.length ? { shortNames: def.shortNames } : {}),
     ...(def.categories.length ? { categories: def.categories } : {}),
     ...(def.subresources.length

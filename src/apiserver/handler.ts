@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../logging/logger.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
-import type { Admission, Authenticator, Authorizer, UserInfo } from './auth.js';
+import type { Admission, Authenticator, Authorizer, RequestAttributes, UserInfo } from './auth.js';
 import {
   AGGREGATED_CONTENT_TYPE,
   aggregatedDiscovery,
@@ -20,6 +20,8 @@ import {
   MAX_WATCH_UNREAD_BYTES,
 } from './limits.js';
 import type { OpenApiDocuments } from './openapi.js';
+import { forbiddenRefusal } from './rbac/authorizer.js';
+import type { RbacSource } from './rbac/types.js';
 import { queryBool } from './query.js';
 import { nameFromFieldSelector, parseResourcePath, type ResourceRequest, verbOf } from './request-info.js';
 import { checkWriteOptions } from './request-options.js';
@@ -65,6 +67,8 @@ export interface HandlerOptions {
   bookmarkIntervalMs?: number;
   /** Checks on objects about to be written (node restriction). */
   admission?: Admission;
+  /** The RBAC objects the authorizer reads, for SelfSubjectRulesReview (`kubectl auth can-i --list`). */
+  rbac?: RbacSource;
   /**
    * Drover's own endpoints beside the Kubernetes API (join, bootstrap). Called before
    * authentication; answers true when it served the request.
@@ -99,7 +103,9 @@ export class ApiHandler {
       store: options.store,
       registry: options.registry,
       logger: options.logger,
+      authorizer: options.authorizer,
       ...(options.admission ? { admission: options.admission } : {}),
+      ...(options.rbac ? { rbac: options.rbac } : {}),
     });
     this.watchSettings = {
       bookmarkIntervalMs: options.bookmarkIntervalMs ?? 15_000,
@@ -176,7 +182,7 @@ export class ApiHandler {
     }
     if (this.options.droverEndpoints && path.startsWith('/drover/') && (await this.options.droverEndpoints(req, res, path))) return;
     if (path === '/metrics') {
-      await this.serveMetrics(req, res);
+      await this.serveMetrics(req, res, path, method);
       return;
     }
     if (this.options.kubernetesApi === false) {
@@ -184,6 +190,15 @@ export class ApiHandler {
     }
     const user = this.options.authenticator.authenticate(req);
     if (!user) throw errors.unauthorized();
+    // Acting as someone else (kubectl --as) is not implemented: refused, rather than silently
+    // answering as the caller, which would make `kubectl auth can-i --as x` lie.
+    if (Object.keys(req.headers).some((header) => header.startsWith('impersonate-'))) {
+      throw errors.badRequest('impersonation (Impersonate-* headers, kubectl --as/--as-group) is not supported by Drover');
+    }
+    // Discovery and OpenAPI are non-resource paths: the default system:discovery role lets every
+    // authenticated user read them.
+    const resourceRequest = /^\/(api\/[^/]+|apis\/[^/]+\/[^/]+)\/./.test(path);
+    if (!resourceRequest) this.authorizePath(user, path, method);
 
     if (path === '/api' || path === '/apis') {
       this.requireMethod(method, 'GET');
@@ -237,11 +252,20 @@ export class ApiHandler {
     await this.serveResource(req, res, url, request, user);
   }
 
-  /** 404 unless this node's own supervisor-metrics is on; any authenticated caller may read. */
-  private async serveMetrics(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** A request for a path outside the resource API, as authorizers judge it (kube's 403 when refused). */
+  private authorizePath(user: UserInfo, path: string, method: string): void {
+    const attributes = { verb: method.toLowerCase(), path };
+    const decision = this.options.authorizer.authorize(user, attributes);
+    if (!decision.allowed) throw errors.forbidden(forbiddenRefusal(user, attributes, decision.reason).message);
+  }
+
+  /** 404 unless this node's own supervisor-metrics is on; callers the authorizer lets read it (RBAC: system:monitoring). */
+  private async serveMetrics(req: IncomingMessage, res: ServerResponse, path: string, method: string): Promise<void> {
     const metrics = this.options.metrics;
     if (!metrics) throw errors.pathNotFound();
-    if (!this.options.authenticator.authenticate(req)) throw errors.unauthorized();
+    const user = this.options.authenticator.authenticate(req);
+    if (!user) throw errors.unauthorized();
+    this.authorizePath(user, path, method);
     const text = await metrics.registry.metrics();
     res.writeHead(200, { 'Content-Type': METRICS_CONTENT_TYPE, 'Content-Length': Buffer.byteLength(text) });
     res.end(text);
@@ -306,20 +330,19 @@ export class ApiHandler {
     const { def } = request;
     this.requestKinds.set(res, { verb, resource: request.subresource ? `${def.plural}/${request.subresource}` : def.plural });
     const attributeName = request.name ?? nameFromFieldSelector(verb, url.searchParams);
-    const decision = this.options.authorizer.authorize(user, {
+    const attributes: RequestAttributes = {
       verb,
       group: def.group,
       resource: def.plural,
       ...(request.subresource ? { subresource: request.subresource } : {}),
       ...(request.namespace ? { namespace: request.namespace } : {}),
       ...(attributeName ? { name: attributeName } : {}),
-    });
+    };
+    const decision = this.options.authorizer.authorize(user, attributes);
     if (!decision.allowed) {
-      throw errors.forbidden(
-        `${def.group ? `${def.plural}.${def.group}` : def.plural}${attributeName ? ` "${attributeName}"` : ''} is forbidden: User "${user.name}" cannot ${verb} resource "${def.plural}${request.subresource ? `/${request.subresource}` : ''}"${request.namespace ? ` in the namespace "${request.namespace}"` : ''}: ${decision.reason}`,
-        def,
-        attributeName,
-      );
+      // kube-apiserver's wording, which kubectl prints as is.
+      const refusal = forbiddenRefusal(user, attributes, decision.reason);
+      throw errors.forbidden(refusal.message, def, refusal.name || undefined);
     }
     checkWriteOptions(verb, url.searchParams);
     const ctx: RequestContext = { user, dryRun: url.searchParams.getAll('dryRun').includes('All') };

@@ -40,6 +40,10 @@ function operations(def: ResourceDefinition, withStatus: boolean): Record<string
     responses: { '200': OK },
     ...extra,
   });
+  if (def.respondToCreate) {
+    // Never stored (the access reviews): only a POST to the collection.
+    return { [itemPath(def).replace(/\/\{name\}$/, '')]: { post: op('create') } };
+  }
   const docs: Record<string, object> = {
     [itemPath(def)]: {
       get: op('get'),

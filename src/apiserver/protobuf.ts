@@ -25,6 +25,13 @@ import { decodeConfigMap, decodeSecret } from './protobuf/core-v1-config.js';
 import { jsonHint, ProtobufDecodeError, ProtobufUnsupportedError } from './protobuf/errors.js';
 import { decodeDeleteOptions } from './protobuf/meta.js';
 import { decodePodDisruptionBudget } from './protobuf/policy-v1.js';
+import { decodeRbacClusterRole, decodeRbacClusterRoleBinding, decodeRbacRole, decodeRbacRoleBinding } from './protobuf/rbac-v1.js';
+import {
+  decodeSelfSubjectAccessReview,
+  decodeSelfSubjectReview,
+  decodeSelfSubjectRulesReview,
+  decodeSubjectAccessReview,
+} from './protobuf/reviews-v1.js';
 import { embedded, parseMessage, str } from './protobuf/reader.js';
 
 export { ProtobufDecodeError, ProtobufUnsupportedError } from './protobuf/errors.js';
@@ -38,7 +45,8 @@ export interface DecodedProtobuf {
 
 const MAGIC = Buffer.from([0x6b, 0x38, 0x73, 0x00]); // "k8s\0"
 
-const SUPPORTED = 'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, apps/v1 Deployment and policy/v1 PodDisruptionBudget';
+const SUPPORTED =
+  'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, apps/v1 Deployment, policy/v1 PodDisruptionBudget, the rbac.authorization.k8s.io/v1 kinds and the access reviews';
 
 const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Namespace', decodeNamespace],
@@ -47,6 +55,14 @@ const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/ConfigMap', decodeConfigMap],
   ['v1/Secret', decodeSecret],
   ['apps/v1/Deployment', decodeDeployment],
+  ['rbac.authorization.k8s.io/v1/Role', decodeRbacRole],
+  ['rbac.authorization.k8s.io/v1/ClusterRole', decodeRbacClusterRole],
+  ['rbac.authorization.k8s.io/v1/RoleBinding', decodeRbacRoleBinding],
+  ['rbac.authorization.k8s.io/v1/ClusterRoleBinding', decodeRbacClusterRoleBinding],
+  ['authorization.k8s.io/v1/SelfSubjectAccessReview', decodeSelfSubjectAccessReview],
+  ['authorization.k8s.io/v1/SubjectAccessReview', decodeSubjectAccessReview],
+  ['authorization.k8s.io/v1/SelfSubjectRulesReview', decodeSelfSubjectRulesReview],
+  ['authentication.k8s.io/v1/SelfSubjectReview', decodeSelfSubjectReview],
   ['v1/DeleteOptions', decodeDeleteOptions],
   ['meta.k8s.io/v1/DeleteOptions', decodeDeleteOptions],
 ]);

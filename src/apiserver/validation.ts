@@ -23,6 +23,14 @@ export function dnsSubdomainProblem(value: string): string | undefined {
   return undefined;
 }
 
+/** RBAC objects' names (`system:discovery`): anything that is a single path segment, as kube's ValidatePathSegmentName. */
+export function pathSegmentNameProblem(value: string): string | undefined {
+  if (value === '.' || value === '..') return `may not be '${value}'`;
+  if (value.includes('/')) return "may not contain '/'";
+  if (value.includes('%')) return "may not contain '%'";
+  return undefined;
+}
+
 function qualifiedNameProblem(key: string): string | undefined {
   const slash = key.lastIndexOf('/');
   const name = slash >= 0 ? key.slice(slash + 1) : key;
@@ -60,7 +68,7 @@ const MAX_ANNOTATIONS_BYTES = 256 * 1024;
 
 export function validateObjectMeta(
   obj: KubeObject,
-  nameRule: 'dns-subdomain' | 'dns-label',
+  nameRule: 'dns-subdomain' | 'dns-label' | 'path-segment',
 ): StatusCause[] {
   const causes: StatusCause[] = [];
   const meta = obj.metadata;
@@ -72,7 +80,8 @@ export function validateObjectMeta(
       field: 'metadata.name',
     });
   } else {
-    const problem = nameRule === 'dns-label' ? dnsLabelProblem(name) : dnsSubdomainProblem(name);
+    const problem =
+      nameRule === 'dns-label' ? dnsLabelProblem(name) : nameRule === 'path-segment' ? pathSegmentNameProblem(name) : dnsSubdomainProblem(name);
     if (problem) {
       causes.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${name}": ${problem}`, field: 'metadata.name' });
     }

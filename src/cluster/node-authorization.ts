@@ -3,6 +3,7 @@ import type {
   AdmissionAttributes,
   AuthorizationDecision,
   Authorizer,
+  NonResourceAttributes,
   RequestAttributes,
   UserInfo,
 } from '../apiserver/auth.js';
@@ -92,9 +93,11 @@ export class NodeAuthorizer implements Authorizer {
     private readonly graph?: ConfigGraphView,
   ) {}
 
-  authorize(user: UserInfo, attributes: RequestAttributes): AuthorizationDecision {
+  authorize(user: UserInfo, attributes: RequestAttributes | NonResourceAttributes): AuthorizationDecision {
     const node = nodeNameOf(user);
     if (node === undefined) return this.fallback.authorize(user, attributes);
+    // Discovery, OpenAPI and /metrics: what every authenticated caller could read before RBAC.
+    if (!('resource' in attributes)) return { allowed: true };
     return decide(node, attributes, this.graph);
   }
 }

@@ -5,7 +5,7 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { Authorizer, RequestAttributes } from '../../src/apiserver/auth.js';
+import type { Authorizer, NonResourceAttributes, RequestAttributes } from '../../src/apiserver/auth.js';
 import { ApiHandler, type PodLogParams } from '../../src/apiserver/handler.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { OpenApiDocuments } from '../../src/apiserver/openapi.js';
@@ -358,7 +358,7 @@ describe('pods/log', () => {
   let server: http.Server;
   let port: number;
   let withHook = true;
-  const authorized: RequestAttributes[] = [];
+  const authorized: Array<RequestAttributes | NonResourceAttributes> = [];
   const calls: { pod: string; params: PodLogParams }[] = [];
 
   before(async () => {

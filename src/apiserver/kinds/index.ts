@@ -6,6 +6,8 @@ import { LEASE_DEFINITION } from './leases.js';
 import { NAMESPACE_DEFINITION } from './namespaces.js';
 import { NODE_DEFINITION } from './nodes.js';
 import { POD_DEFINITION } from './pods.js';
+import { RBAC_DEFINITIONS } from './rbac.js';
+import { REVIEW_DEFINITIONS } from './reviews.js';
 import { SECRET_DEFINITION } from './secrets.js';
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
 
@@ -27,4 +29,6 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   REPLICASET_DEFINITION,
   STATEFULSET_DEFINITION,
   PDB_DEFINITION,
+  ...RBAC_DEFINITIONS,
+  ...REVIEW_DEFINITIONS,
 ];

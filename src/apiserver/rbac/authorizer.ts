@@ -165,7 +165,8 @@ export class RbacAuthorizer implements Authorizer {
 
   authorize(user: UserInfo, attributes: AuthorizationAttributes): AuthorizationDecision {
     const decision = this.decide(user, attributes);
-    return decision.allowed ? { allowed: true } : { allowed: false, reason: decision.reason };
+    if (!decision.allowed) return { allowed: false, reason: decision.reason };
+    return decision.reason ? { allowed: true, reason: decision.reason } : { allowed: true };
   }
 }
 

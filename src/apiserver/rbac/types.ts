@@ -1,4 +1,4 @@
-import type { RequestAttributes, UserInfo } from '../auth.js';
+import type { NonResourceAttributes, RequestAttributes, UserInfo } from '../auth.js';
 import type { ObjectMeta } from '../objects.js';
 
 /**
@@ -85,14 +85,6 @@ export interface RoleBinding {
 
 export type ClusterRoleBinding = RoleBinding;
 
-/**
- * A request to a path outside the resource API (`/healthz`, `/version`, `/api`, `/metrics`): the
- * verb is the lowercased HTTP method (`get`, `post`, `put`, `patch`, `delete`, `head`, `options`).
- */
-export interface NonResourceAttributes {
-  verb: string;
-  path: string;
-}
 
 /**
  * What the authorizer judges: a resource request as Drover's handler describes it (verb, group,
@@ -107,7 +99,7 @@ export function isNonResource(attributes: AuthorizationAttributes): attributes i
   return !('resource' in attributes) && typeof (attributes as Partial<NonResourceAttributes>).path === 'string';
 }
 
-export type { RequestAttributes, UserInfo };
+export type { NonResourceAttributes, RequestAttributes, UserInfo };
 
 /**
  * Where the RBAC objects come from. The wiring implements it over informer caches (one per kind,

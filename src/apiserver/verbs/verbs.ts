@@ -1,12 +1,13 @@
 import type { Logger } from '../../logging/logger.js';
-import type { Admission } from '../auth.js';
-import type { KindContext, LogQuery, PodLogParams, ResourceDefinition } from '../definition.js';
+import type { Admission, Authorizer } from '../auth.js';
+import type { CallerWrite, KindContext, LogQuery, PodLogParams, ResourceDefinition } from '../definition.js';
 import { ApiError, errors } from '../errors.js';
 import type { JsonObject } from '../json.js';
 import type { KubeObject } from '../objects.js';
 import { applyPatch, PatchError, type PatchType } from '../patch/index.js';
 import type { ResourceRegistry } from '../resources.js';
 import { parseSelection } from '../selection.js';
+import type { RbacSource } from '../rbac/types.js';
 import type { ObjectStore } from '../storage.js';
 import type { DeleteOptions, DeleteResult, ListResult, ObjectWatch, Preconditions, WatchSink } from '../storage-types.js';
 import { checkPreconditions } from '../write-rules.js';
@@ -31,6 +32,9 @@ export interface VerbsOptions {
   registry: ResourceRegistry;
   /** Checks on objects about to be written by authenticated callers (node restriction). */
   admission?: Admission;
+  /** The HTTP door's authorizer chain and the RBAC objects it reads, for the kinds' caller checks and the access reviews. */
+  authorizer?: Authorizer;
+  rbac?: RbacSource;
   logger?: Logger;
 }
 
@@ -73,6 +77,8 @@ export class ResourceVerbs {
       store: options.store,
       kinds: options.registry,
       ...(options.logger ? { logger: options.logger } : {}),
+      ...(options.authorizer ? { authorizer: options.authorizer } : {}),
+      ...(options.rbac ? { rbac: options.rbac } : {}),
     };
   }
 
@@ -80,10 +86,12 @@ export class ResourceVerbs {
   // Reads
 
   get(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject> {
+    storedKind(def);
     return this.store.get(def, namespace, name);
   }
 
   list(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, request: ListRequest = {}): Promise<ListResult> {
+    storedKind(def);
     const match = request.resourceVersionMatch ?? '';
     if (match !== '' && match !== 'Exact' && match !== 'NotOlderThan') {
       throw errors.badRequest(`invalid resourceVersionMatch "${match}": supported values: "Exact", "NotOlderThan"`);
@@ -108,6 +116,7 @@ export class ResourceVerbs {
     namespace: string | undefined,
     request: WatchRequest,
   ): (sink: WatchSink) => Promise<ObjectWatch> {
+    storedKind(def);
     const selection = parseSelection(def, request.labelSelector, request.fieldSelector);
     if (request.name !== undefined) selection.fieldSelector.push({ field: 'metadata.name', op: 'eq', value: request.name });
     return (sink) => this.store.watch(def, namespace, request.resourceVersion, selection, sink);
@@ -119,6 +128,9 @@ export class ResourceVerbs {
   async create(ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, obj: KubeObject): Promise<WriteResult> {
     checkTypeMeta(def, obj);
     const unknownFields = pruneUnknownFields(def, obj, ctx.fieldValidation);
+    if (def.respondToCreate) {
+      return { object: await def.respondToCreate(this.kindContext, { user: ctx.user, namespace, object: obj }), unknownFields };
+    }
     if (def.namespaced) {
       if (!namespace) throw errors.methodNotAllowed();
       const bodyNamespace = obj.metadata.namespace;
@@ -127,6 +139,7 @@ export class ResourceVerbs {
       }
     }
     await this.admit(ctx, 'create', { def, namespace }, obj);
+    await this.authorizeWrite(ctx, def, { verb: 'create', namespace, object: obj });
     const object = await this.store.create(def, namespace, obj, { dryRun: ctx.dryRun === true });
     return { object, unknownFields };
   }
@@ -140,6 +153,7 @@ export class ResourceVerbs {
     obj: KubeObject,
     subresource?: 'status',
   ): Promise<WriteResult> {
+    storedKind(def);
     checkTypeMeta(def, obj);
     const unknownFields = pruneUnknownFields(def, obj, ctx.fieldValidation);
     if (obj.metadata.name !== undefined && obj.metadata.name !== name) {
@@ -158,6 +172,7 @@ export class ResourceVerbs {
         // A uid in the body is a precondition, as in Kubernetes: it names one incarnation.
         checkPreconditions(def, name, current, { uid });
         await this.admit(ctx, 'update', target, obj, current);
+        await this.authorizeWrite(ctx, def, { verb: 'update', namespace, name, object: obj, oldObject: current });
         return obj;
       },
       { dryRun: ctx.dryRun === true, ...(subresource ? { subresource } : {}) },
@@ -175,7 +190,9 @@ export class ResourceVerbs {
     patch: unknown,
     subresource?: 'status',
   ): Promise<WriteResult> {
+    storedKind(def);
     const admission = ctx.user && this.options.admission?.judges(ctx.user) ? this.options.admission : undefined;
+    const callerChecked = ctx.user !== undefined && def.authorizeWrite !== undefined;
     const target = { def, namespace, name, ...(subresource ? { subresource } : {}) };
     let unknownFields: string[] = [];
     const object = await this.store.guaranteedUpdate(
@@ -186,6 +203,7 @@ export class ResourceVerbs {
         const currentUid = current.metadata.uid;
         // The patch consumes `current`; admission judges the stored object as it was.
         const stored = admission ? admissionSnapshot(current) : undefined;
+        const old = callerChecked ? structuredClone(current) : undefined;
         // `current` is this attempt's private copy: the patch may work in it directly.
         const patched = asKubeObject(applyPatchAsApi(patchType, current, patch, def.kind, true), 'the patched object');
         checkTypeMeta(def, patched);
@@ -197,6 +215,7 @@ export class ResourceVerbs {
         }
         unknownFields = pruneUnknownFields(def, patched, ctx.fieldValidation);
         await this.admit(ctx, 'patch', target, patched, stored);
+        await this.authorizeWrite(ctx, def, { verb: 'patch', namespace, name, object: patched, ...(old ? { oldObject: old } : {}) });
         return patched;
       },
       { dryRun: ctx.dryRun === true, ...(subresource ? { subresource } : {}) },
@@ -215,6 +234,7 @@ export class ResourceVerbs {
     name: string,
     options: Omit<DeleteOptions, 'dryRun'> = {},
   ): Promise<DeleteResult> {
+    storedKind(def);
     await this.admitExisting(ctx, 'delete', { def, namespace, name });
     if (def.undeletable?.has(name)) {
       throw errors.forbidden(`${def.plural} "${name}" is forbidden: this ${def.singular} may not be deleted`, def, name);
@@ -230,6 +250,7 @@ export class ResourceVerbs {
     selectors: Pick<ListRequest, 'labelSelector' | 'fieldSelector'>,
     options: Omit<DeleteOptions, 'dryRun'> = {},
   ): Promise<KubeObject[]> {
+    storedKind(def);
     const { items } = await this.store.list(def, namespace, parseSelection(def, selectors.labelSelector, selectors.fieldSelector));
     const deleted: KubeObject[] = [];
     for (const item of items) {
@@ -341,7 +362,13 @@ export class ResourceVerbs {
   }
 
   // -------------------------------------------------------------------------------------------
-  // Admission
+  // Admission, and the kinds' own checks of the caller
+
+  /** The kind's checks of who writes (RBAC escalation prevention); only callers with a user are judged. */
+  private async authorizeWrite(ctx: RequestContext, def: ResourceDefinition, write: Omit<CallerWrite, 'user'>): Promise<void> {
+    if (!def.authorizeWrite || !ctx.user) return;
+    await def.authorizeWrite(this.kindContext, { ...write, user: ctx.user });
+  }
 
   /**
    * Deletes and evictions carry no object: admission judges the one they would remove (node
@@ -375,6 +402,11 @@ export class ResourceVerbs {
       ...(target.name ? { name: target.name } : {}),
     });
   }
+}
+
+/** Kinds that are never stored (access reviews) take only create: any other verb is a 405. */
+function storedKind(def: ResourceDefinition): void {
+  if (def.respondToCreate) throw errors.methodNotAllowed();
 }
 
 /** applyPatch, with a patch that does not apply answered as an API error (422, or 400 for a malformed one). */
