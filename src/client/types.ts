@@ -26,6 +26,16 @@ export const LEASES: ResourceRef = {
   namespaced: true,
 };
 
+export const ROLES: ResourceRef = { group: 'rbac.authorization.k8s.io', version: 'v1', plural: 'roles', namespaced: true };
+export const CLUSTER_ROLES: ResourceRef = { group: 'rbac.authorization.k8s.io', version: 'v1', plural: 'clusterroles', namespaced: false };
+export const ROLE_BINDINGS: ResourceRef = { group: 'rbac.authorization.k8s.io', version: 'v1', plural: 'rolebindings', namespaced: true };
+export const CLUSTER_ROLE_BINDINGS: ResourceRef = {
+  group: 'rbac.authorization.k8s.io',
+  version: 'v1',
+  plural: 'clusterrolebindings',
+  namespaced: false,
+};
+
 export const DEPLOYMENTS: ResourceRef = { group: 'apps', version: 'v1', plural: 'deployments', namespaced: true };
 export const REPLICASETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'replicasets', namespaced: true };
 export const STATEFULSETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'statefulsets', namespaced: true };

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { timingProblems } from '../config/timings.js';
 import { Agent } from '../agent/agent.js';
 import type { Taint } from '../node-protocol/taints.js';
-import { allowAuthenticated, TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
+import { TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
@@ -23,6 +23,10 @@ import type { ResolvedConfig } from '../config/resolve.js';
 import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
 import { NodeConfigGraph } from '../cluster/node-graph.js';
 import { NodeRegistry } from '../cluster/node-registry.js';
+import { RbacAuthorizer } from '../apiserver/rbac/authorizer.js';
+import { RbacCache } from '../cluster/rbac-cache.js';
+import { reconcileDefaultRbac } from '../cluster/rbac-defaults.js';
+import { ClusterRoleAggregationController } from '../controllers/rbac-aggregation.js';
 import { NodeRecordReconciler, unusedRecordTtlMs } from '../cluster/node-record-reconciler.js';
 import { API_SERVER_CLIENT_NAME, droverEndpoints } from '../cluster/drover-endpoints.js';
 import { EventRecorder } from '../controllers/events.js';
@@ -259,6 +263,13 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     };
 
     await ensureBuiltInNamespaces(store, registry);
+    // The default RBAC policy, then the cache of RBAC objects the authorizer reads: every server
+    // with an API authorizes its own requests.
+    const rbac = new RbacCache(client, logger);
+    if (runsApi) {
+      await reconcileDefaultRbac(client, logger);
+      await rbac.start();
+    }
     // How this server proves itself to agents when it fetches a pod's logs from them.
     const logClient = await issueCertificate(identity.clientCa, { commonName: API_SERVER_CLIENT_NAME, usage: 'client' });
 
@@ -269,7 +280,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         registry,
         openapi: new OpenApiDocuments(registry),
         authenticator,
-        authorizer: new NodeAuthorizer(allowAuthenticated, nodeGraph),
+        // Node credentials are judged by the node authorizer alone; everyone else by RBAC, where
+        // system:masters (the admin) is allowed everything before any rule is read.
+        authorizer: new NodeAuthorizer(new RbacAuthorizer(rbac), nodeGraph),
+        rbac,
         admission: new NodeRestrictionAdmission(client),
         ...(metrics ? { metrics } : {}),
         kubernetesApi: runsApi,
@@ -339,7 +353,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       logger,
       identity: leaderIdentity,
       timings: { ...timings, defaultUnavailableTolerationMs: options.defaultUnavailableTolerationMs },
-      extraControllers: [records],
+      extraControllers: [records, new ClusterRoleAggregationController(client, logger.child({ controller: 'clusterrole-aggregation' }))],
       lifecycle: {
         ...(metrics
           ? {
@@ -442,6 +456,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         await bounded(controllers.stop());
         nodeRegistry.stop();
         nodeGraph.stop();
+        rbac.stop();
         await api.close(4000);
         await openDatastore.close();
         await managedEtcd?.stop();
