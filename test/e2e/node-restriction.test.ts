@@ -229,7 +229,7 @@ describe('node restriction on a real server', () => {
     assert.equal(unused.status, 403, unused.text);
     assert.equal(
       message(unused),
-      'secrets "unused-secret" is forbidden: User "system:node:alpha" cannot get resource "secrets" in the namespace "default": no relationship found between node \'alpha\' and this object',
+      'secrets "unused-secret" is forbidden: User "system:node:alpha" cannot get resource "secrets" in API group "" in the namespace "default": no relationship found between node \'alpha\' and this object',
     );
     const all = await request(server, 'GET', `${base}/secrets`, { token: alpha });
     assert.equal(all.status, 403, all.text);
