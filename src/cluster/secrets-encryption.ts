@@ -61,8 +61,22 @@ export function encryptionConfigFile(dataDir: string): string {
   return path.join(dataDir, 'server', 'cred', 'encryption-config.json');
 }
 
+/**
+ * Why a key operation cannot go on: `not-enabled` (the setting is off, or no key set exists: the
+ * caller asked for something impossible), `unfinished` (a server has not caught up, or Secrets
+ * keep being written under an old key: try again later, the rotation resumes), `record` (the
+ * stored key set cannot be opened or is damaged).
+ */
+export type SecretsEncryptionProblem = 'not-enabled' | 'unfinished' | 'record';
+
 export class SecretsEncryptionError extends Error {
   override name = 'SecretsEncryptionError';
+  constructor(
+    message: string,
+    readonly problem: SecretsEncryptionProblem = 'record',
+  ) {
+    super(message);
+  }
 }
 
 export interface SecretsEncryptionOptions {
@@ -151,6 +165,7 @@ export class SecretsEncryption {
       const found = await this.read();
       if (found) {
         await this.apply(found.record, found.revision);
+        await this.converge();
         break;
       }
       if (!this.options.enabled) break; // nothing to read, nothing to write: a plain pass-through
@@ -167,6 +182,24 @@ export class SecretsEncryption {
       }
     }
     this.follow();
+  }
+
+  /**
+   * Bring the stored Secrets in line with this server's setting: plaintext ones encrypted when
+   * encryption is on (Secrets a server still running with it off wrote while the cluster turned
+   * it on), encrypted ones rewritten in plaintext when it is off (turning it off). One list pass
+   * when there is nothing to do. A value no key opens is left as it is: status counts it.
+   */
+  private async converge(): Promise<void> {
+    const { logger, enabled } = this.options;
+    try {
+      const { rewritten } = await this.options.encrypting.reencrypt();
+      if (rewritten > 0) {
+        logger.info({ rewritten }, enabled ? 'secrets encryption: encrypted Secrets stored in plaintext' : 'secrets encryption is off: rewrote the encrypted Secrets in plaintext');
+      }
+    } catch (error) {
+      logger.warn({ err: error }, 'secrets encryption: could not rewrite every stored Secret to match this server’s setting; drover secrets-encrypt status counts them');
+    }
   }
 
   async stop(): Promise<void> {
@@ -294,17 +327,23 @@ export class SecretsEncryption {
     const hash = keySetHash(this.keySetFor(record));
     const deadline = Date.now() + timeoutMs;
     for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
-      const peers = new Set([this.options.serverId, ...((await this.options.peers?.()) ?? [])]);
+      const peers = await this.livePeers();
       const acks = await this.acks();
       const behind = [...peers].filter((id) => acks.get(id)?.hash !== hash);
       if (behind.length === 0) return;
       if (Date.now() > deadline) {
         throw new SecretsEncryptionError(
           `server(s) ${behind.join(', ')} have not loaded the new encryption keys; the rotation stopped at stage ${record.stage} and resumes with the next rotate-keys`,
+          'unfinished',
         );
       }
       await new Promise((resolve) => setTimeout(resolve, delay));
     }
+  }
+
+  /** This server and the others that must follow each step. */
+  private async livePeers(): Promise<Set<string>> {
+    return new Set([this.options.serverId, ...((await this.options.peers?.()) ?? [])]);
   }
 
   private async acks(): Promise<Map<string, ServerAck>> {
@@ -328,12 +367,12 @@ export class SecretsEncryption {
    */
   async rotateKeys(options: RotateOptions = {}): Promise<RotationResult> {
     const peerTimeoutMs = options.peerTimeoutMs ?? 60_000;
-    if (!this.options.enabled) throw new SecretsEncryptionError('secrets encryption is not enabled on this server (secrets-encryption: true)');
+    if (!this.options.enabled) throw new SecretsEncryptionError('secrets encryption is not enabled on this server (secrets-encryption: true)', 'not-enabled');
     let rewritten = 0;
     let begun = false;
     for (;;) {
       const found = await this.read();
-      if (!found) throw new SecretsEncryptionError('secrets encryption has no key set yet: start the server with secrets-encryption: true');
+      if (!found) throw new SecretsEncryptionError('secrets encryption has no key set yet: start the server with secrets-encryption: true', 'not-enabled');
       let { record, revision } = found;
       try {
         if (record.stage === 'start' || record.stage === 'reencrypt_finished') {
@@ -377,13 +416,15 @@ export class SecretsEncryption {
       total += rewritten;
       if (rewritten === 0) return total;
     }
-    throw new SecretsEncryptionError('Secrets keep being written under an old key; the rotation stays at reencrypt_active and resumes with the next rotate-keys');
+    throw new SecretsEncryptionError('Secrets keep being written under an old key; the rotation stays at reencrypt_active and resumes with the next rotate-keys', 'unfinished');
   }
 
   /** What `drover secrets-encrypt status` shows. */
   async status(): Promise<SecretsEncryptionStatus> {
     const found = await this.read();
-    const acks = [...(await this.acks()).values()].sort((a, b) => a.id.localeCompare(b.id));
+    // Only the servers that are up now: an acknowledgement a removed server left behind says nothing.
+    const live = await this.livePeers();
+    const acks = [...(await this.acks()).values()].filter((a) => live.has(a.id)).sort((a, b) => a.id.localeCompare(b.id));
     const census = await this.options.encrypting.census();
     return {
       enabled: this.options.enabled && found !== undefined,

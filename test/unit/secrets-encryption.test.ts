@@ -415,10 +415,61 @@ describe('SecretsEncryption (cluster key set and rotation)', () => {
       await off.encrypting.create(secretKey('plain'), Buffer.from('{"v":"plain"}'));
       assert.equal((await inner.get(secretKey('plain')))!.value.toString(), '{"v":"plain"}');
       assert.equal((await off.manager.status()).enabled, false);
-      await assert.rejects(off.manager.rotateKeys(), /not enabled/);
+      await assert.rejects(off.manager.rotateKeys(), (e: unknown) => e instanceof SecretsEncryptionError && e.problem === 'not-enabled' && /not enabled/.test(e.message));
     } finally {
       await on.manager.stop();
       await off.manager.stop();
+      await inner.close();
+    }
+  });
+
+  it('a server starting brings the stored Secrets to its setting: off decrypts them, on encrypts them again', async () => {
+    const inner = openSqliteDatastore(path.join(tempDir(), 'state.db'));
+    try {
+      const on = server(inner, 'on');
+      await on.manager.start();
+      await on.encrypting.create(secretKey('a'), Buffer.from('{"v":"a"}'));
+      await inner.create(secretKey('b'), Buffer.from('{"v":"b"}')); // plaintext, as a server with the setting off writes
+      await on.manager.stop();
+
+      // The cluster turned the setting off: the next server to start rewrites them in plaintext.
+      const off = server(inner, 'off', { enabled: false });
+      await off.manager.start();
+      assert.equal((await inner.get(secretKey('a')))!.value.toString(), '{"v":"a"}');
+      assert.deepEqual((await off.manager.status()).values, { '': 2 });
+      await off.manager.stop();
+
+      // On again: the key set kept in the datastore encrypts them again.
+      const again = server(inner, 'again');
+      await again.manager.start();
+      const active = again.encrypting.keySet().active!;
+      assert.equal(envelopeKeyName((await inner.get(secretKey('a')))!.value), active);
+      assert.equal(envelopeKeyName((await inner.get(secretKey('b')))!.value), active);
+      assert.deepEqual((await again.manager.status()).values, { [active]: 2 });
+      await again.manager.stop();
+    } finally {
+      await inner.close();
+    }
+  });
+
+  it('status judges the hashes of the live servers only (a removed server’s acknowledgement is ignored)', async () => {
+    const inner = openSqliteDatastore(path.join(tempDir(), 'state.db'));
+    let live = ['a', 'gone'];
+    const peers = async () => live;
+    const a = server(inner, 'a', { peers });
+    const gone = server(inner, 'gone', { peers });
+    try {
+      await a.manager.start();
+      await gone.manager.start();
+      await gone.manager.stop(); // it follows no more: its acknowledgement goes stale
+      live = ['a'];
+      await a.manager.rotateKeys();
+      const status = await a.manager.status();
+      assert.deepEqual(status.servers.map((s) => s.id), ['a']);
+      assert.equal(status.hashesMatch, true);
+      assert.match(formatStatus(status), /Server Encryption Hashes: All hashes match/);
+    } finally {
+      await a.manager.stop();
       await inner.close();
     }
   });
