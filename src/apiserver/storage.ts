@@ -8,6 +8,7 @@ import {
   KeyNotFoundError,
   type Watch,
 } from '../datastore/types.js';
+import { DecryptionError } from '../datastore/encryption.js';
 import { decodeContinue, encodeContinue } from './continue-token.js';
 import { apiVersionOf, type KindStore, type ResourceDefinition } from './definition.js';
 import { ApiError, errors } from './errors.js';
@@ -113,6 +114,13 @@ export class ObjectStore implements KindStore {
       if (error instanceof CompactedError) {
         throw errors.expired(
           'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
+        );
+      }
+      if (error instanceof DecryptionError && revision !== undefined) {
+        // History from before a finished key rotation: its key is gone, so that past cannot be read.
+        throw errors.expired(
+          `${options.continueToken ? 'The provided continue parameter is too old to display a consistent list result' : `too old resource version: ${revision}`}: ` +
+            'it reads values encrypted with a key that a finished rotation dropped. Start a new list.',
         );
       }
       if (error instanceof FutureRevisionError && options.continueToken) {
@@ -346,6 +354,12 @@ export class ObjectStore implements KindStore {
         if (error instanceof CompactedError) {
           sink.error(
             errors.expired(`too old resource version: ${startRevision - 1} (${error.compactRevision})`),
+          );
+        } else if (error instanceof DecryptionError) {
+          // A value from before a finished key rotation (or a key this server does not hold yet):
+          // the client re-lists, and the current values are under a key every server holds.
+          sink.error(
+            errors.expired(`too old resource version: ${startRevision - 1}: it reads values encrypted with a key this server does not hold (a key rotation finished since)`),
           );
         } else {
           sink.error(errors.internal(error.message));
