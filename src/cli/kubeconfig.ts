@@ -11,7 +11,7 @@ interface Kubeconfig {
   users?: { name: string; user: { token?: string } }[];
 }
 
-export function adminClient(file: string): HttpClient {
+export function adminClient(file: string, options: { timeoutMs?: number } = {}): HttpClient {
   if (!fs.existsSync(file)) throw new Error(`kubeconfig ${file} does not exist; pass --kubeconfig`);
   const config = parse(fs.readFileSync(file, 'utf8')) as Kubeconfig;
   const context = config.contexts?.find((c) => c.name === config['current-context']) ?? config.contexts?.[0];
@@ -23,5 +23,6 @@ export function adminClient(file: string): HttpClient {
     server: cluster.cluster.server,
     caPem: ca ? Buffer.from(ca, 'base64').toString('utf8') : '',
     token: user.user.token,
+    ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
   });
 }

@@ -14,6 +14,7 @@ import type { Taint } from '../node-protocol/taints.js';
 import { formatDrift, type DriftReport, publishedValues } from '../config/drift.js';
 import { showConfig } from '../config/show.js';
 import { adminClient } from './kubeconfig.js';
+import { secretsEncryptRotateKeys, secretsEncryptStatus } from './secrets-encrypt.js';
 import { createLogger, type LogLevel } from '../logging/logger.js';
 import { DataDirLockedError, lockDataDir } from '../server/lock.js';
 import { ClusterJoinError } from '../server/bootstrap.js';
@@ -300,6 +301,29 @@ nodeCommand
       process.exit(EXIT_FAILURE);
     }
   });
+
+const secretsEncrypt = program
+  .command('secrets-encrypt')
+  .description('Secrets encryption at rest (secrets-encryption: true): its status, and key rotation');
+secretsEncrypt
+  .command('status')
+  .description('Print whether Secrets are encrypted, the rotation stage, whether every server holds the same keys, the keys, and how many Secrets each key encrypts')
+  .option('--kubeconfig <file>', 'admin kubeconfig (default: $KUBECONFIG or <data-dir>/kubeconfig.yaml)')
+  .option('--json', 'machine-readable output')
+  .action((opts: { kubeconfig?: string; json?: boolean }) =>
+    secretsEncryptStatus({ kubeconfig: opts.kubeconfig ?? defaultKubeconfig(), json: opts.json === true }),
+  );
+secretsEncrypt
+  .command('rotate-keys')
+  .description(
+    'Rotate the encryption key without downtime: a new key, loaded by every server, made active, every Secret re-encrypted with it, ' +
+      'then the old key removed; answers when done (an interrupted rotation resumes with the next rotate-keys)',
+  )
+  .option('--kubeconfig <file>', 'admin kubeconfig (default: $KUBECONFIG or <data-dir>/kubeconfig.yaml)')
+  .option('--json', 'machine-readable output')
+  .action((opts: { kubeconfig?: string; json?: boolean }) =>
+    secretsEncryptRotateKeys({ kubeconfig: opts.kubeconfig ?? defaultKubeconfig(), json: opts.json === true }),
+  );
 
 const cluster = program.command('cluster').description('Cluster-wide operations');
 const clusterConfig = cluster.command('config').description('Cluster-wide settings');

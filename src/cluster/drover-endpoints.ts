@@ -20,6 +20,8 @@ import { type EtcdMembership, MembershipBusy } from './etcd-membership.js';
 import { secretsEqual } from './join-token.js';
 import type { NodeRegistry } from './node-registry.js';
 import { RegistrationLimiter, registrationSource } from './registration-limits.js';
+import type { SecretsEncryption } from './secrets-encryption.js';
+import { serveSecretsEncryption } from './secrets-encryption-endpoint.js';
 
 /**
  * Drover's own endpoints beside the Kubernetes API, under `/drover/v1/` on the same port (what
@@ -76,6 +78,8 @@ export interface DroverEndpointsOptions {
   etcdMembers?: Pick<EtcdMembership, 'add' | 'clientUrls'>;
   /** Per-source registration limits; defaults to the documented ones. */
   limiter?: RegistrationLimiter;
+  /** `drover secrets-encrypt`: absent on a server that serves no Kubernetes API. */
+  secretsEncryption?: SecretsEncryption;
 }
 
 /** Agents send a UUID and 32 hex characters; this is generous room and a bound on what is stored. */
@@ -262,6 +266,7 @@ export function droverEndpoints(options: DroverEndpointsOptions) {
       try {
         const node = NODE_PATH.exec(path);
         if (node && req.method === 'DELETE') await forgetNode(options, req, res, node[1]!);
+        else if (await serveSecretsEncryption({ ...options, encryption: options.secretsEncryption }, req, res, path)) return true;
         else await serveConfig(options, req, res, path);
       } catch (error) {
         if (error instanceof ClientGoneError) {

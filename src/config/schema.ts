@@ -92,6 +92,15 @@ export const SETTINGS: readonly Setting[] = [
     default: 0,
     why: 'the controller leader evicts pods from lost nodes after it; a different value on another server would change failover when leadership moves',
   },
+  {
+    name: 'secrets-encryption',
+    type: 'bool',
+    help: 'store Secrets encrypted (AES-256-GCM) in the datastore; turning it on later encrypts the Secrets already stored, turning it off decrypts them (docs/security.md#encryption-at-rest)',
+    commands: ['server'],
+    scope: 'cluster',
+    default: false,
+    why: 'every server reads and writes the same Secrets: one writing plaintext while the others encrypt would leave Secrets unprotected at rest behind the cluster’s back',
+  },
   // --- node-scoped, server -----------------------------------------------------------------------
   {
     name: 'https-listen-port',

@@ -46,6 +46,7 @@ import { writeFileAtomic } from '../security/files.js';
 import { ensureServingMaterial, issueCertificate, servingNames } from '../security/pki.js';
 import { versionInfo } from '../version.js';
 import { writeKubeconfig } from './kubeconfig.js';
+import { type EncryptionAtRest, startEncryptionAtRest } from './encryption-at-rest.js';
 import { type DataDirLock, lockDataDir } from './lock.js';
 
 /**
@@ -167,6 +168,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let datastore: Datastore | undefined;
   let managedEtcd: ManagedEtcd | undefined;
   let etcdAccess: EtcdAccess | undefined;
+  let atRest: EncryptionAtRest | undefined;
   try {
     const serverDir = path.join(dataDir, 'server');
     fs.mkdirSync(path.join(serverDir, 'db'), { recursive: true, mode: 0o700 });
@@ -234,6 +236,19 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       datastore = instrumentDatastore(datastore, metrics.datastoreLatency);
       logger.info('supervisor metrics enabled on /metrics (this node’s supervisor-metrics setting)');
     }
+    // Secrets encrypted at rest (when the setting is on) under everything that serves the API.
+    let directory: ApiServerDirectory | undefined;
+    if (runsApi) {
+      atRest = await startEncryptionAtRest(datastore, {
+        dataDir,
+        joinSecret: identity.joinSecret,
+        serverId,
+        enabled: options.config.get<boolean>('secrets-encryption'),
+        peers: async () => (directory ? (await directory.live()).map((r) => r.id) : []),
+        logger,
+      });
+      datastore = atRest.datastore;
+    }
     const store = new ObjectStore(datastore);
     const registry = new ResourceRegistry();
 
@@ -252,7 +267,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // Which ConfigMaps and Secrets each node's pods use: all a node may read of them.
     const nodeGraph = new NodeConfigGraph(client, logger);
     await nodeGraph.start();
-    const directory = new ApiServerDirectory(datastore, logger);
+    directory = new ApiServerDirectory(datastore, logger);
     const leaderIdentity = `${options.nodeName}-${serverId.slice(0, 8)}`;
     const events = new EventRecorder(client, 'drover-node-lifecycle', leaderIdentity, logger);
     const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry]);
@@ -308,6 +323,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           datastore,
           events,
           directory,
+          ...(atRest ? { secretsEncryption: atRest.encryption } : {}),
           ...(managedEtcd && etcdAccess
             ? { etcdMembers: etcdMembership(etcdAccess, { logger, ...(options.etcdLearnerTimeoutMs !== undefined ? { learnerTimeoutMs: options.etcdLearnerTimeoutMs } : {}) }) }
             : {}),
@@ -458,6 +474,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         nodeGraph.stop();
         rbac.stop();
         await api.close(4000);
+        await atRest?.encryption.stop();
         await openDatastore.close();
         await managedEtcd?.stop();
         lock.release();
@@ -467,6 +484,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     };
     return { port: address.port, kubeconfigPath, logger, stop, joinToken: join.token };
   } catch (error) {
+    await atRest?.encryption.stop();
     await datastore?.close();
     await managedEtcd?.stop();
     lock.release();
