@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createSecretKey, type KeyObject, randomBytes, randomFillSync } from 'node:crypto';
 import {
   ConflictError,
   type Datastore,
@@ -115,12 +115,42 @@ export function envelopeKeyName(stored: Buffer): string | undefined {
   return stored.subarray(ENVELOPE_PREFIX_BYTES.length, end).toString('ascii');
 }
 
+/**
+ * Per-call costs that dominate small values (measured by bench/secrets-encryption.ts): a cipher
+ * made from raw key bytes imports the key every time, so each key's KeyObject is made once; and
+ * each randomBytes() call is a trip into OpenSSL, so nonces come from a pool filled in one call.
+ */
+const keyObjects = new WeakMap<Buffer, KeyObject>();
+function keyObject(key: EncryptionKey): KeyObject {
+  let object = keyObjects.get(key.secret);
+  if (!object) {
+    object = createSecretKey(key.secret);
+    keyObjects.set(key.secret, object);
+  }
+  return object;
+}
+
+const NONCE_POOL_BYTES = NONCE_BYTES * 512;
+let noncePool = Buffer.alloc(0);
+let noncePoolAt = NONCE_POOL_BYTES;
+function nextNonce(): Buffer {
+  if (noncePoolAt + NONCE_BYTES > noncePool.length) {
+    // A fresh buffer each time: envelopes still being built may hold slices of the old one.
+    noncePool = randomFillSync(Buffer.allocUnsafe(NONCE_POOL_BYTES));
+    noncePoolAt = 0;
+  }
+  const nonce = noncePool.subarray(noncePoolAt, noncePoolAt + NONCE_BYTES);
+  noncePoolAt += NONCE_BYTES;
+  return nonce;
+}
+
 export function encryptValue(key: EncryptionKey, storageKey: string, plaintext: Buffer): Buffer {
-  const nonce = randomBytes(NONCE_BYTES);
-  const cipher = createCipheriv('aes-256-gcm', key.secret, nonce);
+  const nonce = nextNonce();
+  const cipher = createCipheriv('aes-256-gcm', keyObject(key), nonce);
   cipher.setAAD(Buffer.from(storageKey, 'utf8'));
-  const body = Buffer.concat([cipher.update(plaintext), cipher.final()]);
-  return Buffer.concat([Buffer.from(`${ENVELOPE_PREFIX}${key.name}:`, 'ascii'), nonce, body, cipher.getAuthTag()]);
+  const body = cipher.update(plaintext);
+  const last = cipher.final();
+  return Buffer.concat([Buffer.from(`${ENVELOPE_PREFIX}${key.name}:`, 'ascii'), nonce, body, last, cipher.getAuthTag()]);
 }
 
 /** The plaintext of a stored value: plaintext as is, an envelope decrypted with its key. */
@@ -133,7 +163,7 @@ export function decryptValue(keys: readonly EncryptionKey[], storageKey: string,
   if (stored.length < start + NONCE_BYTES + TAG_BYTES) throw new DecryptionError(storageKey, 'the envelope is truncated');
   const nonce = stored.subarray(start, start + NONCE_BYTES);
   const tag = stored.subarray(stored.length - TAG_BYTES);
-  const decipher = createDecipheriv('aes-256-gcm', key.secret, nonce);
+  const decipher = createDecipheriv('aes-256-gcm', keyObject(key), nonce);
   decipher.setAAD(Buffer.from(storageKey, 'utf8'));
   decipher.setAuthTag(tag);
   try {
