@@ -26,6 +26,12 @@ export class InMemoryRbacSource implements RbacSource {
   private readonly clusterRoles = new Map<string, ClusterRole>();
   private readonly roleBindings = new Map<string, Map<string, RoleBinding>>();
   private readonly clusterRoleBindings = new Map<string, ClusterRoleBinding>();
+  /**
+   * The lists handed out, kept until the next change: the authorizer asks for them on every
+   * request, and copying them each time was most of a decision's cost.
+   */
+  private clusterRoleBindingList: readonly ClusterRoleBinding[] | undefined;
+  private readonly roleBindingLists = new Map<string, readonly RoleBinding[]>();
 
   constructor(objects: RbacObjects = {}) {
     for (const role of objects.roles ?? []) this.putRole(role);
@@ -44,10 +50,12 @@ export class InMemoryRbacSource implements RbacSource {
 
   putRoleBinding(binding: RoleBinding): void {
     inNamespace(this.roleBindings, namespaceOf(binding)).set(nameOf(binding), binding);
+    this.roleBindingLists.delete(namespaceOf(binding));
   }
 
   putClusterRoleBinding(binding: ClusterRoleBinding): void {
     this.clusterRoleBindings.set(nameOf(binding), binding);
+    this.clusterRoleBindingList = undefined;
   }
 
   deleteRole(namespace: string, name: string): void {
@@ -60,10 +68,12 @@ export class InMemoryRbacSource implements RbacSource {
 
   deleteRoleBinding(namespace: string, name: string): void {
     this.roleBindings.get(namespace)?.delete(name);
+    this.roleBindingLists.delete(namespace);
   }
 
   deleteClusterRoleBinding(name: string): void {
     this.clusterRoleBindings.delete(name);
+    this.clusterRoleBindingList = undefined;
   }
 
   getRole(namespace: string, name: string): Role | undefined {
@@ -75,11 +85,17 @@ export class InMemoryRbacSource implements RbacSource {
   }
 
   listRoleBindings(namespace: string): readonly RoleBinding[] {
-    return [...(this.roleBindings.get(namespace)?.values() ?? [])];
+    let list = this.roleBindingLists.get(namespace);
+    if (!list) {
+      list = Object.freeze([...(this.roleBindings.get(namespace)?.values() ?? [])]);
+      this.roleBindingLists.set(namespace, list);
+    }
+    return list;
   }
 
   listClusterRoleBindings(): readonly ClusterRoleBinding[] {
-    return [...this.clusterRoleBindings.values()];
+    this.clusterRoleBindingList ??= Object.freeze([...this.clusterRoleBindings.values()]);
+    return this.clusterRoleBindingList;
   }
 
   /** Every ClusterRole, for aggregation. */
