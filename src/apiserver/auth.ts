@@ -10,6 +10,10 @@ import type { KubeObject } from './objects.js';
 export interface UserInfo {
   name: string;
   groups: readonly string[];
+  /** A stable id of the user where the authenticator has one (a ServiceAccount's UID). */
+  uid?: string;
+  /** What else the authenticator knows (a ServiceAccount token's pod, node and credential id). */
+  extra?: Record<string, string[]>;
 }
 
 export interface RequestAttributes {
@@ -31,8 +35,14 @@ export interface NonResourceAttributes {
   path: string;
 }
 
+/**
+ * One way of proving who one is. Answers the caller, or undefined when this authenticator does
+ * not recognise them (the next one may); a credential it recognises but refuses (an expired
+ * token) is undefined too, and ends as a 401 unless another authenticator knows it. May answer
+ * asynchronously (ServiceAccount tokens verify a signature and read the store).
+ */
 export interface Authenticator {
-  authenticate(req: IncomingMessage): UserInfo | undefined;
+  authenticate(req: IncomingMessage): UserInfo | undefined | Promise<UserInfo | undefined>;
 }
 
 /** `reason` says why (RBAC: which binding allowed it), for access reviews and the 403's message. */
@@ -87,13 +97,13 @@ export interface Admission {
   judges(user: UserInfo): boolean;
 }
 
-/** Several authenticators: the first that recognises the caller wins. */
+/** Several authenticators, in order: the first that recognises the caller wins. */
 export class UnionAuthenticator implements Authenticator {
   constructor(private readonly authenticators: readonly Authenticator[]) {}
 
-  authenticate(req: IncomingMessage): UserInfo | undefined {
+  async authenticate(req: IncomingMessage): Promise<UserInfo | undefined> {
     for (const authenticator of this.authenticators) {
-      const user = authenticator.authenticate(req);
+      const user = await authenticator.authenticate(req);
       if (user) return user;
     }
     return undefined;

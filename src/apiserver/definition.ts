@@ -1,5 +1,6 @@
 import type { Logger } from '../logging/logger.js';
 import type { Authorizer, UserInfo } from './auth.js';
+import type { IssuedToken, IssueTokenRequest } from '../security/service-account-tokens.js';
 import type { StatusCause } from './errors.js';
 import type { KubeObject } from './objects.js';
 import type {
@@ -23,10 +24,11 @@ import type { Printer } from './table.js';
 
 /**
  * `status`: the status-only write path; `eviction`: policy Eviction (pods); `scale`: the
- * autoscaling/v1 Scale view of `spec.replicas`; `log`: a pod's container log, served by a hook.
- * Every name but `status` needs its hook below (the registry refuses a definition without it).
+ * autoscaling/v1 Scale view of `spec.replicas`; `log`: a pod's container log, served by a hook;
+ * `token`: a TokenRequest (ServiceAccounts). Every name but `status` needs its hook below (the
+ * registry refuses a definition without it).
  */
-export type Subresource = 'status' | 'eviction' | 'scale' | 'log';
+export type Subresource = 'status' | 'eviction' | 'scale' | 'log' | 'token';
 
 export interface Conversion {
   /** From this version's shape to the stored shape. */
@@ -130,6 +132,32 @@ export interface LogStrategy {
   resolve(obj: KubeObject, params: PodLogParams): PodLogParams;
 }
 
+/**
+ * What signs ServiceAccount tokens: the cluster's key, issuer and audiences. The server builds it
+ * (src/server/service-accounts.ts) and hands it to the verb layer; without it, no tokens.
+ */
+export interface TokenIssuer {
+  /** The API server's own audiences: a TokenRequest without audiences gets these. */
+  readonly apiAudiences: readonly string[];
+  /** A cap on lifetimes (kube's --service-account-max-token-expiration); none when absent. */
+  readonly maxExpirationSeconds?: number;
+  issue(request: Omit<IssueTokenRequest, 'issuer'>): Promise<IssuedToken>;
+}
+
+/** `token`: a TokenRequest (authentication.k8s.io/v1) for one object of the kind (ServiceAccounts). */
+export interface TokenStrategy {
+  /**
+   * Checks the request against the stored objects, signs, and answers the TokenRequest with its
+   * status, plus warnings for the `Warning` header. Throws an ApiError to refuse.
+   */
+  create(
+    context: KindContext,
+    target: { namespace: string; name: string },
+    request: KubeObject,
+    issuer: TokenIssuer,
+  ): Promise<{ object: KubeObject; warnings: string[] }>;
+}
+
 export interface ResourceDefinition {
   // ------------------------------------------------------------------------------------------
   // Data: names, scope, discovery, tables, selectors, storage.
@@ -203,10 +231,11 @@ export interface ResourceDefinition {
   delete?(context: KindContext, name: string, options: DeleteOptions): Promise<DeleteResult>;
 
   // ------------------------------------------------------------------------------------------
-  // Subresource hooks: one for each of `eviction`, `scale`, `log` listed in `subresources`.
+  // Subresource hooks: one for each of `eviction`, `scale`, `log`, `token` listed in `subresources`.
   eviction?: EvictionStrategy;
   scale?: ScaleStrategy;
   log?: LogStrategy;
+  token?: TokenStrategy;
 }
 
 export function apiVersionOf(def: Pick<ResourceDefinition, 'group' | 'version'>): string {
@@ -219,7 +248,7 @@ export const standardFields = (...extra: string[]): ReadonlySet<string> =>
 
 /** A definition's subresources and its hooks must agree: a listed subresource without its hook would be routed to nothing. */
 export function checkDefinition(def: ResourceDefinition): void {
-  const hooks: Record<Exclude<Subresource, 'status'>, unknown> = { eviction: def.eviction, scale: def.scale, log: def.log };
+  const hooks: Record<Exclude<Subresource, 'status'>, unknown> = { eviction: def.eviction, scale: def.scale, log: def.log, token: def.token };
   for (const [name, hook] of Object.entries(hooks)) {
     const listed = def.subresources.includes(name as Subresource);
     if (listed !== (hook !== undefined)) {

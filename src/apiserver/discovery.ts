@@ -43,7 +43,7 @@ export function apiGroup(name: string, versions: string[]): object {
 }
 
 function subresourceVerbs(sub: string): string[] {
-  if (sub === 'eviction') return ['create'];
+  if (sub === 'eviction' || sub === 'token') return ['create'];
   if (sub === 'log') return ['get'];
   return ['get', 'patch', 'update'];
 }
@@ -52,6 +52,7 @@ function subresourceVerbs(sub: string): string[] {
 const SUBRESOURCE_KINDS: Readonly<Record<string, { group: string; version: string; kind: string }>> = {
   eviction: { group: 'policy', version: 'v1', kind: 'Eviction' },
   scale: { group: 'autoscaling', version: 'v1', kind: 'Scale' },
+  token: { group: 'authentication.k8s.io', version: 'v1', kind: 'TokenRequest' },
 };
 
 export function apiResourceList(registry: ResourceRegistry, group: string, version: string): object {

@@ -3,6 +3,7 @@ import type { Logger } from '../logging/logger.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
 import type { Admission, Authenticator, Authorizer, RequestAttributes, UserInfo } from './auth.js';
+import type { TokenIssuer } from './definition.js';
 import {
   AGGREGATED_CONTENT_TYPE,
   aggregatedDiscovery,
@@ -36,12 +37,14 @@ import {
   serveLog,
   servePatch,
   serveScale,
+  serveTokenRequest,
   serveUpdate,
 } from './serve-writes.js';
 import type { ObjectStore } from './storage.js';
 import type { RequestContext } from './verbs/context.js';
 import { ResourceVerbs } from './verbs/verbs.js';
 import type { VersionInfo } from '../version.js';
+import { DISCOVERY_CACHE_CONTROL, JWKS_CONTENT_TYPE, JWKS_PATH, OPENID_CONFIGURATION_PATH } from '../security/service-account-tokens.js';
 
 export type { PodLogParams } from './definition.js';
 
@@ -69,6 +72,13 @@ export interface HandlerOptions {
   admission?: Admission;
   /** The RBAC objects the authorizer reads, for SelfSubjectRulesReview (`kubectl auth can-i --list`). */
   rbac?: RbacSource;
+  /** Signs ServiceAccount tokens (`serviceaccounts/<name>/token`); without it, that is a 404. */
+  tokens?: TokenIssuer;
+  /**
+   * The service account issuer's OpenID discovery documents, for external verifiers of tokens
+   * (/.well-known/openid-configuration, /openid/v1/jwks); without it, both are 404.
+   */
+  issuerDiscovery?: () => { openIdConfiguration: object; jwks: object };
   /**
    * Drover's own endpoints beside the Kubernetes API (join, bootstrap). Called before
    * authentication; answers true when it served the request.
@@ -106,6 +116,7 @@ export class ApiHandler {
       authorizer: options.authorizer,
       ...(options.admission ? { admission: options.admission } : {}),
       ...(options.rbac ? { rbac: options.rbac } : {}),
+      ...(options.tokens ? { tokens: options.tokens } : {}),
     });
     this.watchSettings = {
       bookmarkIntervalMs: options.bookmarkIntervalMs ?? 15_000,
@@ -176,7 +187,7 @@ export class ApiHandler {
     if (PUBLIC_PATHS.has(path) || path.startsWith('/readyz/') || path.startsWith('/livez/')) {
       // Anonymous callers may read these, but a token that fails authentication is refused
       // everywhere, as kube-apiserver does.
-      if (req.headers.authorization && !this.options.authenticator.authenticate(req)) throw errors.unauthorized();
+      if (req.headers.authorization && !(await this.options.authenticator.authenticate(req))) throw errors.unauthorized();
       await this.servePublic(path, method, res);
       return;
     }
@@ -188,7 +199,7 @@ export class ApiHandler {
     if (this.options.kubernetesApi === false) {
       throw new ApiError(404, 'NotFound', `this is an etcd-only server: it serves no Kubernetes API (${path}); use a control-plane server`);
     }
-    const user = this.options.authenticator.authenticate(req);
+    const user = await this.options.authenticator.authenticate(req);
     if (!user) throw errors.unauthorized();
     // Acting as someone else (kubectl --as) is not implemented: refused, rather than silently
     // answering as the caller, which would make `kubectl auth can-i --as x` lie.
@@ -213,6 +224,10 @@ export class ApiHandler {
     }
     if (path === '/openapi/v3' || path.startsWith('/openapi/v3/')) {
       this.serveOpenApi(path, res);
+      return;
+    }
+    if (path === OPENID_CONFIGURATION_PATH || path === JWKS_PATH) {
+      this.serveIssuerDiscovery(path, method, res);
       return;
     }
 
@@ -263,7 +278,7 @@ export class ApiHandler {
   private async serveMetrics(req: IncomingMessage, res: ServerResponse, path: string, method: string): Promise<void> {
     const metrics = this.options.metrics;
     if (!metrics) throw errors.pathNotFound();
-    const user = this.options.authenticator.authenticate(req);
+    const user = await this.options.authenticator.authenticate(req);
     if (!user) throw errors.unauthorized();
     this.authorizePath(user, path, method);
     const text = await metrics.registry.metrics();
@@ -299,6 +314,17 @@ export class ApiHandler {
         sendText(res, 200, 'ok');
       }
     }
+  }
+
+  /** To any authenticated caller (kube: system:service-account-issuer-discovery); public keys only. */
+  private serveIssuerDiscovery(path: string, method: string, res: ServerResponse): void {
+    if (method !== 'GET' && method !== 'HEAD') throw errors.methodNotAllowed();
+    const documents = this.options.issuerDiscovery?.();
+    if (!documents) throw errors.pathNotFound();
+    const jwks = path === JWKS_PATH;
+    sendJson(res, 200, jwks ? documents.jwks : documents.openIdConfiguration, jwks ? JWKS_CONTENT_TYPE : 'application/json', {
+      'Cache-Control': DISCOVERY_CACHE_CONTROL,
+    });
   }
 
   private serveOpenApi(path: string, res: ServerResponse): void {
@@ -363,6 +389,7 @@ export class ApiHandler {
         return serveWatch(call, this.watchSettings);
       case 'create':
         if (request.subresource === 'eviction') return serveEviction(call);
+        if (request.subresource === 'token') return serveTokenRequest(call);
         return serveCreate(call);
       case 'update':
         return serveUpdate(call);

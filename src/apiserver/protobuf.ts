@@ -2,7 +2,8 @@
  * A small decoder for Kubernetes protobuf request bodies (`application/vnd.kubernetes.protobuf`).
  *
  * kubectl's generator commands (`kubectl create namespace`, `create pdb`, `create configmap`,
- * `create secret`, and `create deployment` in kubectl 1.32; 1.20 sends them as JSON) send their
+ * `create secret`, `create serviceaccount`, `create token` and `create deployment` in kubectl
+ * 1.32; 1.20 sends them as JSON) send their
  * POST body as protobuf. Drover stores JSON, so this decodes the envelope and the few kinds those
  * commands create (plus Pod, which shares the PodSpec) into the JSON shape the JSON API accepts. Everything else is refused
  * with a message telling the user to send JSON or YAML.
@@ -33,6 +34,7 @@ import {
   decodeSubjectAccessReview,
 } from './protobuf/reviews-v1.js';
 import { embedded, parseMessage, str } from './protobuf/reader.js';
+import { decodeServiceAccount, decodeTokenRequest } from './protobuf/service-accounts.js';
 
 export { ProtobufDecodeError, ProtobufUnsupportedError } from './protobuf/errors.js';
 
@@ -46,7 +48,7 @@ export interface DecodedProtobuf {
 const MAGIC = Buffer.from([0x6b, 0x38, 0x73, 0x00]); // "k8s\0"
 
 const SUPPORTED =
-  'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, apps/v1 Deployment, policy/v1 PodDisruptionBudget, the rbac.authorization.k8s.io/v1 kinds and the access reviews';
+  'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 ServiceAccount, authentication.k8s.io/v1 TokenRequest, apps/v1 Deployment, policy/v1 PodDisruptionBudget, the rbac.authorization.k8s.io/v1 kinds and the access reviews';
 
 const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Namespace', decodeNamespace],
@@ -54,6 +56,8 @@ const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Pod', decodePod],
   ['v1/ConfigMap', decodeConfigMap],
   ['v1/Secret', decodeSecret],
+  ['v1/ServiceAccount', decodeServiceAccount],
+  ['authentication.k8s.io/v1/TokenRequest', decodeTokenRequest],
   ['apps/v1/Deployment', decodeDeployment],
   ['rbac.authorization.k8s.io/v1/Role', decodeRbacRole],
   ['rbac.authorization.k8s.io/v1/ClusterRole', decodeRbacClusterRole],

@@ -76,6 +76,8 @@ export function parseResourcePath(registry: ResourceRegistry, group: string, ver
  */
 export function verbOf(method: string, request: ResourceRequest, params: URLSearchParams): string {
   if (request.subresource === 'log') return method === 'GET' || method === 'HEAD' ? 'get' : 'invalid';
+  // A TokenRequest is only ever created: a read or write of `token` must not reach the account.
+  if (request.subresource === 'token' && method !== 'POST') return 'invalid';
   // A subresource is never deleted by itself (DELETE .../status must not remove the object).
   if (request.subresource !== undefined && method === 'DELETE') return 'invalid';
   const watching = request.legacyWatch || queryBool(params, 'watch');
@@ -85,7 +87,12 @@ export function verbOf(method: string, request: ResourceRequest, params: URLSear
       if (watching) return 'watch';
       return request.name === undefined ? 'list' : 'get';
     case 'POST':
-      return request.subresource === 'eviction' ? 'create' : request.name === undefined ? 'create' : 'invalid';
+      // POST to an object's subresource creates something of its own (an Eviction, a TokenRequest).
+      return request.subresource === 'eviction' || request.subresource === 'token'
+        ? 'create'
+        : request.name === undefined
+          ? 'create'
+          : 'invalid';
     case 'PUT':
       return request.name === undefined ? 'invalid' : 'update';
     case 'PATCH':

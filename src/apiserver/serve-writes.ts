@@ -145,6 +145,18 @@ export async function serveScale(call: HttpCall, verb: string): Promise<void> {
   sendJson(res, 200, await verbs.updateScale(ctx, def, request.namespace, name, change));
 }
 
+/** `serviceaccounts/S/token`: a TokenRequest in, the same with its status (the token) out, 201. */
+export async function serveTokenRequest(call: HttpCall): Promise<void> {
+  const { verbs, ctx, req, res, request } = call;
+  negotiate(req.headers.accept);
+  const body = asKubeObject(decodeBody(await readBody(req), req.headers['content-type']), 'the token request');
+  const { object, warnings } = await verbs.createToken(ctx, request.def, request.namespace!, request.name!, body);
+  const headers: Record<string, string> = warnings.length
+    ? { Warning: warnings.map((w) => `299 - ${JSON.stringify(w)}`).join(', ') }
+    : {};
+  sendJson(res, 201, object, 'application/json', headers);
+}
+
 /** `pods/P/log`: checked by the verb layer, served by the podLogs hook (which reaches the pod's agent). */
 export async function serveLog(call: HttpCall, podLogs: PodLogHook | undefined): Promise<void> {
   const { verbs, ctx, req, res, url, request } = call;

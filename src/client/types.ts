@@ -19,6 +19,7 @@ export const EVENTS: ResourceRef = { group: '', version: 'v1', plural: 'events',
 export const NAMESPACES: ResourceRef = { group: '', version: 'v1', plural: 'namespaces', namespaced: false };
 export const CONFIGMAPS: ResourceRef = { group: '', version: 'v1', plural: 'configmaps', namespaced: true };
 export const SECRETS: ResourceRef = { group: '', version: 'v1', plural: 'secrets', namespaced: true };
+export const SERVICEACCOUNTS: ResourceRef = { group: '', version: 'v1', plural: 'serviceaccounts', namespaced: true };
 export const LEASES: ResourceRef = {
   group: 'coordination.k8s.io',
   version: 'v1',

@@ -105,8 +105,8 @@ function requireJoinSecret(options: DroverEndpointsOptions, req: IncomingMessage
   if (!token || !secretsEqual(token, options.joinSecret)) throw errors.unauthorized();
 }
 
-function requireAdmin(options: DroverEndpointsOptions, req: IncomingMessage): UserInfo {
-  const user = options.authenticator.authenticate(req);
+async function requireAdmin(options: DroverEndpointsOptions, req: IncomingMessage): Promise<UserInfo> {
+  const user = await options.authenticator.authenticate(req);
   if (!user) throw errors.unauthorized();
   if (!user.groups.includes('system:masters')) throw errors.forbidden(`User "${user.name}" is not a cluster admin`);
   return user;
@@ -120,12 +120,12 @@ async function readRecord(datastore: Datastore): Promise<ClusterRecord | undefin
 /** Cluster configuration endpoints: the record, live changes, drift, node publications. */
 async function serveConfig(options: DroverEndpointsOptions, req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
   if (path === '/drover/v1/cluster-config' && req.method === 'GET') {
-    requireAdmin(options, req);
+    await requireAdmin(options, req);
     sendJson(res, 200, (await readRecord(options.datastore)) ?? { values: {} });
     return;
   }
   if (path === '/drover/v1/cluster-config' && req.method === 'PUT') {
-    const user = requireAdmin(options, req);
+    const user = await requireAdmin(options, req);
     const body = await readJsonObject(req, 'cluster config');
     const key = stringField(body, 'key');
     const value = stringField(body, 'value');
@@ -179,17 +179,17 @@ async function serveConfig(options: DroverEndpointsOptions, req: IncomingMessage
   }
   if (path === '/drover/v1/apiservers' && req.method === 'GET') {
     // Any authenticated caller (agents, the admin): where else the API is served.
-    if (!options.authenticator.authenticate(req)) throw errors.unauthorized();
+    if (!(await options.authenticator.authenticate(req))) throw errors.unauthorized();
     sendJson(res, 200, { servers: (await options.directory.live()).map((r) => ({ url: r.url, node: r.node })) });
     return;
   }
   if (path === '/drover/v1/config/drift' && req.method === 'GET') {
-    requireAdmin(options, req);
+    await requireAdmin(options, req);
     sendJson(res, 200, computeDrift(await readPublished(options.datastore), await readRecord(options.datastore)));
     return;
   }
   if (path === '/drover/v1/node-config' && req.method === 'PUT') {
-    const user = options.authenticator.authenticate(req);
+    const user = await options.authenticator.authenticate(req);
     const node = user ? nodeNameOf(user) : undefined;
     if (!node) throw errors.unauthorized();
     const body = await readJsonObject(req, 'node config');
@@ -208,7 +208,7 @@ async function serveConfig(options: DroverEndpointsOptions, req: IncomingMessage
  * forgotten is gone from the cluster, and the next host to register the name takes it.
  */
 async function forgetNode(options: DroverEndpointsOptions, req: IncomingMessage, res: ServerResponse, encoded: string): Promise<void> {
-  const user = requireAdmin(options, req);
+  const user = await requireAdmin(options, req);
   let nodeName: string;
   try {
     nodeName = decodeURIComponent(encoded);

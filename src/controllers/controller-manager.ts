@@ -51,6 +51,12 @@ export interface ControllerManagerOptions {
   lifecycle?: Pick<NodeLifecycleOptions, 'onUnavailable' | 'onNodeDeleted' | 'onClockOffset' | 'tickMs'>;
   /** Started after the node lifecycle controller, stopped before it. */
   extraControllers?: readonly LeaderOnlyController[];
+  /**
+   * Controllers built afresh for each term on its shared informers (the ServiceAccount
+   * controllers): built before the informers list, started after the extra controllers, stopped
+   * before them.
+   */
+  termControllers?: readonly ((informers: SharedInformers, clock: Clock) => LeaderOnlyController)[];
   lease?: ControllerLease;
   /** The workload controllers' full resync interval. */
   resyncMs?: number;
@@ -61,6 +67,7 @@ export interface ControllerManagerOptions {
 /** What one term of leadership runs. */
 interface Term {
   informers: SharedInformers;
+  built: LeaderOnlyController[];
   lifecycle: NodeLifecycleController;
   workloads: WorkloadControllers;
   failover: FailoverController;
@@ -146,7 +153,8 @@ export class ControllerManager {
       },
       clock,
     );
-    const term: Term = { informers, lifecycle, workloads, failover };
+    const built = (this.options.termControllers ?? []).map((build) => build(informers, clock));
+    const term: Term = { informers, built, lifecycle, workloads, failover };
     this.term = term;
     const current = (): boolean => this.term === term;
     await informers.start();
@@ -156,6 +164,10 @@ export class ControllerManager {
       await extra.start();
       // The lease was lost while it started: stopTerm stopped it before it was up; stop it now.
       if (!current()) return extra.stop();
+    }
+    for (const controller of built) {
+      await controller.start();
+      if (!current()) return; // stopTerm stopped every built one
     }
     if (!current()) return;
     workloads.start();
@@ -169,6 +181,7 @@ export class ControllerManager {
     // Failover first: it reads the lifecycle controller and the pod informer.
     term.failover.stop();
     term.workloads.stop();
+    for (const controller of term.built) controller.stop();
     for (const extra of this.options.extraControllers ?? []) extra.stop();
     term.lifecycle.stop();
     term.informers.stop();

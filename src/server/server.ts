@@ -32,6 +32,7 @@ import { API_SERVER_CLIENT_NAME, droverEndpoints } from '../cluster/drover-endpo
 import { EventRecorder } from '../controllers/events.js';
 import { ControllerManager } from '../controllers/controller-manager.js';
 import { podLogProxy } from './pod-logs.js';
+import { serviceAccountControllers, setUpServiceAccounts } from './service-accounts.js';
 import { CONTROL_PLANE_ROLE_LABEL, ETCD_ROLE_LABEL, STATE_LABEL } from '../node-protocol/names.js';
 import { openSqliteDatastore } from '../datastore/sqlite.js';
 import { establishClusterIdentity } from './bootstrap.js';
@@ -267,10 +268,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // Which ConfigMaps and Secrets each node's pods use: all a node may read of them.
     const nodeGraph = new NodeConfigGraph(client, logger);
     await nodeGraph.start();
+    // ServiceAccount tokens: the cluster's signing key, the TokenRequest signer, the authenticator.
+    const serviceAccounts = await setUpServiceAccounts({ datastore, dataDir, joinSecret: identity.joinSecret, client, logger });
     directory = new ApiServerDirectory(datastore, logger);
     const leaderIdentity = `${options.nodeName}-${serverId.slice(0, 8)}`;
     const events = new EventRecorder(client, 'drover-node-lifecycle', leaderIdentity, logger);
-    const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry]);
+    const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry, serviceAccounts.authenticator]);
     const timings = {
       nodeLeaseRenewIntervalMs: options.nodeLeaseRenewIntervalMs,
       nodeMonitorGracePeriodMs: options.nodeMonitorGracePeriodMs,
@@ -300,6 +303,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         authorizer: new NodeAuthorizer(new RbacAuthorizer(rbac), nodeGraph),
         rbac,
         admission: new NodeRestrictionAdmission(client),
+        tokens: serviceAccounts.tokens,
+        issuerDiscovery: serviceAccounts.discovery,
         ...(metrics ? { metrics } : {}),
         kubernetesApi: runsApi,
         podLogs: podLogProxy({
@@ -348,6 +353,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     );
     const address = await api.listen({ host: options.bindAddress, port: options.httpsListenPort });
     const serverUrl = `https://${clientHost(options.bindAddress)}:${address.port}`;
+    const advertisedUrl = `https://${advertiseHost.includes(':') ? `[${advertiseHost}]` : advertiseHost}:${address.port}`;
+    serviceAccounts.publishAt(advertisedUrl);
     const kubeconfig = {
       serverUrl,
       caCertificatePem: tls.ca.certificatePem,
@@ -370,6 +377,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       identity: leaderIdentity,
       timings: { ...timings, defaultUnavailableTolerationMs: options.defaultUnavailableTolerationMs },
       extraControllers: [records, new ClusterRoleAggregationController(client, logger.child({ controller: 'clusterrole-aggregation' }))],
+      termControllers: serviceAccountControllers(serviceAccounts, client, logger, tls.ca.certificatePem),
       lifecycle: {
         ...(metrics
           ? {
@@ -431,7 +439,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
     if (runsApi) await directory.start({
       id: serverId,
-      url: `https://${advertiseHost.includes(':') ? `[${advertiseHost}]` : advertiseHost}:${address.port}`,
+      url: advertisedUrl,
       node: options.nodeName,
     });
 

@@ -61,6 +61,23 @@ const CAPTURED = {
   /** kubectl create deployment d --image=nginx */
   deployment:
     '6b3873000a150a07617070732f7631120a4465706c6f796d656e7412a3010a1b0a016412001a0022002a003200380042005a080a0361707012016412760801120a0a080a036170701201641a5e0a1a0a0012001a0022002a003200380042005a080a03617070120164124012220a056e67696e7812056e67696e782a0042006a007200800100880100900100a201001a00320042004a0052005800600068008201008a01009a0100c2010022020a00280038001a0c0800100018002000280038001a002200',
+  /** kubectl create serviceaccount demo2 */
+  serviceAccount: '6b3873000a140a027631120e536572766963654163636f756e7412170a150a0564656d6f3212001a0022002a003200380042001a002200',
+  /** kubectl -n kube-system create serviceaccount demo3 */
+  serviceAccountInNamespace:
+    '6b3873000a140a027631120e536572766963654163636f756e7412220a200a0564656d6f3312001a0b6b7562652d73797374656d22002a003200380042001a002200',
+  /** kubectl create token demo */
+  tokenRequest:
+    '6b3873000a280a1861757468656e7469636174696f6e2e6b38732e696f2f7631120c546f6b656e52657175657374121a0a100a0012001a0022002a0032003800420012001a040a0012001a002200',
+  /** kubectl create token demo --duration 10m --audience a --audience b */
+  tokenRequestFull:
+    '6b3873000a280a1861757468656e7469636174696f6e2e6b38732e696f2f7631120c546f6b656e5265717565737412230a100a0012001a0022002a0032003800420012090a01610a016220d8041a040a0012001a002200',
+  /** kubectl create token demo --bound-object-kind Pod --bound-object-name p1 --bound-object-uid 22845ea5-… */
+  tokenRequestPod:
+    '6b3873000a280a1861757468656e7469636174696f6e2e6b38732e696f2f7631120c546f6b656e52657175657374124f0a100a0012001a0022002a0032003800420012351a330a03506f64120276311a027031222432323834356561352d333531312d343731642d386339392d6234343036303366626563371a040a0012001a002200',
+  /** kubectl create token demo --bound-object-kind Secret --bound-object-name s1 */
+  tokenRequestSecret:
+    '6b3873000a280a1861757468656e7469636174696f6e2e6b38732e696f2f7631120c546f6b656e52657175657374122e0a100a0012001a0022002a0032003800420012141a120a06536563726574120276311a02733122001a040a0012001a002200',
   /** kubectl auth can-i get pods */
   selfSubjectAccessReview:
     '6b3873000a320a17617574686f72697a6174696f6e2e6b38732e696f2f7631121753656c665375626a656374416363657373526576696577123c0a100a0012001a0022002a00320038004200121e0a1c0a0764656661756c7412036765741a0022002a04706f647332003a001a08080012001a0020001a002200',
@@ -323,11 +340,42 @@ describe('decodeKubernetesProtobuf: bodies captured from kubectl', () => {
     assert.deepEqual(decodeKubernetesProtobuf(envelope('v1', 'Secret', Buffer.alloc(0))).object, { apiVersion: 'v1', kind: 'Secret', metadata: {} });
   });
 
+  it('kubectl create serviceaccount: the name and namespace', () => {
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.serviceAccount)).object, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'demo2' } });
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.serviceAccountInNamespace)).object.metadata, { name: 'demo3', namespace: 'kube-system' });
+  });
+
+  it('hand-built ServiceAccount: secrets, imagePullSecrets, automount (false kept), Go field order', () => {
+    const sa = decodeKubernetesProtobuf(envelope('v1', 'ServiceAccount', Buffer.concat([
+      m(1, s(1, 'robot')), v(4, false), m(2, s(1, 'Secret'), s(3, 'tok'), s(4, ''), s(5, 'v1')), m(3, s(1, 'pull')), m(3, s(1, '')), s(9, 'future'),
+    ]))).object;
+    assert.equal(
+      JSON.stringify(sa),
+      '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"robot"},"secrets":[{"kind":"Secret","name":"tok","apiVersion":"v1"}],"imagePullSecrets":[{"name":"pull"},{}],"automountServiceAccountToken":false}',
+    );
+  });
+
+  it('kubectl create token: audiences, duration and bound object as sent, nothing else', () => {
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.tokenRequest)).object, {
+      apiVersion: 'authentication.k8s.io/v1',
+      kind: 'TokenRequest',
+      metadata: {},
+      spec: {},
+    });
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.tokenRequestFull)).object.spec, { audiences: ['a', 'b'], expirationSeconds: 600 });
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.tokenRequestPod)).object.spec, {
+      boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: 'p1', uid: '22845ea5-3511-471d-8c99-b440603fbec7' },
+    });
+    assert.deepEqual(decodeKubernetesProtobuf(hex(CAPTURED.tokenRequestSecret)).object.spec, {
+      boundObjectRef: { kind: 'Secret', apiVersion: 'v1', name: 's1' },
+    });
+  });
+
   it('refuses kinds Drover does not decode, naming the kind and a way out', () => {
     const service = envelope('v1', 'Service', m(1, s(1, 'svc')));
     assertUnsupported(
       service,
-      /only for v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, apps\/v1 Deployment, policy\/v1 PodDisruptionBudget, the rbac\.authorization\.k8s\.io\/v1 kinds and the access reviews \(got v1 Service\)/,
+      /only for v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 ServiceAccount, authentication\.k8s\.io\/v1 TokenRequest, apps\/v1 Deployment, policy\/v1 PodDisruptionBudget, the rbac\.authorization\.k8s\.io\/v1 kinds and the access reviews \(got v1 Service\)/,
     );
     assertUnsupported(service, /kubectl create service clusterip \.\.\. --dry-run=client -o yaml \| kubectl apply -f -/);
   });
@@ -890,7 +938,7 @@ describe('decodeKubernetesProtobuf: unsupported input', () => {
     assertUnsupported(envelope('apps/v1', 'StatefulSet', m(1, s(1, 'p'))), /got apps\/v1 StatefulSet/);
     assertUnsupported(envelope('extensions/v1beta1', 'Deployment', m(1, s(1, 'p'))), /got extensions\/v1beta1 Deployment.*kubectl create deployment/);
     assertUnsupported(envelope('policy/v1beta1', 'PodDisruptionBudget', m(1, s(1, 'p'))), /got policy\/v1beta1 PodDisruptionBudget/);
-    assertUnsupported(envelope('v1', 'ServiceAccount', Buffer.alloc(0)), /kubectl create serviceaccount/);
+    assertUnsupported(envelope('v1', 'ResourceQuota', Buffer.alloc(0)), /kubectl create quota/);
     assertUnsupported(envelope('example.com/v1', 'constructor', Buffer.alloc(0)), /write the object to a YAML file/);
     assertUnsupported(Buffer.concat([Buffer.from('k8s\0', 'latin1'), bytesField(2, Buffer.alloc(0))]), /without a kind/);
   });

@@ -9,6 +9,7 @@ import { POD_DEFINITION } from './pods.js';
 import { RBAC_DEFINITIONS } from './rbac.js';
 import { REVIEW_DEFINITIONS } from './reviews.js';
 import { SECRET_DEFINITION } from './secrets.js';
+import { SERVICE_ACCOUNT_DEFINITION } from './service-accounts.js';
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
 
 /**
@@ -25,6 +26,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   LEASE_DEFINITION,
   CONFIGMAP_DEFINITION,
   SECRET_DEFINITION,
+  SERVICE_ACCOUNT_DEFINITION,
   DEPLOYMENT_DEFINITION,
   REPLICASET_DEFINITION,
   STATEFULSET_DEFINITION,

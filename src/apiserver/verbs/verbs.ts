@@ -1,6 +1,6 @@
 import type { Logger } from '../../logging/logger.js';
 import type { Admission, Authorizer } from '../auth.js';
-import type { CallerWrite, KindContext, LogQuery, PodLogParams, ResourceDefinition } from '../definition.js';
+import type { CallerWrite, KindContext, LogQuery, PodLogParams, ResourceDefinition, TokenIssuer } from '../definition.js';
 import { ApiError, errors } from '../errors.js';
 import type { JsonObject } from '../json.js';
 import type { KubeObject } from '../objects.js';
@@ -15,7 +15,7 @@ import { asKubeObject, type Change, checkTypeMeta, pruneUnknownFields, type Requ
 
 /**
  * The verb layer: get, list, watch, create, update, patch, delete and deletecollection, and the
- * subresources (status, scale, eviction, log), for every kind, run the same way for every caller.
+ * subresources (status, scale, eviction, log, token), for every kind, run the same way for every caller.
  * The HTTP handler (src/apiserver/handler.ts) calls it after authentication and authorization;
  * LocalClient (src/client/local.ts) calls it for the code inside the server. The generic rules
  * are here and in the ObjectStore; what differs between kinds is in each kind's definition
@@ -35,6 +35,8 @@ export interface VerbsOptions {
   /** The HTTP door's authorizer chain and the RBAC objects it reads, for the kinds' caller checks and the access reviews. */
   authorizer?: Authorizer;
   rbac?: RbacSource;
+  /** Signs ServiceAccount tokens (the `token` subresource); without it that subresource is a 404. */
+  tokens?: TokenIssuer;
   logger?: Logger;
 }
 
@@ -359,6 +361,24 @@ export class ResourceVerbs {
     const parsed = hook.parse(query);
     const object = await this.store.get(def, namespace, name);
     return { object, params: hook.resolve(object, parsed) };
+  }
+
+  /**
+   * `<kind>/token` (ServiceAccounts): a TokenRequest, checked and signed by the kind's token hook
+   * with the server's issuer. Nothing is stored; admission sees the account, as for an eviction.
+   */
+  async createToken(
+    ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string,
+    name: string,
+    request: KubeObject,
+  ): Promise<{ object: KubeObject; warnings: string[] }> {
+    const hook = def.token;
+    if (!hook) throw errors.pathNotFound();
+    if (!this.options.tokens) throw new ApiError(404, 'NotFound', 'this server does not issue service account tokens', {});
+    await this.admitExisting(ctx, 'create', { def, namespace, name, subresource: 'token' });
+    return hook.create(this.kindContext, { namespace, name }, request, this.options.tokens);
   }
 
   // -------------------------------------------------------------------------------------------
