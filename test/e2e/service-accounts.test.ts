@@ -6,7 +6,8 @@
  *
  * - `kubectl get sa` lists `default` in a new namespace (the controller made it);
  * - `kubectl create token` gives a JWT that authenticates as system:serviceaccount:<ns>:<name>
- *   (seen in a 403 message that names the caller: Drover's admin-only cluster-config endpoint);
+ *   (`kubectl auth whoami`; 1.20 posts the SelfSubjectReview itself), with no rights beyond
+ *   RBAC's defaults (a 403 naming the account);
  * - a token of a deleted account, a token for another audience and a pod-bound token of a deleted
  *   pod are 401s; a legacy token Secret is filled in, and goes (with its token) with its account;
  * - the issuer's discovery documents verify a token for an outside verifier (jose), and the key
@@ -65,13 +66,19 @@ describe('ServiceAccounts with kubectl, raw requests and the Python client', { c
     assert.equal(answer.kind, 'TokenRequest');
     return answer.status.token;
   };
-  /** Who the API takes a token for: Drover's admin-only endpoint names the caller in its 403. */
-  const whoIs = async (client: KubectlClient, token: string): Promise<KubectlResult> =>
-    kubectl(client, ['--token', token, 'get', '--raw', '/drover/v1/cluster-config']);
+  /** Who the API takes a token for: a SelfSubjectReview (1.32: `auth whoami`; 1.20 has none: a raw POST). */
+  const whoIs = async (client: KubectlClient, token: string): Promise<{ username: string; uid?: string; groups: string[]; extra?: Record<string, string[]> }> => {
+    let out: string;
+    if (client === MODERN_KUBECTL) out = await ok(client, ['--token', token, 'auth', 'whoami', '-o', 'json']);
+    else {
+      const file = path.join(work, 'self-subject-review.json');
+      fs.writeFileSync(file, JSON.stringify({ apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' }));
+      out = await ok(client, ['--token', token, 'create', '--raw', '/apis/authentication.k8s.io/v1/selfsubjectreviews', '-f', file]);
+    }
+    return (JSON.parse(out) as { status: { userInfo: { username: string; uid?: string; groups: string[]; extra?: Record<string, string[]> } } }).status.userInfo;
+  };
   const assertIs = async (client: KubectlClient, token: string, user: string): Promise<void> => {
-    const result = await whoIs(client, token);
-    assert.notEqual(result.code, 0, result.stdout);
-    assert.match(result.stderr, new RegExp(`User "${user.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}" is not a cluster admin`), `${client.name}: ${result.stderr}`);
+    assert.equal((await whoIs(client, token)).username, user, client.name);
   };
   const assertUnauthorized = async (client: KubectlClient, token: string, what: string): Promise<void> => {
     const result = await kubectl(client, ['--token', token, 'get', 'pods']);
@@ -130,8 +137,13 @@ describe('ServiceAccounts with kubectl, raw requests and the Python client', { c
       assert.deepEqual(claims.aud, API_AUDIENCES);
       assert.equal(claims.exp! - claims.iat!, 3600, 'an hour by default');
       assert.deepEqual((claims['kubernetes.io'] as { serviceaccount: unknown }).serviceaccount, { name: 'robot', uid });
-      await assertIs(client, token, 'system:serviceaccount:tokens:robot');
-      assertOk(await kubectl(client, ['--token', token, '-n', 'tokens', 'get', 'sa']), `${client.name} reads with the token`);
+      const me = await whoIs(client, token);
+      assert.deepEqual(me.groups, ['system:serviceaccounts', 'system:serviceaccounts:tokens', 'system:authenticated']);
+      assert.equal(me.uid, uid);
+      assert.match(me.extra?.['authentication.kubernetes.io/credential-id']?.[0] ?? '', /^JTI=/);
+      // Authenticated, and allowed nothing RBAC's defaults do not give it.
+      const read = await kubectl(client, ['--token', token, '-n', 'tokens', 'get', 'sa']);
+      assert.match(read.stderr, /User "system:serviceaccount:tokens:robot" cannot list resource "serviceaccounts" in API group "" in the namespace "tokens"/, `${client.name}: ${read.stderr}`);
     }
   });
 
@@ -184,7 +196,10 @@ describe('ServiceAccounts with kubectl, raw requests and the Python client', { c
       const token = await createToken(client, 'tokens', 'robot', { boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: pod } });
       const podUid = await ok(client, ['-n', 'tokens', 'get', 'pod', pod, '-o', 'jsonpath={.metadata.uid}']);
       assert.deepEqual((decodeJwt(token)['kubernetes.io'] as { pod: unknown }).pod, { name: pod, uid: podUid });
-      await assertIs(client, token, 'system:serviceaccount:tokens:robot');
+      const me = await whoIs(client, token);
+      assert.equal(me.username, 'system:serviceaccount:tokens:robot');
+      assert.deepEqual(me.extra?.['authentication.kubernetes.io/pod-name'], [pod]);
+      assert.deepEqual(me.extra?.['authentication.kubernetes.io/pod-uid'], [podUid]);
       await ok(client, ['-n', 'tokens', 'delete', 'pod', pod, '--wait=false']);
       await assertUnauthorized(client, token, `${client.name}: token of the deleted pod ${pod}`);
     }

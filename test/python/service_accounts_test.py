@@ -4,8 +4,9 @@ server that test/e2e/service-accounts.test.ts starts.
 
 The `default` account appears in a new namespace; an account created with automount off reads
 back; a TokenRequest (create_namespaced_service_account_token) returns a JWT whose claims name
-the account, which a second client authenticates with; a 599 s request is a 422 naming
-spec.expirationSeconds; once the account is deleted, its token gets 401.
+the account, which a second client authenticates with (403 until a RoleBinding to `view`, then
+allowed); a 599 s request is a 422 naming spec.expirationSeconds; once the account is deleted,
+its token gets 401.
 
 Usage: /usr/bin/python3 test/python/service_accounts_test.py KUBECONFIG
 Every check raises on failure (exit 1 with a traceback); the last line on success is
@@ -99,8 +100,27 @@ def main(kubeconfig):
     check(answer.spec.expiration_seconds == 1200, 'spec echoed')
     check(answer.status.expiration_timestamp is not None, 'expiration timestamp')
     as_reporter = client_with_token(base, token)
-    pods = as_reporter.list_namespaced_pod(NAMESPACE)
-    check(pods.items == [], 'the token authenticates')
+    error = refusal(as_reporter.list_namespaced_pod, NAMESPACE)
+    check(error.status == 403, 'authenticated but not allowed yet: %s' % error.status)
+    check('system:serviceaccount:%s:reporter' % NAMESPACE in json.loads(error.body)['message'], 'the 403 names the account')
+
+    # Allowed once bound to view in its namespace (RBAC follows bindings through a cache: poll).
+    client.RbacAuthorizationV1Api().create_namespaced_role_binding(NAMESPACE, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name='reporter-view'),
+        role_ref=client.V1RoleRef(api_group='rbac.authorization.k8s.io', kind='ClusterRole', name='view'),
+        subjects=[client.V1Subject(kind='ServiceAccount', name='reporter', namespace=NAMESPACE)],
+    ))
+    deadline = time.time() + CEILING_SECONDS
+    while True:
+        try:
+            pods = as_reporter.list_namespaced_pod(NAMESPACE)
+            break
+        except ApiException as error:
+            check(error.status == 403, 'only 403 while the binding is on its way: %s' % error.status)
+            if time.time() > deadline:
+                raise AssertionError('the RoleBinding did not take effect in %ss' % CEILING_SECONDS)
+            time.sleep(0.2)
+    check(pods.items == [], 'the token lists pods once bound to view')
 
     error = refusal(core.create_namespaced_service_account_token, 'reporter', NAMESPACE,
                     client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=599)))
