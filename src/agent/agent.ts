@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { KubeObject } from '../apiserver/objects.js';
-import { fencingTimeoutOf } from '../node-protocol/fencing.js';
+import { shutdownTimings } from '../config/timings.js';
 import type { Taint } from '../node-protocol/taints.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentMetrics } from '../metrics/metrics.js';
@@ -150,8 +150,8 @@ export class Agent {
       nodeIp: this.registration.nodeIp(),
       agentDir: this.agentDir,
       nodeCaPem: this.registration.nodeCaPem,
-      fencingTimeoutMs: fencingTimeoutOf(timings),
-      renewIntervalMs: timings.nodeLeaseRenewIntervalMs,
+      fencingTimeoutMs: timings.fencingTimeoutMs,
+      peerCutOffMs: timings.peerCutOffMs,
       client: () => this.connection.client!,
       logger: this.logger,
     });
@@ -193,7 +193,7 @@ export class Agent {
     this.stopping = true;
     const started = Date.now();
     // Keep a second and a half for the record, the release and closing.
-    const drainDeadline = started + Math.max(1000, this.options.shutdownGracePeriodMs - 1500);
+    const drainDeadline = started + shutdownTimings(this.options.shutdownGracePeriodMs).drainMs;
     clearInterval(this.statusTimer);
     clearInterval(this.healthTimer);
     clearInterval(this.serverListTimer);

@@ -163,7 +163,7 @@ export class LeaseRenewal {
   private leaseSpec(now: number): Record<string, unknown> {
     return {
       holderIdentity: leaseHolderIdentity(this.context.nodeName, this.context.registration.nodeUid),
-      leaseDurationSeconds: Math.ceil(this.context.registration.timings.nodeMonitorGracePeriodMs / 1000),
+      leaseDurationSeconds: this.context.registration.timings.nodeLeaseDurationSeconds,
       renewTime: kubeMicroTime(now),
     };
   }

@@ -5,7 +5,6 @@ import { ApiError } from '../apiserver/errors.js';
 import { type ApiClient, NODES, PODS } from '../client/types.js';
 import { EventRecorder } from '../controllers/events.js';
 import { Informer } from '../client/informer.js';
-import { fencingThresholds } from '../node-protocol/fencing.js';
 import { isAtMostOne } from '../node-protocol/pods.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
@@ -40,7 +39,8 @@ export interface PodManagerOptions {
   /** The node CA: supervisors check their peers' serving certificates against it. */
   nodeCaPem: string;
   fencingTimeoutMs: number;
-  renewIntervalMs: number;
+  /** When a peer counts as cut off (config/timings.ts). */
+  peerCutOffMs: number;
   /** The agent's current API client (it moves between servers). */
   client: () => ApiClient;
   logger: Logger;
@@ -174,7 +174,7 @@ export class PodManager {
         peerToken: '',
         caFile: this.caFile,
         nodeCount: Math.max(1, this.nodes.items().length),
-        peerCutOffMs: fencingThresholds(this.options.renewIntervalMs, this.options.fencingTimeoutMs).peerCutOffMs,
+        peerCutOffMs: this.options.peerCutOffMs,
       });
     } catch (error) {
       this.logger.warn({ err: error }, 'could not write the fencing file; singletons here will fence if this persists');

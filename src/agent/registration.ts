@@ -4,7 +4,8 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { NODES } from '../client/types.js';
 import { parseJoinToken } from '../cluster/join-token.js';
-import type { ClusterTimings, RegistrationResponse } from '../cluster/drover-endpoints.js';
+import type { RegistrationResponse } from '../cluster/drover-endpoints.js';
+import { type DerivedTimings, deriveTimings } from '../config/timings.js';
 import { NODE_ID_ANNOTATION, SHUTDOWN_ANNOTATION } from '../node-protocol/names.js';
 import { parseShutdownRecord, type ShutdownRecord } from '../node-protocol/records.js';
 import type { Taint } from '../node-protocol/taints.js';
@@ -52,7 +53,7 @@ function sleep(ms: number): Promise<void> {
 }
 
 export class NodeRegistration {
-  private clusterTimings: ClusterTimings | undefined;
+  private clusterTimings: DerivedTimings | undefined;
   private uid = '';
   private nodeCa = '';
   private reregistering: Promise<void> | undefined;
@@ -63,7 +64,7 @@ export class NodeRegistration {
   ) {}
 
   /** The timings the cluster told this node to follow (renewals, fencing). */
-  get timings(): ClusterTimings {
+  get timings(): DerivedTimings {
     if (!this.clusterTimings) throw new Error('this node is not registered yet');
     return this.clusterTimings;
   }
@@ -103,7 +104,7 @@ export class NodeRegistration {
           agentPort: this.context.endpointPort(),
         });
         this.nodeCa = response.nodeCaCertificate;
-        this.clusterTimings = response.timings;
+        this.clusterTimings = deriveTimings(response.timings);
         this.context.serveWith(response);
         connection.connect(serverUrl, { caPem, token: response.token, timings: response.timings });
         return;

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { HttpClient } from '../client/http.js';
 import type { ClusterTimings } from '../cluster/drover-endpoints.js';
+import { deriveTimings } from '../config/timings.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 
@@ -62,13 +63,12 @@ export class ServerConnection {
     this.credentials = credentials;
     this.httpClient?.close();
     this.current = server;
-    const renew = credentials.timings.nodeLeaseRenewIntervalMs;
     this.httpClient = new HttpClient({
       server,
       caPem: credentials.caPem,
       token: credentials.token,
       // A hung server must be given up on well before the node looks late (half the grace).
-      timeoutMs: Math.max(500, Math.min(renew * 1.5, credentials.timings.nodeMonitorGracePeriodMs / 3)),
+      timeoutMs: deriveTimings(credentials.timings).agentRequestTimeoutMs,
     });
   }
 

@@ -2,20 +2,20 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
-import { Agent } from '../agent/agent.js';
+import { Agent, type AgentOptions } from '../agent/agent.js';
 import { JoinError } from '../agent/bootstrap.js';
 import { ApiError } from '../apiserver/errors.js';
 import { JoinTokenError } from '../cluster/join-token.js';
 import { nodeLabelViolation } from '../cluster/node-authorization.js';
 import { addSettingOptions, flagValues } from '../config/cli.js';
 import { ConfigError, EXIT_CONFIG, type ResolvedConfig, resolveConfig } from '../config/resolve.js';
-import { type Command as DroverCommand, defaultValue, SETTINGS_BY_NAME } from '../config/schema.js';
-import type { Taint } from '../node-protocol/taints.js';
+import { type Command as DroverCommand, defaultOf, labelRecord } from '../config/schema.js';
+import { shutdownTimings } from '../config/timings.js';
 import { formatDrift, type DriftReport, publishedValues } from '../config/drift.js';
 import { showConfig } from '../config/show.js';
 import { adminClient } from './kubeconfig.js';
 import { secretsEncryptRotateKeys, secretsEncryptStatus } from './secrets-encrypt.js';
-import { createLogger, type LogLevel } from '../logging/logger.js';
+import { createLogger, type Logger } from '../logging/logger.js';
 import { DataDirLockedError, lockDataDir } from '../server/lock.js';
 import { ClusterJoinError } from '../server/bootstrap.js';
 import { ServerConfigError, type ServerOptions, startServer } from '../server/server.js';
@@ -41,7 +41,7 @@ function fail(command: string, error: unknown): never {
 }
 
 /** Resolves as `which` would start: this command's flags, the environment and the config files. */
-function resolveFrom(which: DroverCommand, command: Command, attributes: Map<string, string>): ResolvedConfig {
+function resolveFrom<C extends DroverCommand>(which: C, command: Command, attributes: Map<string, string>): ResolvedConfig<C> {
   const configFlag = command.opts<{ config?: string }>().config;
   return resolveConfig({
     command: which,
@@ -51,7 +51,7 @@ function resolveFrom(which: DroverCommand, command: Command, attributes: Map<str
   });
 }
 
-function resolveFor(which: DroverCommand, command: Command, attributes: Map<string, string>): ResolvedConfig {
+function resolveFor<C extends DroverCommand>(which: C, command: Command, attributes: Map<string, string>): ResolvedConfig<C> {
   try {
     const config = resolveFrom(which, command, attributes);
     for (const warning of config.warnings) process.stderr.write(`drover ${which}: warning: ${warning}\n`);
@@ -61,64 +61,40 @@ function resolveFor(which: DroverCommand, command: Command, attributes: Map<stri
   }
 }
 
-/** `node-label`s, refusing at start the ones node restriction would refuse at registration. */
-function labels(config: ResolvedConfig): Record<string, string> {
-  const entries = config.get<{ key: string; value: string }[]>('node-label');
-  const problems = entries.flatMap((l) => {
+/** Refuses at start the `node-label`s node restriction would refuse at registration. */
+function checkNodeLabels(config: ResolvedConfig<'server' | 'agent'>): void {
+  const problems = config.values.nodeLabels.flatMap((l) => {
     const violation = nodeLabelViolation(l.key);
     return violation ? [`node-label: a node ${violation} (${config.source('node-label')})`] : [];
   });
   if (problems.length) throw new ConfigError(problems);
-  return Object.fromEntries(entries.map((l) => [l.key, l.value]));
 }
 
-function serverOptions(config: ResolvedConfig): ServerOptions {
-  const nodeIp = config.get<string | undefined>('node-ip');
-  const kubeconfig = config.get<string | undefined>('write-kubeconfig');
-  const token = config.get<string | undefined>('token');
-  const endpoint = config.get<string | undefined>('datastore-endpoint');
-  const tls = {
-    caFile: config.get<string | undefined>('datastore-cafile'),
-    certFile: config.get<string | undefined>('datastore-certfile'),
-    keyFile: config.get<string | undefined>('datastore-keyfile'),
-  };
-  const joinServer = config.get<string | undefined>('server');
+/** `drover server`'s options: its typed settings (the server reads them from the config). */
+function serverOptions(config: ResolvedConfig<'server'>): ServerOptions {
+  checkNodeLabels(config);
+  return { config };
+}
+
+/** `drover agent`'s options, from its typed settings. */
+function agentOptions(config: ResolvedConfig<'agent'>, logger: Logger): AgentOptions {
+  checkNodeLabels(config);
+  const settings = config.values;
+  // The resolver refuses an agent configuration without them.
+  if (!settings.server || !settings.token) throw new ConfigError(['the agent needs "server" and "token"']);
   return {
-    config,
-    clusterInit: config.get<boolean>('cluster-init'),
-    role: config.get<'all' | 'etcd' | 'control-plane'>('role'),
-    ...(joinServer ? { joinServer } : {}),
-    etcdClientPort: config.get<number>('etcd-client-port'),
-    etcdPeerPort: config.get<number>('etcd-peer-port'),
-    etcdLearnerTimeoutMs: config.get<number>('etcd-learner-timeout'),
-    ...(token ? { token } : {}),
-    ...(endpoint ? { datastoreEndpoint: endpoint } : {}),
-    datastoreTls: Object.fromEntries(Object.entries(tls).filter(([, v]) => v)) as NonNullable<ServerOptions['datastoreTls']>,
-    dataDir: config.get('data-dir'),
-    httpsListenPort: config.get('https-listen-port'),
-    bindAddress: config.get('bind-address'),
-    tlsSans: config.get('tls-san'),
-    ...(kubeconfig ? { writeKubeconfig: kubeconfig } : {}),
-    logLevel: config.get<LogLevel>('log-level'),
-    nodeLeaseRenewIntervalMs: config.get('node-lease-renew-interval'),
-    nodeMonitorGracePeriodMs: config.get('node-monitor-grace-period'),
-    fencingTimeoutMs: config.get('fencing-timeout'),
-    defaultUnavailableTolerationMs: config.get('default-unavailable-toleration'),
-    disableAgent: config.get('disable-agent'),
-    nodeName: config.get('node-name'),
-    nodeLabels: labels(config),
-    nodeTaints: config.get<Taint[]>('node-taint'),
-    agentPort: config.get('agent-port'),
-    ...(nodeIp ? { nodeIp } : {}),
-    shutdownGracePeriodMs: config.get('shutdown-grace-period'),
-    supervisorMetrics: config.get('supervisor-metrics'),
-    watchBookmarkIntervalMs: config.get('watch-bookmark-interval'),
-    connectionTimeouts: {
-      headerMs: config.get('https-header-timeout'),
-      requestMs: config.get('https-request-timeout'),
-      idleMs: config.get('https-idle-timeout'),
-    },
-    longRunning: { perUser: config.get('max-watches-per-user'), total: config.get('max-watches') },
+    server: settings.server,
+    token: settings.token,
+    nodeName: settings.nodeName,
+    dataDir: path.resolve(settings.dataDir),
+    labels: labelRecord(settings.nodeLabels),
+    taints: settings.nodeTaints,
+    agentPort: settings.agentPort,
+    ...(settings.nodeIp ? { nodeIp: settings.nodeIp } : {}),
+    shutdownGracePeriodMs: settings.shutdownGracePeriodMs,
+    supervisorMetrics: settings.supervisorMetrics,
+    publishedConfig: publishedValues(config),
+    logger,
   };
 }
 
@@ -160,7 +136,7 @@ server.action(async () => {
       await up;
       await running!.stop();
     },
-    config.get<number>('shutdown-grace-period') + 5000,
+    shutdownTimings(config.values.shutdownGracePeriodMs).serverExitDeadlineMs,
     (msg) => (running ? running.logger.info(msg) : process.stderr.write(`drover server: ${msg}\n`)),
   );
   try {
@@ -177,34 +153,19 @@ const agentCommand = program
 const agentAttributes = addSettingOptions(agentCommand, 'agent');
 agentCommand.action(async () => {
   const config = resolveFor('agent', agentCommand, agentAttributes);
-  const logger = createLogger(config.get<LogLevel>('log-level'), 'drover-agent');
-  const dataDir = path.resolve(config.get<string>('data-dir'));
+  const logger = createLogger(config.values.logLevel, 'drover-agent');
   let lock: ReturnType<typeof lockDataDir> | undefined;
   try {
-    const nodeLabels = labels(config);
-    fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-    lock = lockDataDir(dataDir, 'agent');
-    const nodeIp = config.get<string | undefined>('node-ip');
-    const agent = new Agent({
-      server: config.get('server'),
-      token: config.get('token'),
-      nodeName: config.get('node-name'),
-      dataDir,
-      labels: nodeLabels,
-      taints: config.get<Taint[]>('node-taint'),
-      agentPort: config.get('agent-port'),
-      ...(nodeIp ? { nodeIp } : {}),
-      shutdownGracePeriodMs: config.get('shutdown-grace-period'),
-      supervisorMetrics: config.get('supervisor-metrics'),
-      publishedConfig: publishedValues(config),
-      logger,
-    });
+    const options = agentOptions(config, logger);
+    fs.mkdirSync(options.dataDir, { recursive: true, mode: 0o700 });
+    lock = lockDataDir(options.dataDir, 'agent');
+    const agent = new Agent(options);
     onSignals(
       async () => {
         await agent.shutdown('SIGTERM');
         lock?.release();
       },
-      config.get('shutdown-grace-period'),
+      shutdownTimings(options.shutdownGracePeriodMs).agentExitDeadlineMs,
       (msg) => logger.info(msg),
     );
     await agent.start();
@@ -218,7 +179,7 @@ const token = program.command('token').description('Show join tokens');
 token
   .command('show')
   .description('Print the server token (joins servers and agents), or with --agent the agent token (joins agents only)')
-  .option('--data-dir <dir>', 'the server’s data dir', defaultValue(SETTINGS_BY_NAME.get('data-dir')!) as string)
+  .option('--data-dir <dir>', 'the server’s data dir', defaultOf('data-dir'))
   .option('--agent', 'the agent token: it can register nodes but not fetch the cluster identity')
   .action((opts: { dataDir: string; agent?: boolean }) => {
     const file = path.join(opts.dataDir, opts.agent ? 'agent-token' : 'token');
@@ -252,7 +213,7 @@ show.action(() => {
 });
 
 const defaultKubeconfig = (): string =>
-  process.env.KUBECONFIG ?? path.join(defaultValue(SETTINGS_BY_NAME.get('data-dir')!) as string, 'kubeconfig.yaml');
+  process.env.KUBECONFIG ?? path.join(defaultOf('data-dir'), 'kubeconfig.yaml');
 
 configCommand
   .command('drift')

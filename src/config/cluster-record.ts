@@ -38,7 +38,7 @@ function localValues(config: ResolvedConfig, nodeName: string): Record<string, R
   for (const setting of CLUSTER_SETTINGS) {
     if (!config.settings.has(setting.name)) continue;
     values[setting.name] = {
-      value: formatValue(setting, config.get(setting.name)),
+      value: formatValue(setting, config.rawValue(setting.name)),
       setBy: nodeName,
       setAt: now,
       source: config.source(setting.name),
@@ -52,7 +52,7 @@ export function mismatches(config: ResolvedConfig, record: ClusterRecord): strin
   for (const setting of CLUSTER_SETTINGS) {
     const recorded = record.values[setting.name];
     if (!recorded || !config.settings.has(setting.name)) continue;
-    const local = formatValue(setting, config.get(setting.name));
+    const local = formatValue(setting, config.rawValue(setting.name));
     if (local === recorded.value) continue;
     const changed = recorded.previous
       ? `; the cluster changed it from ${recorded.previous.value} to ${recorded.value} at ${recorded.previous.changedAt}, so update this server's config`

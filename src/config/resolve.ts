@@ -10,8 +10,12 @@ import {
   envName,
   expectedType,
   parseText,
+  fieldName,
   parseYamlValue,
   type Setting,
+  type SettingNameFor,
+  type Settings,
+  type SettingValue,
   SETTINGS,
   SETTINGS_BY_NAME,
   settingsFor,
@@ -64,8 +68,8 @@ export class ConfigError extends Error {
 /** Raw flag values by setting name, as text: repeated list flags as arrays. */
 export type FlagValues = Record<string, string | string[] | boolean | undefined>;
 
-export interface ResolveInput {
-  command: Command;
+export interface ResolveInput<C extends Command = Command> {
+  command: C;
   flags: FlagValues;
   env: NodeJS.ProcessEnv;
   /** `--config`, when given. */
@@ -79,19 +83,36 @@ export interface ResolvedSetting {
   sources: Source[];
 }
 
-export class ResolvedConfig {
+export class ResolvedConfig<C extends Command = Command> {
   constructor(
-    readonly command: Command,
+    readonly command: C,
     readonly settings: ReadonlyMap<string, ResolvedSetting>,
     readonly warnings: readonly string[],
     readonly configFile: string,
     readonly filesRead: readonly string[],
   ) {}
 
-  get<T>(name: string): T {
+  /** Every setting of the command as one typed object (see `Settings` in schema.ts). */
+  get values(): Settings<C> {
+    const values: Record<string, unknown> = {};
+    for (const { setting, value } of this.settings.values()) values[fieldName(setting)] = value;
+    return values as Settings<C>;
+  }
+
+  isFor<K extends Command>(command: K): this is ResolvedConfig<K> {
+    return (this.command as Command) === command;
+  }
+
+  /** One setting by key, typed. */
+  get<N extends SettingNameFor<C>>(name: N): SettingValue<N> {
+    return this.rawValue(name) as SettingValue<N>;
+  }
+
+  /** One setting by key, for code that walks the schema table (the cluster record, drift). */
+  rawValue(name: string): unknown {
     const resolved = this.settings.get(name);
     if (!resolved) throw new Error(`setting ${name} is not a ${this.command} setting`);
-    return resolved.value as T;
+    return resolved.value;
   }
 
   source(name: string): string {
@@ -184,7 +205,7 @@ function flagText(value: string | string[] | boolean): string {
   return Array.isArray(value) ? value.join(',') : value;
 }
 
-export function resolveConfig(input: ResolveInput): ResolvedConfig {
+export function resolveConfig<C extends Command>(input: ResolveInput<C>): ResolvedConfig<C> {
   const problems: string[] = [];
   const warnings: string[] = [];
   const { main, files } = configFiles(input, problems);
@@ -241,7 +262,7 @@ export function resolveConfig(input: ResolveInput): ResolvedConfig {
  * is refused rather than ranked: two sources of one secret are a mistake waiting to surprise.
  */
 function tokenFromFile(config: ResolvedConfig, resolved: Map<string, ResolvedSetting>, warnings: string[]): string[] {
-  const file = config.get<string | undefined>('token-file');
+  const file = config.get('token-file');
   if (file === undefined) return [];
   if (!file) return [`token-file (${config.source('token-file')}) is empty: name the file that holds the token`];
   const token = resolved.get('token')!;
@@ -263,49 +284,51 @@ function tokenFromFile(config: ResolvedConfig, resolved: Map<string, ResolvedSet
 
 /** Rules across settings, each naming every key involved. */
 function combinationProblems(config: ResolvedConfig): string[] {
+  if (config.isFor('server')) return serverProblems(config);
+  if (config.isFor('agent')) return agentProblems(config);
+  return [];
+}
+
+function serverProblems(config: ResolvedConfig<'server'>): string[] {
+  const problems = timingProblems(
+    {
+      renewMs: config.get('node-lease-renew-interval'),
+      graceMs: config.get('node-monitor-grace-period'),
+      fencingMs: config.get('fencing-timeout'),
+    },
+    (key) => config.source(key),
+  );
+  const role = config.get('role');
+  const clusterInit = config.get('cluster-init');
+  const joins = Boolean(config.get('server'));
+  const external = Boolean(config.get('datastore-endpoint'));
+  if (role === 'etcd' && external) {
+    problems.push(`role etcd (${config.source('role')}) runs a managed etcd member, so it cannot use datastore-endpoint (${config.source('datastore-endpoint')})`);
+  }
+  if (role === 'etcd' && !clusterInit && !joins) {
+    problems.push(`role etcd (${config.source('role')}) needs cluster-init (a new cluster) or server (join one)`);
+  }
+  if (role === 'control-plane' && clusterInit) {
+    problems.push(`role control-plane (${config.source('role')}) runs no etcd member, so it cannot be the first server (cluster-init, ${config.source('cluster-init')}); start an etcd or all server first`);
+  }
+  if (role === 'control-plane' && !joins && !external) {
+    problems.push(`role control-plane (${config.source('role')}) needs server (a server of the cluster to join) or datastore-endpoint (an external etcd)`);
+  }
+  if (clusterInit && external) {
+    problems.push(`cluster-init (${config.source('cluster-init')}) starts a managed etcd; it cannot be combined with datastore-endpoint (${config.source('datastore-endpoint')})`);
+  }
+  return problems;
+}
+
+function agentProblems(config: ResolvedConfig<'agent'>): string[] {
   const problems: string[] = [];
-  if (config.command === 'server') {
+  if (!config.get('server')) {
+    problems.push(`the agent needs "server": pass --server, set ${envName({ name: 'server' })}, or put "server:" in the config file`);
+  }
+  if (!config.get('token')) {
     problems.push(
-      ...timingProblems(
-        {
-          renewMs: config.get<number>('node-lease-renew-interval'),
-          graceMs: config.get<number>('node-monitor-grace-period'),
-          fencingMs: config.get<number>('fencing-timeout'),
-        },
-        (key) => config.source(key),
-      ),
+      `the agent needs "token": pass --token-file (or --token), set DROVER_TOKEN_FILE (or DROVER_TOKEN), or put "token-file:" (or "token:") in the config file`,
     );
-  }
-  if (config.command === 'server') {
-    const role = config.get<string>('role');
-    const clusterInit = config.get<boolean>('cluster-init');
-    const joins = Boolean(config.get<string | undefined>('server'));
-    const external = Boolean(config.get<string | undefined>('datastore-endpoint'));
-    if (role === 'etcd' && external) {
-      problems.push(`role etcd (${config.source('role')}) runs a managed etcd member, so it cannot use datastore-endpoint (${config.source('datastore-endpoint')})`);
-    }
-    if (role === 'etcd' && !clusterInit && !joins) {
-      problems.push(`role etcd (${config.source('role')}) needs cluster-init (a new cluster) or server (join one)`);
-    }
-    if (role === 'control-plane' && clusterInit) {
-      problems.push(`role control-plane (${config.source('role')}) runs no etcd member, so it cannot be the first server (cluster-init, ${config.source('cluster-init')}); start an etcd or all server first`);
-    }
-    if (role === 'control-plane' && !joins && !external) {
-      problems.push(`role control-plane (${config.source('role')}) needs server (a server of the cluster to join) or datastore-endpoint (an external etcd)`);
-    }
-    if (clusterInit && external) {
-      problems.push(`cluster-init (${config.source('cluster-init')}) starts a managed etcd; it cannot be combined with datastore-endpoint (${config.source('datastore-endpoint')})`);
-    }
-  }
-  if (config.command === 'agent') {
-    if (!config.get<string | undefined>('server')) {
-      problems.push(`the agent needs "server": pass --server, set ${envName({ name: 'server' })}, or put "server:" in the config file`);
-    }
-    if (!config.get<string | undefined>('token')) {
-      problems.push(
-        `the agent needs "token": pass --token-file (or --token), set DROVER_TOKEN_FILE (or DROVER_TOKEN), or put "token-file:" (or "token:") in the config file`,
-      );
-    }
   }
   return problems;
 }

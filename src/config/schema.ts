@@ -40,12 +40,17 @@ export interface Setting {
 }
 
 export const LOG_LEVEL_CHOICES = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export const ROLE_CHOICES = ['all', 'etcd', 'control-plane'] as const;
 
 function defaultDataDir(): string {
   return process.getuid?.() === 0 ? '/var/lib/drover' : path.join(os.homedir(), '.drover');
 }
 
-export const SETTINGS: readonly Setting[] = [
+/**
+ * The table itself, `as const` so that each setting's name, type, commands and choices are known
+ * to the type checker: the typed settings objects below are derived from it.
+ */
+const TABLE = [
   // --- cluster-scoped -------------------------------------------------------------------------
   {
     name: 'cluster-name',
@@ -204,7 +209,7 @@ export const SETTINGS: readonly Setting[] = [
     commands: ['server'],
     scope: 'node',
     default: 'all',
-    choices: ['all', 'etcd', 'control-plane'],
+    choices: ROLE_CHOICES,
   },
   {
     name: 'cluster-init',
@@ -357,12 +362,82 @@ export const SETTINGS: readonly Setting[] = [
     default: 'info',
     choices: LOG_LEVEL_CHOICES,
   },
-];
+] as const satisfies readonly Setting[];
+
+export const SETTINGS: readonly Setting[] = TABLE;
 
 export const SETTINGS_BY_NAME: ReadonlyMap<string, Setting> = new Map(SETTINGS.map((s) => [s.name, s]));
 
 export function settingsFor(command: Command): Setting[] {
   return SETTINGS.filter((s) => s.commands.includes(command));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Typed settings, derived from the table: a resolved configuration is an object with one field
+// per setting of its command, so no consumer looks a setting up by string and casts it.
+//
+// Field names are the keys in camelCase, with the unit or number in the name where the key leaves
+// it implicit: durations (milliseconds) end in `Ms` (`node-lease-renew-interval` →
+// `nodeLeaseRenewIntervalMs`), lists end in `s` (`tls-san` → `tlsSans`). A setting without a
+// default may be undefined.
+
+export interface NodeLabel {
+  key: string;
+  value: string;
+}
+
+type Entry = (typeof TABLE)[number];
+export type SettingName = Entry['name'];
+
+interface ValueByType {
+  string: string;
+  bool: boolean;
+  port: number;
+  count: number;
+  duration: number;
+  enum: string;
+  list: string[];
+  labels: NodeLabel[];
+  taints: Taint[];
+}
+
+type BaseValue<E extends Entry> = E extends { type: 'enum'; choices: readonly (infer C)[] } ? C : ValueByType[E['type']];
+type EntryValue<E extends Entry> = E extends { default: unknown } ? BaseValue<E> : BaseValue<E> | undefined;
+export type SettingValue<N extends SettingName> = EntryValue<Extract<Entry, { name: N }>>;
+
+type EntryFor<C extends Command> = Entry extends infer E ? (E extends { commands: readonly (infer X)[] } ? (C extends X ? E : never) : never) : never;
+export type SettingNameFor<C extends Command> = EntryFor<C>['name'];
+
+type CamelCase<S extends string> = S extends `${infer Head}-${infer Tail}` ? `${Head}${Capitalize<CamelCase<Tail>>}` : S;
+type FieldName<E extends Entry> = E['type'] extends 'duration'
+  ? `${CamelCase<E['name']>}Ms`
+  : E['type'] extends 'list' | 'labels' | 'taints'
+    ? `${CamelCase<E['name']>}s`
+    : CamelCase<E['name']>;
+
+/** Every setting of `command`, typed: what `ResolvedConfig.values` holds. */
+export type Settings<C extends Command> = { readonly [E in EntryFor<C> as FieldName<E>]: EntryValue<E> };
+export type ServerSettings = Settings<'server'>;
+export type AgentSettings = Settings<'agent'>;
+export type Role = (typeof ROLE_CHOICES)[number];
+export type LogLevelSetting = (typeof LOG_LEVEL_CHOICES)[number];
+
+/** The field of a setting in `Settings` (the same rule as the `FieldName` type above). */
+export function fieldName(setting: Pick<Setting, 'name' | 'type'>): string {
+  const camel = setting.name.replace(/-([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+  if (setting.type === 'duration') return `${camel}Ms`;
+  if (setting.type === 'list' || setting.type === 'labels' || setting.type === 'taints') return `${camel}s`;
+  return camel;
+}
+
+/** A setting's default, typed (computed defaults computed now). */
+export function defaultOf<N extends SettingName>(name: N): SettingValue<N> {
+  return defaultValue(SETTINGS_BY_NAME.get(name)!) as SettingValue<N>;
+}
+
+/** `node-label` values as the Node's labels. */
+export function labelRecord(labels: readonly NodeLabel[]): Record<string, string> {
+  return Object.fromEntries(labels.map((l) => [l.key, l.value]));
 }
 
 export function envName(setting: Pick<Setting, 'name'>): string {
@@ -423,7 +498,7 @@ function parseItem(setting: Setting, item: string): unknown {
   if (setting.type === 'labels') {
     const match = LABEL_PATTERN.exec(item.trim());
     if (!match) throw new ValueError(expectedType(setting), `expected key=value, got "${item}"`);
-    return { key: match[1]!, value: match[2]! };
+    return { key: match[1]!, value: match[2]! } satisfies NodeLabel;
   }
   if (setting.type === 'taints') {
     const match = TAINT_PATTERN.exec(item.trim());
@@ -524,7 +599,7 @@ export function formatValue(setting: Setting, value: unknown): string {
     case 'duration':
       return formatDuration(value as number);
     case 'labels':
-      return (value as { key: string; value: string }[]).map((l) => `${l.key}=${l.value}`).join(',') || '[]';
+      return (value as NodeLabel[]).map((l) => `${l.key}=${l.value}`).join(',') || '[]';
     case 'taints':
       return (value as Taint[]).map((t) => `${t.key}${t.value ? `=${t.value}` : ''}:${t.effect}`).join(',') || '[]';
     case 'list':

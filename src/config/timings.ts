@@ -1,9 +1,22 @@
+import { FENCING_MARGIN_MS, fencingThresholds, fencingTimeoutOf } from '../node-protocol/fencing.js';
 import { formatDuration } from './duration.js';
 
 /**
- * The rules that tie the cluster's failure timings together, in one place: the CLI checks them
- * on the resolved config, `drover cluster config set` on the cluster record, and the server once
- * more on its options. Each problem names every key involved, with a source label when known.
+ * The cluster's failure timings in one place: the rules that tie the three settings together
+ * (`timingProblems`), and every timing derived from settings, computed once (`deriveTimings`,
+ * `shutdownTimings`) and read by the server, the controllers, the agent and the CLI instead of
+ * being worked out where each is used. docs/node-lifecycle.md and docs/failover.md explain why
+ * each value is what it is; test/unit/timings.test.ts pins the table.
+ */
+
+/*
+ * The protocol facts agents and the controller leader must agree on (the fencing fallback, the
+ * fencing margin, the outage rule's thresholds) are defined in src/node-protocol/fencing.ts; this
+ * file puts them in the table with the rest.
+ *
+ * The rules: the CLI checks them on the resolved config, `drover cluster config set` on the
+ * cluster record, and the server once more on its settings. Each problem names every key
+ * involved, with a source label when known.
  */
 
 export interface ClusterTimingValues {
@@ -38,4 +51,85 @@ export function timingProblems(values: ClusterTimingValues, sourceOf: (key: Timi
     );
   }
   return problems;
+}
+
+/** The cluster-wide timings a server hands its agents at registration (`ClusterTimings`). */
+export interface ClusterTimingSettings {
+  nodeLeaseRenewIntervalMs: number;
+  nodeMonitorGracePeriodMs: number;
+  /** Absent when the server predates the fencing-timeout setting: see `deriveTimings`. */
+  fencingTimeoutMs?: number;
+}
+
+/** Every timing that follows from the cluster's three failure timings. */
+export interface DerivedTimings {
+  nodeLeaseRenewIntervalMs: number;
+  nodeMonitorGracePeriodMs: number;
+  /** `fencing-timeout`, or (from a server that sent none) three quarters of the grace period (`fencingTimeoutOf`). */
+  fencingTimeoutMs: number;
+  /** The node Lease's `leaseDurationSeconds`: the grace period, rounded up to whole seconds. */
+  nodeLeaseDurationSeconds: number;
+  /**
+   * How long the agent waits for one API request: a hung server must be given up on (and another
+   * tried) well before the node looks late, so 1.5 renew intervals, at most a third of the grace
+   * period, at least 500 ms.
+   */
+  agentRequestTimeoutMs: number;
+  /** The two silences the outage rule compares (`fencingThresholds`, src/node-protocol/fencing.ts). */
+  peerCutOffMs: number;
+  controllerSilenceMs: number;
+  /** What the failover controller adds to fencing-timeout before it replaces a singleton (`FENCING_MARGIN_MS`). */
+  fencingMarginMs: number;
+  /** How often the node lifecycle controller recomputes verdicts: a sixteenth of the grace, 50-250 ms. */
+  lifecycleTickMs: number;
+}
+
+/** See `DerivedTimings.lifecycleTickMs`. */
+export function lifecycleTickMs(graceMs: number): number {
+  return Math.max(50, Math.min(250, graceMs / 16));
+}
+
+export function deriveTimings(cluster: ClusterTimingSettings): DerivedTimings {
+  const renew = cluster.nodeLeaseRenewIntervalMs;
+  const grace = cluster.nodeMonitorGracePeriodMs;
+  const fencing = fencingTimeoutOf(cluster);
+  return {
+    nodeLeaseRenewIntervalMs: renew,
+    nodeMonitorGracePeriodMs: grace,
+    fencingTimeoutMs: fencing,
+    nodeLeaseDurationSeconds: Math.ceil(grace / 1000),
+    agentRequestTimeoutMs: Math.max(500, Math.min(renew * 1.5, grace / 3)),
+    ...fencingThresholds(renew, fencing),
+    fencingMarginMs: FENCING_MARGIN_MS,
+    lifecycleTickMs: lifecycleTickMs(grace),
+  };
+}
+
+/** Every timing that follows from a node's `shutdown-grace-period`. */
+export interface ShutdownTimings {
+  shutdownGracePeriodMs: number;
+  /** The agent's drain: the grace less 1.5 s kept for the shutdown record, the lease release and closing; at least 1 s. */
+  drainMs: number;
+  /** The server's watchdog (exit 1 after a signal): the grace, then 5 s for the rest of its shutdown. */
+  serverExitDeadlineMs: number;
+  /** A standalone agent's watchdog: the grace. */
+  agentExitDeadlineMs: number;
+  /** How long the server waits for its embedded agent's planned shutdown and drain: the grace. */
+  embeddedAgentStopMs: number;
+  /** How long the listener waits for requests in flight before cutting connections (not a setting). */
+  requestDrainMs: number;
+  /** Bound on each courtesy to the cluster at shutdown (server directory, controller lease), so a datastore without quorum cannot hold the shutdown hostage. */
+  courtesyMs: number;
+}
+
+export function shutdownTimings(shutdownGracePeriodMs: number): ShutdownTimings {
+  return {
+    shutdownGracePeriodMs,
+    drainMs: Math.max(1000, shutdownGracePeriodMs - 1500),
+    serverExitDeadlineMs: shutdownGracePeriodMs + 5000,
+    agentExitDeadlineMs: shutdownGracePeriodMs,
+    embeddedAgentStopMs: shutdownGracePeriodMs,
+    requestDrainMs: 4000,
+    courtesyMs: 2000,
+  };
 }

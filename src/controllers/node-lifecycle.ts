@@ -2,6 +2,7 @@ import { kubeTime, type KubeObject } from '../apiserver/objects.js';
 import type { Informer } from '../client/informer.js';
 import { SharedInformers } from '../client/shared-informers.js';
 import { type ApiClient, LEASES, NODES } from '../client/types.js';
+import { lifecycleTickMs } from '../config/timings.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock, wallTimeOf } from './clock.js';
 import { addSample, clockSkewCondition, emptySamples, estimateOffset, isSkewed, type OffsetSamples, SKEW_MESSAGE_STEP_MS } from './clock-skew.js';
@@ -150,7 +151,7 @@ export class NodeLifecycleController implements NodeHealthView {
     private readonly logger: Logger,
     private readonly options: NodeLifecycleOptions,
   ) {
-    this.tickMs = options.tickMs ?? Math.max(50, Math.min(250, options.gracePeriodMs / 16));
+    this.tickMs = options.tickMs ?? lifecycleTickMs(options.gracePeriodMs);
     this.clock = options.clock ?? systemClock;
     this.ownsInformers = !options.informers;
     this.informers = options.informers ?? new SharedInformers(client, logger);

@@ -1,17 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { timingProblems } from '../config/timings.js';
+import { deriveTimings, shutdownTimings, timingProblems } from '../config/timings.js';
 import { Agent } from '../agent/agent.js';
-import type { Taint } from '../node-protocol/taints.js';
+import { labelRecord, type ServerSettings } from '../config/schema.js';
 import { TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
 import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js';
-import { ApiServer, type ConnectionTimeouts } from '../apiserver/server.js';
-import type { LongRunningLimits } from '../apiserver/limits.js';
+import { ApiServer } from '../apiserver/server.js';
 import { ObjectStore } from '../apiserver/storage.js';
 import { LocalClient } from '../client/local.js';
 import { NODES } from '../client/types.js';
@@ -42,7 +40,7 @@ import { type EtcdAccess, openManagedDatastore, openMemberlessDatastore } from '
 import { ApiServerDirectory } from '../cluster/apiservers.js';
 import { defaultNodeIp } from '../agent/identity.js';
 import type { Datastore } from '../datastore/types.js';
-import { createLogger, type LogLevel, type Logger } from '../logging/logger.js';
+import { createLogger, type Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { ensureServingMaterial, issueCertificate, servingNames } from '../security/pki.js';
 import { versionInfo } from '../version.js';
@@ -69,52 +67,11 @@ export class ServerConfigError extends Error {
 }
 
 export interface ServerOptions {
-  /** The resolved configuration, for the cluster record check and the drift view. */
-  config: ResolvedConfig;
-  supervisorMetrics: boolean;
-  /** The cluster token: needed to share a datastore that another server already bootstrapped. */
-  token?: string;
-  /** `etcd://host:port,...`; absent for the embedded SQLite datastore. */
-  datastoreEndpoint?: string;
-  datastoreTls?: { caFile?: string; certFile?: string; keyFile?: string };
-  /** all, etcd (member and agent only), control-plane (API and controllers, no member). */
-  role?: 'all' | 'etcd' | 'control-plane';
-  /** Run a managed etcd member: a new cluster, or joining `joinServer`. */
-  clusterInit?: boolean;
-  joinServer?: string;
-  etcdClientPort?: number;
-  etcdPeerPort?: number;
-  /** How long a joining server’s etcd learner may stand in the way of another join before this server removes (or promotes) it. */
-  etcdLearnerTimeoutMs?: number;
-  dataDir: string;
-  httpsListenPort: number;
-  bindAddress: string;
-  tlsSans: string[];
-  writeKubeconfig?: string;
-  logLevel: LogLevel;
-  /** How long history is kept before compaction; revisions older than this answer 410 Gone. */
+  /** The resolved configuration: its typed values, and the whole of it for the cluster record check and the drift view. */
+  config: ResolvedConfig<'server'>;
+  /** How often history is compacted, and how many revisions are kept; older ones answer 410 Gone. Not settings. */
   compactionIntervalMs?: number;
   compactionKeepRevisions?: number;
-  nodeLeaseRenewIntervalMs: number;
-  nodeMonitorGracePeriodMs: number;
-  /** A node stops its singletons after this much silence; the leader replaces them after it plus a margin. */
-  fencingTimeoutMs: number;
-  /** Pods without their own unreachable toleration are replaced this long after their node is Unavailable. */
-  defaultUnavailableTolerationMs: number;
-  /** Run no agent for this server's own node. */
-  disableAgent: boolean;
-  nodeName: string;
-  nodeLabels: Record<string, string>;
-  nodeTaints: Taint[];
-  agentPort: number;
-  nodeIp?: string;
-  shutdownGracePeriodMs: number;
-  /** How often a watch with allowWatchBookmarks gets a BOOKMARK (when its revision moved). */
-  watchBookmarkIntervalMs?: number;
-  /** How long clients may take over handshakes, headers, requests, and idle keep-alive (defaults: kube-apiserver's). */
-  connectionTimeouts?: ConnectionTimeouts;
-  /** Watches and followed logs per user and in all. */
-  longRunning?: LongRunningLimits;
 }
 
 /** Below this a bookmark timer would spin for nothing: a watch's revision cannot usefully move faster. */
@@ -124,10 +81,6 @@ export const MIN_WATCH_BOOKMARK_INTERVAL_MS = 100;
 export function validateTimings(renewMs: number, graceMs: number, fencingMs: number): void {
   const problems = timingProblems({ renewMs, graceMs, fencingMs });
   if (problems.length) throw new ServerConfigError(problems.join('; '));
-}
-
-export function defaultDataDir(): string {
-  return process.getuid?.() === 0 ? '/var/lib/drover' : path.join(os.homedir(), '.drover');
 }
 
 export interface RunningServer {
@@ -155,15 +108,18 @@ async function ensureBuiltInNamespaces(store: ObjectStore, registry: ResourceReg
 }
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
-  validateTimings(options.nodeLeaseRenewIntervalMs, options.nodeMonitorGracePeriodMs, options.fencingTimeoutMs);
-  if (options.watchBookmarkIntervalMs !== undefined && options.watchBookmarkIntervalMs < MIN_WATCH_BOOKMARK_INTERVAL_MS) {
+  const settings = options.config.values;
+  validateTimings(settings.nodeLeaseRenewIntervalMs, settings.nodeMonitorGracePeriodMs, settings.fencingTimeoutMs);
+  if (settings.watchBookmarkIntervalMs < MIN_WATCH_BOOKMARK_INTERVAL_MS) {
     throw new ServerConfigError(
-      `watch-bookmark-interval (${options.watchBookmarkIntervalMs}ms) must be at least ${MIN_WATCH_BOOKMARK_INTERVAL_MS}ms`,
+      `watch-bookmark-interval (${settings.watchBookmarkIntervalMs}ms) must be at least ${MIN_WATCH_BOOKMARK_INTERVAL_MS}ms`,
     );
   }
+  const timings = deriveTimings(settings);
+  const shutdown = shutdownTimings(settings.shutdownGracePeriodMs);
   const started = Date.now();
-  const logger = createLogger(options.logLevel, 'drover-server');
-  const dataDir = path.resolve(options.dataDir);
+  const logger = createLogger(settings.logLevel, 'drover-server');
+  const dataDir = path.resolve(settings.dataDir);
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const lock: DataDirLock = lockDataDir(dataDir, 'server');
   let datastore: Datastore | undefined;
@@ -174,19 +130,19 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const serverDir = path.join(dataDir, 'server');
     fs.mkdirSync(path.join(serverDir, 'db'), { recursive: true, mode: 0o700 });
     const serverId = ensureServerId(path.join(serverDir, 'server-id'));
-    const specificBind = !['0.0.0.0', '::', ''].includes(options.bindAddress) ? [options.bindAddress] : [];
-    const advertiseHost = specificBind[0] ?? options.nodeIp ?? defaultNodeIp();
-    const role = options.role ?? 'all';
+    const specificBind = !['0.0.0.0', '::', ''].includes(settings.bindAddress) ? [settings.bindAddress] : [];
+    const advertiseHost = specificBind[0] ?? settings.nodeIp ?? defaultNodeIp();
+    const role = settings.role;
     const runsApi = role !== 'etcd';
     const managedOptions = {
       dataDir,
-      memberName: `${options.nodeName}-${serverId.slice(0, 8)}`,
+      memberName: `${settings.nodeName}-${serverId.slice(0, 8)}`,
       advertiseIp: advertiseHost,
-      clientPort: options.etcdClientPort ?? 2379,
-      peerPort: options.etcdPeerPort ?? 2380,
-      clusterInit: options.clusterInit === true,
-      ...(options.joinServer ? { joinServer: options.joinServer } : {}),
-      ...(options.token ? { token: options.token } : {}),
+      clientPort: settings.etcdClientPort,
+      peerPort: settings.etcdPeerPort,
+      clusterInit: settings.clusterInit,
+      ...(settings.server ? { joinServer: settings.server } : {}),
+      ...(settings.token ? { token: settings.token } : {}),
       logger,
       // Without its member this server can serve nothing; exiting lets agents fail over at once
       // and a service manager restart it (the member then restarts from its data).
@@ -195,32 +151,32 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         process.exit(1);
       },
     };
-    if (role === 'control-plane' && !options.datastoreEndpoint) {
+    if (role === 'control-plane' && !settings.datastoreEndpoint) {
       const memberless = await openMemberlessDatastore(managedOptions);
       datastore = memberless.datastore;
       etcdAccess = memberless.access;
-    } else if ((options.clusterInit || options.joinServer || hasEtcdData(dataDir)) && !options.datastoreEndpoint) {
+    } else if ((settings.clusterInit || settings.server || hasEtcdData(dataDir)) && !settings.datastoreEndpoint) {
       // A server with etcd data on disk runs its member again, with or without its first flags.
       const managed = await openManagedDatastore(managedOptions);
       managedEtcd = managed.etcd;
       etcdAccess = { endpoints: [managed.etcd.endpoint], ...managed.etcd.clientTls };
       datastore = managed.datastore;
     } else {
-      datastore = await connectDatastore(options, serverDir, logger);
+      datastore = await connectDatastore(settings, serverDir, logger);
     }
     // Only a server holding the cluster's token gets further, or writes anything into the cluster.
     const identity = await establishClusterIdentity({
       datastore,
       dataDir,
-      ...(options.token ? { tokenOption: options.token } : {}),
+      ...(settings.token ? { tokenOption: settings.token } : {}),
       logger,
     });
     // Before any component starts: this server's cluster-wide settings must match the record.
-    await checkClusterRecord(datastore, options.config, options.nodeName, logger);
-    await publishConfig(datastore, publication(options.nodeName, 'server', publishedValues(options.config)));
+    await checkClusterRecord(datastore, options.config, settings.nodeName, logger);
+    await publishConfig(datastore, publication(settings.nodeName, 'server', publishedValues(options.config)));
     // Metrics exist only when this node's own setting asks for them, whatever other nodes say.
     let metrics: ServerMetrics | undefined;
-    if (options.supervisorMetrics) {
+    if (settings.supervisorMetrics) {
       const { instrumentDatastore, ServerMetrics } = await import('../metrics/metrics.js');
       const base = datastore;
       metrics = new ServerMetrics(
@@ -244,7 +200,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         dataDir,
         joinSecret: identity.joinSecret,
         serverId,
-        enabled: options.config.get<boolean>('secrets-encryption'),
+        enabled: settings.secretsEncryption,
         peers: async () => (directory ? (await directory.live()).map((r) => r.id) : []),
         logger,
       });
@@ -256,7 +212,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // The advertised address (used by agents failing over) must be in the certificate too.
     const tls = await ensureServingMaterial(
       path.join(serverDir, 'tls'),
-      servingNames([...specificBind, advertiseHost, ...options.tlsSans]),
+      servingNames([...specificBind, advertiseHost, ...settings.tlsSans]),
     );
     for (const what of tls.created) logger.info({ dir: path.join(serverDir, 'tls') }, `generated ${what}`);
     const adminAuthenticator = new TokenAuthenticator();
@@ -271,14 +227,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     // ServiceAccount tokens: the cluster's signing key, the TokenRequest signer, the authenticator.
     const serviceAccounts = await setUpServiceAccounts({ datastore, dataDir, joinSecret: identity.joinSecret, client, logger });
     directory = new ApiServerDirectory(datastore, logger);
-    const leaderIdentity = `${options.nodeName}-${serverId.slice(0, 8)}`;
+    const leaderIdentity = `${settings.nodeName}-${serverId.slice(0, 8)}`;
     const events = new EventRecorder(client, 'drover-node-lifecycle', leaderIdentity, logger);
     const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry, serviceAccounts.authenticator]);
-    const timings = {
-      nodeLeaseRenewIntervalMs: options.nodeLeaseRenewIntervalMs,
-      nodeMonitorGracePeriodMs: options.nodeMonitorGracePeriodMs,
-      fencingTimeoutMs: options.fencingTimeoutMs,
-    };
 
     await ensureBuiltInNamespaces(store, registry);
     // The default RBAC policy, then the cache of RBAC objects the authorizer reads: every server
@@ -322,7 +273,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           client,
           nodeCa: identity.nodeCa,
           clientCaCertificatePem: identity.clientCa.certificatePem,
-          timings,
+          timings: {
+            nodeLeaseRenewIntervalMs: timings.nodeLeaseRenewIntervalMs,
+            nodeMonitorGracePeriodMs: timings.nodeMonitorGracePeriodMs,
+            fencingTimeoutMs: timings.fencingTimeoutMs,
+          },
           logger,
           authenticator,
           datastore,
@@ -330,14 +285,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           directory,
           ...(atRest ? { secretsEncryption: atRest.encryption } : {}),
           ...(managedEtcd && etcdAccess
-            ? { etcdMembers: etcdMembership(etcdAccess, { logger, ...(options.etcdLearnerTimeoutMs !== undefined ? { learnerTimeoutMs: options.etcdLearnerTimeoutMs } : {}) }) }
+            ? { etcdMembers: etcdMembership(etcdAccess, { logger, learnerTimeoutMs: settings.etcdLearnerTimeoutMs }) }
             : {}),
         }),
         logger,
-        ...(options.longRunning ? { longRunning: options.longRunning } : {}),
+        longRunning: { perUser: settings.maxWatchesPerUser, total: settings.maxWatches },
         version: versionInfo(),
         caCertificatePem: tls.ca.certificatePem,
-        ...(options.watchBookmarkIntervalMs !== undefined ? { bookmarkIntervalMs: options.watchBookmarkIntervalMs } : {}),
+        bookmarkIntervalMs: settings.watchBookmarkIntervalMs,
         readiness: async () => {
           try {
             // A real read, so a datastore that stopped answering makes the server not ready.
@@ -349,21 +304,21 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         },
       },
       tls.serving,
-      options.connectionTimeouts,
+      { headerMs: settings.httpsHeaderTimeoutMs, requestMs: settings.httpsRequestTimeoutMs, idleMs: settings.httpsIdleTimeoutMs },
     );
-    const address = await api.listen({ host: options.bindAddress, port: options.httpsListenPort });
-    const serverUrl = `https://${clientHost(options.bindAddress)}:${address.port}`;
+    const address = await api.listen({ host: settings.bindAddress, port: settings.httpsListenPort });
+    const serverUrl = `https://${clientHost(settings.bindAddress)}:${address.port}`;
     const advertisedUrl = `https://${advertiseHost.includes(':') ? `[${advertiseHost}]` : advertiseHost}:${address.port}`;
     serviceAccounts.publishAt(advertisedUrl);
     const kubeconfig = {
       serverUrl,
       caCertificatePem: tls.ca.certificatePem,
       token: identity.adminToken,
-      clusterName: options.config.get<string>('cluster-name'),
+      clusterName: settings.clusterName,
     };
     const kubeconfigPath = path.join(dataDir, 'kubeconfig.yaml');
     writeKubeconfig(kubeconfigPath, kubeconfig);
-    if (options.writeKubeconfig) writeKubeconfig(path.resolve(options.writeKubeconfig), kubeconfig);
+    if (settings.writeKubeconfig) writeKubeconfig(path.resolve(settings.writeKubeconfig), kubeconfig);
 
     // Revokes the credentials of deleted Nodes and collects never-used registrations (leader only).
     const records = new NodeRecordReconciler(nodeRegistry, client, logger.child({ controller: 'node-records' }), {
@@ -375,9 +330,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       client,
       logger,
       identity: leaderIdentity,
-      timings: { ...timings, defaultUnavailableTolerationMs: options.defaultUnavailableTolerationMs },
+      timings: {
+        nodeLeaseRenewIntervalMs: timings.nodeLeaseRenewIntervalMs,
+        nodeMonitorGracePeriodMs: timings.nodeMonitorGracePeriodMs,
+        fencingTimeoutMs: timings.fencingTimeoutMs,
+        defaultUnavailableTolerationMs: settings.defaultUnavailableTolerationMs,
+      },
       extraControllers: [records, new ClusterRoleAggregationController(client, logger.child({ controller: 'clusterrole-aggregation' }))],
       termControllers: serviceAccountControllers(serviceAccounts, client, logger, tls.ca.certificatePem),
+        tickMs: timings.lifecycleTickMs,
       lifecycle: {
         ...(metrics
           ? {
@@ -405,7 +366,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
     let agent: Agent | undefined;
     let stopped = false;
-    if (!options.disableAgent) {
+    if (!settings.disableAgent) {
       const roleLabels: Record<string, string> = {
         ...(runsApi ? { [CONTROL_PLANE_ROLE_LABEL]: 'true' } : {}),
         ...(managedEtcd ? { [ETCD_ROLE_LABEL]: 'true' } : {}),
@@ -418,19 +379,19 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         agent = new Agent({
           server: url,
           token: join.token,
-          nodeName: options.nodeName,
+          nodeName: settings.nodeName,
           dataDir,
-          labels: options.nodeLabels,
-          taints: options.nodeTaints,
-          agentPort: options.agentPort,
-          ...(options.nodeIp ? { nodeIp: options.nodeIp } : {}),
-          shutdownGracePeriodMs: options.shutdownGracePeriodMs,
-          supervisorMetrics: options.supervisorMetrics,
+          labels: labelRecord(settings.nodeLabels),
+          taints: settings.nodeTaints,
+          agentPort: settings.agentPort,
+          ...(settings.nodeIp ? { nodeIp: settings.nodeIp } : {}),
+          shutdownGracePeriodMs: settings.shutdownGracePeriodMs,
+          supervisorMetrics: settings.supervisorMetrics,
           logger: logger.child({ component: 'agent' }),
           // Role labels are not the node's to set (node restriction): the server writes them itself.
           onNodeRegistered: async (node) => {
             if (Object.entries(roleLabels).every(([key, value]) => node.metadata.labels?.[key] === value)) return;
-            await client.patch(NODES, undefined, options.nodeName, 'merge', { metadata: { labels: roleLabels } });
+            await client.patch(NODES, undefined, settings.nodeName, 'merge', { metadata: { labels: roleLabels } });
           },
         });
         await agent.start();
@@ -440,7 +401,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     if (runsApi) await directory.start({
       id: serverId,
       url: advertisedUrl,
-      node: options.nodeName,
+      node: settings.nodeName,
     });
 
     const compactor = startCompactor(
@@ -453,7 +414,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     logger.info(
       {
         url: serverUrl,
-        bindAddress: options.bindAddress,
+        bindAddress: settings.bindAddress,
         port: address.port,
         datastore: datastore.name,
         dataDir,
@@ -468,20 +429,20 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       stopping ??= (async () => {
         stopped = true;
         if (agent) {
-          await Promise.race([agent.shutdown('server shutdown'), new Promise((r) => setTimeout(r, options.shutdownGracePeriodMs).unref())]);
+          await Promise.race([agent.shutdown('server shutdown'), new Promise((r) => setTimeout(r, shutdown.embeddedAgentStopMs).unref())]);
         }
         logger.info('shutting down: closing listeners and waiting for requests in flight');
         clearInterval(compactor);
         // Courtesies to the rest of the cluster, bounded: a datastore without quorum must not hold
         // the shutdown hostage.
         const bounded = (work: Promise<void>): Promise<unknown> =>
-          Promise.race([work, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
+          Promise.race([work, new Promise((resolve) => setTimeout(resolve, shutdown.courtesyMs).unref())]);
         await bounded(directory.stop());
         await bounded(controllers.stop());
         nodeRegistry.stop();
         nodeGraph.stop();
         rbac.stop();
-        await api.close(4000);
+        await api.close(shutdown.requestDrainMs);
         await atRest?.encryption.stop();
         await openDatastore.close();
         await managedEtcd?.stop();
@@ -516,14 +477,14 @@ async function waitForControlPlane(
 }
 
 
-async function connectDatastore(options: ServerOptions, serverDir: string, logger: Logger): Promise<Datastore> {
-  const endpoint = options.datastoreEndpoint;
+async function connectDatastore(settings: ServerSettings, serverDir: string, logger: Logger): Promise<Datastore> {
+  const endpoint = settings.datastoreEndpoint;
   if (!endpoint) return openSqliteDatastore(path.join(serverDir, 'db', 'state.db'));
   const match = /^etcd:\/\/(.+)$/.exec(endpoint);
   if (!match) {
     throw new ServerConfigError(`datastore-endpoint "${endpoint}" is not supported: use etcd://host:port[,host:port...]`);
   }
-  const tlsOptions = options.datastoreTls ?? {};
+  const tlsOptions = { caFile: settings.datastoreCafile, certFile: settings.datastoreCertfile, keyFile: settings.datastoreKeyfile };
   const scheme = tlsOptions.caFile || tlsOptions.certFile ? 'https' : 'http';
   const endpoints = match[1]!.split(',').map((h) => `${scheme}://${h.trim()}`);
   logger.info({ endpoints }, 'using an external etcd datastore');
