@@ -1,0 +1,138 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, describe, it } from 'node:test';
+import { resolveConfig } from '../../src/config/resolve.js';
+import { type AgentSettings, fieldName, labelRecord, type ServerSettings, SETTINGS, settingsFor } from '../../src/config/schema.js';
+import { deriveTimings } from '../../src/config/timings.js';
+
+/**
+ * The typed settings derived from the schema table (src/config/schema.ts): `ResolvedConfig.values`
+ * has one field per setting of its command, named by `fieldName`, holding the resolved value.
+ * The field lists below are checked by the compiler against the derived types (a missing or extra
+ * field does not compile), and by the test against what the resolver builds at run time, so the
+ * type and the runtime rule cannot part.
+ */
+
+const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
+  clusterName: true,
+  nodeLeaseRenewIntervalMs: true,
+  nodeMonitorGracePeriodMs: true,
+  fencingTimeoutMs: true,
+  defaultUnavailableTolerationMs: true,
+  httpsListenPort: true,
+  bindAddress: true,
+  tlsSans: true,
+  watchBookmarkIntervalMs: true,
+  writeKubeconfig: true,
+  disableAgent: true,
+  httpsHeaderTimeoutMs: true,
+  httpsRequestTimeoutMs: true,
+  httpsIdleTimeoutMs: true,
+  maxWatchesPerUser: true,
+  maxWatches: true,
+  server: true,
+  role: true,
+  clusterInit: true,
+  etcdClientPort: true,
+  etcdPeerPort: true,
+  etcdLearnerTimeoutMs: true,
+  token: true,
+  tokenFile: true,
+  datastoreEndpoint: true,
+  datastoreCafile: true,
+  datastoreCertfile: true,
+  datastoreKeyfile: true,
+  dataDir: true,
+  nodeName: true,
+  nodeLabels: true,
+  nodeTaints: true,
+  nodeIp: true,
+  agentPort: true,
+  shutdownGracePeriodMs: true,
+  supervisorMetrics: true,
+  logLevel: true,
+};
+
+const AGENT_FIELDS: Record<keyof AgentSettings, true> = {
+  server: true,
+  token: true,
+  tokenFile: true,
+  dataDir: true,
+  nodeName: true,
+  nodeLabels: true,
+  nodeTaints: true,
+  nodeIp: true,
+  agentPort: true,
+  shutdownGracePeriodMs: true,
+  supervisorMetrics: true,
+  logLevel: true,
+};
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'drover-settings-types-'));
+after(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+/** Resolved from flags only: an empty config file, no environment. */
+function resolve<C extends 'server' | 'agent'>(command: C, flags: Record<string, string | string[]>) {
+  const configFile = path.join(dir, 'empty.yaml');
+  fs.writeFileSync(configFile, '');
+  return resolveConfig({ command, flags, env: {}, configFlag: configFile });
+}
+
+describe('typed settings', () => {
+  it('field names: camelCase, durations in Ms, lists plural', () => {
+    assert.equal(fieldName({ name: 'node-lease-renew-interval', type: 'duration' }), 'nodeLeaseRenewIntervalMs');
+    assert.equal(fieldName({ name: 'tls-san', type: 'list' }), 'tlsSans');
+    assert.equal(fieldName({ name: 'node-label', type: 'labels' }), 'nodeLabels');
+    assert.equal(fieldName({ name: 'node-taint', type: 'taints' }), 'nodeTaints');
+    assert.equal(fieldName({ name: 'etcd-client-port', type: 'port' }), 'etcdClientPort');
+    assert.equal(fieldName({ name: 'server', type: 'string' }), 'server');
+    const names = SETTINGS.map(fieldName);
+    assert.equal(new Set(names).size, names.length, 'no two settings share a field');
+  });
+
+  it('a server config has exactly the fields of ServerSettings, one per server setting', () => {
+    const config = resolve('server', {});
+    assert.deepEqual(Object.keys(config.values).sort(), Object.keys(SERVER_FIELDS).sort());
+    assert.equal(settingsFor('server').length, Object.keys(SERVER_FIELDS).length);
+  });
+
+  it('an agent config has exactly the fields of AgentSettings', () => {
+    const config = resolve('agent', { server: 'https://127.0.0.1:6443', token: 'K10abc::server:secret' });
+    assert.deepEqual(Object.keys(config.values).sort(), Object.keys(AGENT_FIELDS).sort());
+    assert.equal(settingsFor('agent').length, Object.keys(AGENT_FIELDS).length);
+  });
+
+  it('each field holds the resolved value, typed', () => {
+    const config = resolve('server', {
+      'node-monitor-grace-period': '6s',
+      'tls-san': ['a.example', 'b.example'],
+      'node-label': ['zone=a', 'tier=web'],
+      'node-taint': ['dedicated=db:NoSchedule'],
+      role: 'all',
+      'https-listen-port': '0',
+    });
+    const settings: ServerSettings = config.values;
+    assert.equal(settings.nodeMonitorGracePeriodMs, 6000);
+    assert.equal(settings.nodeLeaseRenewIntervalMs, 1000);
+    assert.deepEqual(settings.tlsSans, ['a.example', 'b.example']);
+    assert.deepEqual(labelRecord(settings.nodeLabels), { zone: 'a', tier: 'web' });
+    assert.deepEqual(settings.nodeTaints, [{ key: 'dedicated', value: 'db', effect: 'NoSchedule' }]);
+    assert.equal(settings.httpsListenPort, 0);
+    assert.equal(settings.writeKubeconfig, undefined);
+    assert.equal(settings.role, 'all');
+    assert.equal(settings.clusterName, 'drover');
+    // get() by key returns the same, typed.
+    assert.equal(config.get('node-monitor-grace-period'), settings.nodeMonitorGracePeriodMs);
+    for (const setting of settingsFor('server')) {
+      assert.deepEqual((settings as unknown as Record<string, unknown>)[fieldName(setting)], config.rawValue(setting.name), setting.name);
+    }
+  });
+
+  it('the server settings are what deriveTimings takes', () => {
+    const derived = deriveTimings(resolve('server', {}).values);
+    assert.equal(derived.fencingTimeoutMs, 3000);
+    assert.equal(derived.peerCutOffMs, 2000);
+  });
+});
