@@ -1,3 +1,4 @@
+import path from 'node:path';
 import { stringify } from 'yaml';
 import { writeFileAtomic } from '../security/files.js';
 
@@ -34,4 +35,15 @@ export function renderKubeconfig(params: KubeconfigParams): string {
 /** Kubeconfigs carry the admin token: always mode 0600. */
 export function writeKubeconfig(file: string, params: KubeconfigParams): void {
   writeFileAtomic(file, renderKubeconfig(params), 0o600);
+}
+
+/**
+ * The admin kubeconfig in the data dir (rewritten at every start, after listening, so a port of 0
+ * is resolved), and a copy where `write-kubeconfig` asks. Returns the data dir's.
+ */
+export function writeAdminKubeconfigs(dataDir: string, copyTo: string | undefined, params: KubeconfigParams): string {
+  const file = path.join(dataDir, 'kubeconfig.yaml');
+  writeKubeconfig(file, params);
+  if (copyTo) writeKubeconfig(path.resolve(copyTo), params);
+  return file;
 }

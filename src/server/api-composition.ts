@@ -1,0 +1,188 @@
+import path from 'node:path';
+import { TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
+import { RbacAuthorizer } from '../apiserver/rbac/authorizer.js';
+import { ApiError } from '../apiserver/errors.js';
+import { OpenApiDocuments } from '../apiserver/openapi.js';
+import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js';
+import { ApiServer } from '../apiserver/server.js';
+import { ObjectStore } from '../apiserver/storage.js';
+import { LocalClient } from '../client/local.js';
+import { ApiServerDirectory } from '../cluster/apiservers.js';
+import { etcdMembership } from '../cluster/etcd-membership.js';
+import { NodeAuthorizer, NodeRestrictionAdmission } from '../cluster/node-authorization.js';
+import { NodeConfigGraph } from '../cluster/node-graph.js';
+import { NodeRegistry } from '../cluster/node-registry.js';
+import { RbacCache } from '../cluster/rbac-cache.js';
+import type { SecretsEncryption } from '../cluster/secrets-encryption.js';
+import { reconcileDefaultRbac } from '../cluster/rbac-defaults.js';
+import { API_SERVER_CLIENT_NAME, droverEndpoints } from '../cluster/drover-endpoints.js';
+import type { ServerSettings } from '../config/schema.js';
+import type { DerivedTimings } from '../config/timings.js';
+import { EventRecorder } from '../controllers/events.js';
+import type { Datastore } from '../datastore/types.js';
+import type { Logger } from '../logging/logger.js';
+import type { ServerMetrics } from '../metrics/metrics.js';
+import { ensureServingMaterial, issueCertificate, servingNames } from '../security/pki.js';
+import { versionInfo } from '../version.js';
+import type { ClusterIdentity } from './bootstrap.js';
+import type { SelectedDatastore } from './datastore-selection.js';
+import { podLogProxy } from './pod-logs.js';
+import { type ServiceAccountSetup, setUpServiceAccounts } from './service-accounts.js';
+
+/**
+ * The API server and what it serves, not yet listening: the object store and resources, the
+ * serving certificate, authentication (the admin token, node credentials, ServiceAccount tokens), authorization (the
+ * node authorizer, then RBAC, with the default policy reconciled) and node admission, Drover's own /drover/v1 endpoints (registration, etcd membership, drift …), pod logs
+ * fetched from agents, and readiness. Also the in-process client, node registry and server
+ * directory that the controllers and the embedded agent share.
+ */
+
+export interface ApiCompositionInput {
+  settings: ServerSettings;
+  timings: DerivedTimings;
+  /** The datastore to serve from (instrumented when metrics are on). */
+  datastore: Datastore;
+  /** Which datastore was selected: a managed etcd member answers etcd membership requests. */
+  selected: SelectedDatastore;
+  identity: ClusterIdentity;
+  metrics?: ServerMetrics;
+  dataDir: string;
+  serverDir: string;
+  /** Names the serving certificate must carry: a specific bind address and the advertised host. */
+  servingAddresses: string[];
+  /** False on an etcd-only server: no Kubernetes API, only Drover's own /drover/v1 endpoints. */
+  runsApi: boolean;
+  /** This server's identity in events and the controller lease. */
+  leaderIdentity: string;
+  /** Secrets encryption at rest, on a server that serves the API. */
+  secretsEncryption?: SecretsEncryption;
+  logger: Logger;
+}
+
+export interface ApiComposition {
+  api: ApiServer;
+  client: LocalClient;
+  nodeRegistry: NodeRegistry;
+  /** The node authorizer's graph of which ConfigMaps and Secrets each node's pods use. */
+  nodeGraph: NodeConfigGraph;
+  /** The RBAC objects the authorizer reads (started only where the API runs). */
+  rbac: RbacCache;
+  /** ServiceAccount tokens: the signer, the authenticator, the issuer's discovery documents. */
+  serviceAccounts: ServiceAccountSetup;
+  directory: ApiServerDirectory;
+  /** The server CA's certificate, for kubeconfigs. */
+  caCertificatePem: string;
+}
+
+export async function composeApi(input: ApiCompositionInput): Promise<ApiComposition> {
+  const { settings, datastore, identity, logger } = input;
+  const store = new ObjectStore(datastore);
+  const registry = new ResourceRegistry();
+
+  // The advertised address (used by agents failing over) must be in the certificate too.
+  const tlsDir = path.join(input.serverDir, 'tls');
+  const tls = await ensureServingMaterial(tlsDir, servingNames([...input.servingAddresses, ...settings.tlsSans]));
+  for (const what of tls.created) logger.info({ dir: tlsDir }, `generated ${what}`);
+  const adminAuthenticator = new TokenAuthenticator();
+  adminAuthenticator.add(identity.adminToken, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
+  const nodeRegistry = new NodeRegistry(datastore);
+  await nodeRegistry.start();
+  const client = new LocalClient(store, registry);
+  // Which ConfigMaps and Secrets each node's pods use: all a node may read of them.
+  const nodeGraph = new NodeConfigGraph(client, logger);
+  await nodeGraph.start();
+  // ServiceAccount tokens: the cluster's signing key, the TokenRequest signer, the authenticator.
+  const serviceAccounts = await setUpServiceAccounts({ datastore, dataDir: input.dataDir, joinSecret: identity.joinSecret, client, logger });
+  const directory = new ApiServerDirectory(datastore, logger);
+  const events = new EventRecorder(client, 'drover-node-lifecycle', input.leaderIdentity, logger);
+  const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry, serviceAccounts.authenticator]);
+
+  await ensureBuiltInNamespaces(store, registry);
+  // The default RBAC policy, then the cache of RBAC objects the authorizer reads: every server
+  // with an API authorizes its own requests.
+  const rbac = new RbacCache(client, logger);
+  if (input.runsApi) {
+    await reconcileDefaultRbac(client, logger);
+    await rbac.start();
+  }
+  // How this server proves itself to agents when it fetches a pod's logs from them.
+  const logClient = await issueCertificate(identity.clientCa, { commonName: API_SERVER_CLIENT_NAME, usage: 'client' });
+
+  const { managedEtcd, etcdAccess } = input.selected;
+  const api = new ApiServer(
+    {
+      store,
+      registry,
+      openapi: new OpenApiDocuments(registry),
+      authenticator,
+      // Node credentials are judged by the node authorizer alone; everyone else by RBAC, where
+      // system:masters (the admin) is allowed everything before any rule is read.
+      authorizer: new NodeAuthorizer(new RbacAuthorizer(rbac), nodeGraph),
+      rbac,
+      admission: new NodeRestrictionAdmission(client),
+      tokens: serviceAccounts.tokens,
+      issuerDiscovery: serviceAccounts.discovery,
+      ...(input.metrics ? { metrics: input.metrics } : {}),
+      kubernetesApi: input.runsApi,
+      podLogs: podLogProxy({
+        client,
+        registry: nodeRegistry,
+        nodeCaPem: identity.nodeCa.certificatePem,
+        clientCertificatePem: logClient.certificatePem,
+        clientKeyPem: logClient.privateKeyPem,
+        logger,
+      }),
+      droverEndpoints: droverEndpoints({
+        joinSecret: identity.joinSecret,
+        agentSecret: identity.agentSecret,
+        registry: nodeRegistry,
+        client,
+        nodeCa: identity.nodeCa,
+        clientCaCertificatePem: identity.clientCa.certificatePem,
+        // What agents are told at registration, and follow.
+        timings: {
+          nodeLeaseRenewIntervalMs: input.timings.nodeLeaseRenewIntervalMs,
+          nodeMonitorGracePeriodMs: input.timings.nodeMonitorGracePeriodMs,
+          fencingTimeoutMs: input.timings.fencingTimeoutMs,
+        },
+        logger,
+        authenticator,
+        datastore,
+        events,
+        directory,
+        ...(input.secretsEncryption ? { secretsEncryption: input.secretsEncryption } : {}),
+        ...(managedEtcd && etcdAccess
+          ? { etcdMembers: etcdMembership(etcdAccess, { logger, learnerTimeoutMs: settings.etcdLearnerTimeoutMs }) }
+          : {}),
+      }),
+      logger,
+      longRunning: { perUser: settings.maxWatchesPerUser, total: settings.maxWatches },
+      version: versionInfo(),
+      caCertificatePem: tls.ca.certificatePem,
+      bookmarkIntervalMs: settings.watchBookmarkIntervalMs,
+      readiness: async () => {
+        try {
+          // A real read, so a datastore that stopped answering makes the server not ready.
+          await datastore.get('/drover/readyz');
+          return undefined;
+        } catch (error) {
+          return error instanceof Error ? error.message : String(error);
+        }
+      },
+    },
+    tls.serving,
+    { headerMs: settings.httpsHeaderTimeoutMs, requestMs: settings.httpsRequestTimeoutMs, idleMs: settings.httpsIdleTimeoutMs },
+  );
+  return { api, client, nodeRegistry, nodeGraph, rbac, serviceAccounts, directory, caCertificatePem: tls.ca.certificatePem };
+}
+
+async function ensureBuiltInNamespaces(store: ObjectStore, registry: ResourceRegistry): Promise<void> {
+  const def = registry.lookup('', 'v1', 'namespaces')!;
+  for (const name of BUILT_IN_NAMESPACES) {
+    try {
+      await store.create(def, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+    } catch (error) {
+      if (!(error instanceof ApiError && error.code === 409)) throw error;
+    }
+  }
+}

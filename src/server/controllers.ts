@@ -1,0 +1,86 @@
+import type { KubeObject } from '../apiserver/objects.js';
+import type { LocalClient } from '../client/local.js';
+import { etcdMembership } from '../cluster/etcd-membership.js';
+import { NodeRecordReconciler, unusedRecordTtlMs } from '../cluster/node-record-reconciler.js';
+import type { NodeRegistry } from '../cluster/node-registry.js';
+import type { ServerSettings } from '../config/schema.js';
+import type { DerivedTimings } from '../config/timings.js';
+import { ControllerManager } from '../controllers/controller-manager.js';
+import { ClusterRoleAggregationController } from '../controllers/rbac-aggregation.js';
+import type { Logger } from '../logging/logger.js';
+import type { ServerMetrics } from '../metrics/metrics.js';
+import { ETCD_ROLE_LABEL } from '../node-protocol/names.js';
+import type { EtcdAccess } from './managed-datastore.js';
+import { type ServiceAccountSetup, serviceAccountControllers } from './service-accounts.js';
+
+/**
+ * The controllers this server runs while it holds the controller lease (the ControllerManager:
+ * node lifecycle, workloads, failover), with the cluster layer's node record reconciler beside
+ * them, this server's metrics hooks, and the removal of a deleted etcd server's member.
+ */
+
+export interface ControllerDeps {
+  client: LocalClient;
+  logger: Logger;
+  settings: ServerSettings;
+  timings: DerivedTimings;
+  metrics: ServerMetrics | undefined;
+  /** The managed etcd's members, when the cluster has one: a deleted etcd server's member goes too. */
+  etcdAccess: EtcdAccess | undefined;
+  nodeRegistry: NodeRegistry;
+  /** This server's identity in the controller lease and in events. */
+  leaderIdentity: string;
+  /** False on an etcd-only server: it runs no controllers. */
+  runsApi: boolean;
+  serviceAccounts: ServiceAccountSetup;
+  /** The CA of the API servers' certificates (`ca.crt` of legacy token Secrets). */
+  caCertificatePem: string;
+}
+
+export function startControllers(deps: ControllerDeps): ControllerManager {
+  const { client, logger, settings, timings, metrics, etcdAccess, nodeRegistry, leaderIdentity, runsApi, serviceAccounts } = deps;
+  // Revokes the credentials of deleted Nodes and collects never-used registrations (leader only).
+  const records = new NodeRecordReconciler(nodeRegistry, client, logger.child({ controller: 'node-records' }), {
+    unusedTtlMs: unusedRecordTtlMs(),
+  });
+  // While this server holds the controller lease: the node lifecycle, workload and failover
+  // controllers, and the node records, over one set of shared informers.
+  const controllers = new ControllerManager({
+    client,
+    logger,
+    identity: leaderIdentity,
+    timings: {
+      nodeLeaseRenewIntervalMs: timings.nodeLeaseRenewIntervalMs,
+      nodeMonitorGracePeriodMs: timings.nodeMonitorGracePeriodMs,
+      fencingTimeoutMs: timings.fencingTimeoutMs,
+      defaultUnavailableTolerationMs: settings.defaultUnavailableTolerationMs,
+    },
+    extraControllers: [records, new ClusterRoleAggregationController(client, logger.child({ controller: 'clusterrole-aggregation' }))],
+    termControllers: serviceAccountControllers(serviceAccounts, client, logger, deps.caCertificatePem),
+    lifecycle: {
+      tickMs: timings.lifecycleTickMs,
+      ...(metrics
+        ? {
+            onUnavailable: (seconds: number) => metrics.detection.observe(seconds),
+            onClockOffset: (node: string, seconds: number | undefined) =>
+              seconds === undefined ? metrics.nodeClockOffset.remove({ node }) : metrics.nodeClockOffset.set({ node }, seconds),
+          }
+        : {}),
+      ...(etcdAccess
+        ? {
+            // An etcd server's Node deleted: its member goes too, so quorum counts only real members.
+            onNodeDeleted: (node: KubeObject) => {
+              if (node.metadata.labels?.[ETCD_ROLE_LABEL] !== 'true') return;
+              void etcdMembership(etcdAccess, { logger })
+                .removeByNode(node.metadata.name!)
+                .then((removed) => removed.length && logger.info({ node: node.metadata.name, members: removed }, 'removed the etcd member of a deleted node'))
+                .catch((error: unknown) => logger.warn({ err: error, node: node.metadata.name }, 'could not remove the etcd member of a deleted node'));
+            },
+          }
+        : {}),
+    },
+  });
+  // An etcd-only server runs no controllers and serves no Kubernetes API.
+  if (runsApi) controllers.start();
+  return controllers;
+}
