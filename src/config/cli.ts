@@ -1,5 +1,6 @@
 import { Command, Option } from 'commander';
-import { formatValue, type Command as DroverCommand, defaultValue, envName, type Setting, SETTINGS, settingsFor } from './schema.js';
+import { type Command as DroverCommand, defaultValue, envName, type Setting, SETTINGS, settingsFor } from './schema.js';
+import { formatValue } from './values.js';
 import type { FlagValues } from './resolve.js';
 
 /**

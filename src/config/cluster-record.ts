@@ -2,7 +2,8 @@ import { ConflictError, type Datastore, KeyExistsError } from '../datastore/type
 import type { Logger } from '../logging/logger.js';
 import { parseDuration } from './duration.js';
 import { ConfigError, type ResolvedConfig } from './resolve.js';
-import { defaultValue, formatValue, parseText, type Setting, SETTINGS, SETTINGS_BY_NAME, ValueError } from './schema.js';
+import { defaultValue, type Setting, SETTINGS, SETTINGS_BY_NAME } from './schema.js';
+import { formatValue, parseText, ValueError } from './values.js';
 import { timingProblems } from './timings.js';
 
 /**

@@ -1,4 +1,5 @@
-import { defaultValue, envName, expectedType, formatValue, type Setting, SETTINGS } from './schema.js';
+import { defaultValue, envName, type Setting, SETTINGS } from './schema.js';
+import { expectedType, formatValue } from './values.js';
 
 /**
  * The settings reference in docs/configuration.md, generated from the schema. A test compares the

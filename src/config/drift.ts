@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import type { Datastore } from '../datastore/types.js';
 import type { ClusterRecord } from './cluster-record.js';
 import type { ResolvedConfig } from './resolve.js';
-import { type Command, formatValue, parseText, settingsFor, SETTINGS_BY_NAME } from './schema.js';
+import { type Command, settingsFor, SETTINGS_BY_NAME } from './schema.js';
+import { formatValue, parseText } from './values.js';
 
 /**
  * The drift view: every node publishes its effective, non-secret configuration when it starts,

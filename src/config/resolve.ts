@@ -6,12 +6,8 @@ import { readTokenFile, TokenFileError } from './token-file.js';
 import {
   type Command,
   defaultValue,
-  describeValue,
   envName,
-  expectedType,
-  parseText,
   fieldName,
-  parseYamlValue,
   type Setting,
   type SettingNameFor,
   type Settings,
@@ -19,9 +15,15 @@ import {
   SETTINGS,
   SETTINGS_BY_NAME,
   settingsFor,
+} from './schema.js';
+import {
+  describeValue,
+  expectedType,
+  parseText,
+  parseYamlValue,
   suggest,
   ValueError,
-} from './schema.js';
+} from './values.js';
 
 /**
  * The one resolver every command uses (server, agent, config show): defaults < config file <

@@ -1,5 +1,6 @@
 import { formatSource, type ResolvedConfig } from './resolve.js';
-import { formatValue, settingsFor } from './schema.js';
+import { settingsFor } from './schema.js';
+import { formatValue } from './values.js';
 
 /** `drover config show`: every setting, its effective value (secrets redacted) and its source. */
 
