@@ -17,7 +17,7 @@ import type { DataDirLock } from './lock.js';
  * agent's planned shutdown and drain (its node shows Down, and this server's controllers, if it
  * leads, are still there to create the replacements the drain waits for); the compaction timer
  * and this server's entry in the server directory; the controllers, then the controller lease
- * (released), and the node registry's and node graph's watches; the listener, requests in
+ * (released), and the node registry's, node graph's and RBAC cache's watches; the listener, requests in
  * flight, then every connection; the datastore, the managed etcd member, the lock. Called any
  * number of times, it runs once.
  */
