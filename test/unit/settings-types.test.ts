@@ -21,6 +21,7 @@ const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
   nodeMonitorGracePeriodMs: true,
   fencingTimeoutMs: true,
   defaultUnavailableTolerationMs: true,
+  secretsEncryption: true,
   httpsListenPort: true,
   bindAddress: true,
   tlsSans: true,
