@@ -1,10 +1,17 @@
+import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, NODES, PODS, type ResourceRef, SECRETS, SERVICEACCOUNTS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { checkTokenObjects, type ObjectFacts, serviceAccountUser, tokenLookups } from '../security/service-account-rules.js';
-import { ServiceAccountTokenError, verifyServiceAccountToken, type VerifyingKey } from '../security/service-account-tokens.js';
+import {
+  ServiceAccountTokenError,
+  TOKEN_LEEWAY_SECONDS,
+  type VerifiedToken,
+  verifyServiceAccountToken,
+  type VerifyingKey,
+} from '../security/service-account-tokens.js';
 
 /**
  * The ServiceAccount token authenticator, as kube-apiserver's: a bearer token that is a JWT of
@@ -15,7 +22,9 @@ import { ServiceAccountTokenError, verifyServiceAccountToken, type VerifyingKey 
  * its pod; a re-created account or pod has a new UID and does not revive old tokens.
  *
  * Reads go to the store each time, not to a cache, so a deletion is effective from the next
- * request on, on every server.
+ * request on, on every server. What is cached is only the signature check of a token already
+ * verified (for up to 10 s, never past its expiry plus the leeway): it is most of the cost of a
+ * request (bench/service-account-auth.ts) and cannot change.
  *
  * Tokens that are not JWTs, or JWTs of another issuer, are not this authenticator's: it answers
  * undefined and the next authenticator tries (the admin token and node credentials are random
@@ -53,8 +62,14 @@ const facts = (obj: KubeObject | undefined): ObjectFacts | undefined =>
       }
     : undefined;
 
+/** How long a verified signature is reused, and for how many tokens at most. */
+const VERIFIED_TTL_MS = 10_000;
+const VERIFIED_MAX = 4096;
+
 export class ServiceAccountAuthenticator implements Authenticator {
   private readonly now: () => Date;
+  /** SHA-256 of a token → its verification for the API audiences, and until when it may be reused. */
+  private readonly verified = new Map<string, { verified: VerifiedToken; until: number }>();
 
   constructor(private readonly options: ServiceAccountAuthenticatorOptions) {
     this.now = options.now ?? (() => new Date());
@@ -80,13 +95,7 @@ export class ServiceAccountAuthenticator implements Authenticator {
    */
   async authenticateToken(token: string, audiences?: readonly string[]): Promise<AuthenticatedToken> {
     const now = this.now();
-    const verified = await verifyServiceAccountToken(token, {
-      keys: this.options.keys,
-      issuers: this.options.issuers,
-      apiAudiences: this.options.apiAudiences,
-      ...(audiences ? { audiences } : {}),
-      now,
-    });
+    const verified = audiences ? await this.verify(token, now, audiences) : await this.verifyCached(token, now);
     const lookups = tokenLookups(verified.claims);
     const get = (ref: ResourceRef, namespace: string | undefined, name: string | undefined): Promise<KubeObject | undefined> =>
       name === undefined ? Promise.resolve(undefined) : this.options.client.get(ref, namespace, name);
@@ -109,5 +118,28 @@ export class ServiceAccountAuthenticator implements Authenticator {
       audiences: verified.audiences,
       stale: info.stale,
     };
+  }
+
+  private verify(token: string, now: Date, audiences?: readonly string[]): Promise<VerifiedToken> {
+    return verifyServiceAccountToken(token, {
+      keys: this.options.keys,
+      issuers: this.options.issuers,
+      apiAudiences: this.options.apiAudiences,
+      ...(audiences ? { audiences } : {}),
+      now,
+    });
+  }
+
+  /** verify() for the API audiences, reusing a recent verification of the same token. */
+  private async verifyCached(token: string, now: Date): Promise<VerifiedToken> {
+    const id = createHash('sha256').update(token).digest('hex');
+    const hit = this.verified.get(id);
+    if (hit && now.getTime() <= hit.until) return hit.verified;
+    this.verified.delete(id);
+    const verified = await this.verify(token, now);
+    if (this.verified.size >= VERIFIED_MAX) this.verified.delete(this.verified.keys().next().value!);
+    const expires = (verified.claims.exp + TOKEN_LEEWAY_SECONDS) * 1000;
+    this.verified.set(id, { verified, until: Math.min(now.getTime() + VERIFIED_TTL_MS, expires) });
+    return verified;
   }
 }
