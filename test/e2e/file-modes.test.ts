@@ -197,6 +197,7 @@ describe('files and modes, as docs/security.md lists them', () => {
       'server/tls/client-ca.key',
       'server/tls/serving.crt',
       'server/tls/serving.key',
+      'server/tls/service.key',
       'server/db/state.db',
       'agent/node-id',
       'agent/node-password',
