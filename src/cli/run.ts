@@ -8,7 +8,8 @@ import { nodeLabelViolation } from '../cluster/node-authorization.js';
 import { flagValues } from '../config/cli.js';
 import { publishedValues } from '../config/drift.js';
 import { ConfigError, EXIT_CONFIG, type ResolvedConfig, resolveConfig } from '../config/resolve.js';
-import { type Command as DroverCommand, labelRecord } from '../config/schema.js';
+import { type Command as DroverCommand } from '../config/schema.js';
+import { agentOptionsOf } from '../agent/node-settings.js';
 import { shutdownTimings } from '../config/timings.js';
 import { createLogger, type Logger } from '../logging/logger.js';
 import { ClusterJoinError } from '../server/bootstrap.js';
@@ -85,14 +86,8 @@ function agentOptions(config: ResolvedConfig<'agent'>, logger: Logger): AgentOpt
   return {
     server: settings.server,
     token: settings.token,
-    nodeName: settings.nodeName,
+    ...agentOptionsOf(settings),
     dataDir: path.resolve(settings.dataDir),
-    labels: labelRecord(settings.nodeLabels),
-    taints: settings.nodeTaints,
-    agentPort: settings.agentPort,
-    ...(settings.nodeIp ? { nodeIp: settings.nodeIp } : {}),
-    shutdownGracePeriodMs: settings.shutdownGracePeriodMs,
-    supervisorMetrics: settings.supervisorMetrics,
     publishedConfig: publishedValues(config),
     logger,
   };

@@ -2,7 +2,8 @@ import { Agent } from '../agent/agent.js';
 import type { LocalClient } from '../client/local.js';
 import { NODES } from '../client/types.js';
 import type { ApiServerDirectory } from '../cluster/apiservers.js';
-import { labelRecord, type ServerSettings } from '../config/schema.js';
+import { agentOptionsOf } from '../agent/node-settings.js';
+import type { ServerSettings } from '../config/schema.js';
 import type { Logger } from '../logging/logger.js';
 import { CONTROL_PLANE_ROLE_LABEL, ETCD_ROLE_LABEL } from '../node-protocol/names.js';
 
@@ -48,14 +49,8 @@ export function startEmbeddedAgent(input: EmbeddedAgentInput): EmbeddedAgent {
     agent = new Agent({
       server: url,
       token: input.joinToken,
-      nodeName: settings.nodeName,
+      ...agentOptionsOf(settings),
       dataDir: input.dataDir,
-      labels: labelRecord(settings.nodeLabels),
-      taints: settings.nodeTaints,
-      agentPort: settings.agentPort,
-      ...(settings.nodeIp ? { nodeIp: settings.nodeIp } : {}),
-      shutdownGracePeriodMs: settings.shutdownGracePeriodMs,
-      supervisorMetrics: settings.supervisorMetrics,
       logger: logger.child({ component: 'agent' }),
       // Role labels are not the node's to set (node restriction): the server writes them itself.
       onNodeRegistered: async (node) => {

@@ -1,0 +1,29 @@
+import { labelRecord, type NodeLabel } from '../config/schema.js';
+import type { Taint } from '../node-protocol/taints.js';
+import type { AgentOptions } from './agent.js';
+
+/** The node-scoped settings an agent runs with, the same for `drover agent` and a server's own agent. */
+export interface NodeSettings {
+  nodeName: string;
+  nodeLabels: readonly NodeLabel[];
+  nodeTaints: Taint[];
+  agentPort: number;
+  nodeIp?: string | undefined;
+  shutdownGracePeriodMs: number;
+  supervisorMetrics: boolean;
+}
+
+/** The part of AgentOptions that comes from the node's own settings (never from another server). */
+export function agentOptionsOf(
+  settings: NodeSettings,
+): Pick<AgentOptions, 'nodeName' | 'labels' | 'taints' | 'agentPort' | 'nodeIp' | 'shutdownGracePeriodMs' | 'supervisorMetrics'> {
+  return {
+    nodeName: settings.nodeName,
+    labels: labelRecord(settings.nodeLabels),
+    taints: settings.nodeTaints,
+    agentPort: settings.agentPort,
+    ...(settings.nodeIp ? { nodeIp: settings.nodeIp } : {}),
+    shutdownGracePeriodMs: settings.shutdownGracePeriodMs,
+    supervisorMetrics: settings.supervisorMetrics,
+  };
+}
