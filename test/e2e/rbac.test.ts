@@ -17,7 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import YAML from 'yaml';
 
 import { kubectlClients, type KubectlResult, MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
-import { cleanup, eventually, REPO_ROOT, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { cleanup, eventually, REPO_ROOT, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 
 const PYTHON = '/usr/bin/python3';
 const PYTHON_SCRIPT = path.join(REPO_ROOT, 'test/python/rbac_test.py');
@@ -38,6 +38,7 @@ describe('RBAC on a real server: ServiceAccounts, kubectl and the Python client'
   let server: ServerProcess;
   let work: string;
   let cache: string;
+  let saToken: string;
   /** A kubeconfig per identity. */
   const kubeconfigs: Record<string, string> = {};
 
@@ -65,7 +66,8 @@ describe('RBAC on a real server: ServiceAccounts, kubectl and the Python client'
   }
 
   before(async () => {
-    server = await startServer();
+    // /metrics is served, so who may read it can be seen.
+    server = await startServer({ args: ['--supervisor-metrics'] });
     work = tempDir('rbac');
     cache = path.join(work, 'kube-cache');
     await adminOk(['create', 'namespace', 'a']);
@@ -74,8 +76,8 @@ describe('RBAC on a real server: ServiceAccounts, kubectl and the Python client'
     // Both identities may read pods in a, nothing more (kubectl 1.32 sends these as protobuf).
     await adminOk(['create', 'role', 'pod-reader', '-n', 'a', '--verb=get,list,watch', '--resource=pods']);
     await adminOk(['create', 'rolebinding', 'readers', '-n', 'a', '--role=pod-reader', '--serviceaccount=a:bot']);
-    const token = (await adminOk(['create', 'token', 'bot', '-n', 'a'])).trim();
-    kubeconfigs[SA_USER] = writeKubeconfig('bot', { token });
+    saToken = (await adminOk(['create', 'token', 'bot', '-n', 'a'])).trim();
+    kubeconfigs[SA_USER] = writeKubeconfig('bot', { token: saToken });
   });
 
   after(async () => {
@@ -124,6 +126,28 @@ describe('RBAC on a real server: ServiceAccounts, kubectl and the Python client'
     const whoTable = await runKubectl(MODERN_KUBECTL, kubeconfigs[SA_USER]!, cache, ['auth', 'whoami']);
     assertOk(whoTable, 'whoami (table)');
     assert.match(whoTable.stdout, /^Username\s+system:serviceaccount:a:bot$/m);
+  });
+
+  it('discovery is open to every signed-in user, /metrics only to system:monitoring and the admin, and impersonation is refused rather than ignored', async () => {
+    const apis = await request(server, 'GET', '/apis', { token: saToken });
+    assert.equal(apis.status, 200, apis.text);
+    const metrics = await request(server, 'GET', '/metrics', { token: saToken });
+    assert.equal(metrics.status, 403, metrics.text);
+    assert.deepEqual(metrics.json, {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: `forbidden: User "${SA_USER}" cannot get path "/metrics"`,
+      reason: 'Forbidden',
+      details: {},
+      code: 403,
+    });
+    assert.equal((await request(server, 'GET', '/metrics')).status, 200, 'the admin reads /metrics');
+    // kubectl --as would otherwise be answered as the caller: `can-i --as` would lie.
+    const as = await runKubectl(MODERN_KUBECTL, server.kubeconfig, cache, ['get', 'pods', '-n', 'b', '--as', 'someone']);
+    assert.equal(as.code, 1, as.stdout);
+    assert.match(as.stderr, /impersonation \(Impersonate-\* headers, kubectl --as\/--as-group\) is not supported by Drover/);
   });
 
   it('escalation is refused: a user who may write Roles but not delete pods cannot create a Role granting pod delete, nor bind edit', async () => {
