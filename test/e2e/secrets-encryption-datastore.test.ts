@@ -4,7 +4,7 @@
  * SQLite files in temp dirs. The raw database files are read byte for byte to show that no
  * Secret's plaintext reaches the disk.
  *
- * Run: node --import tsx --test test/unit/secrets-encryption.test.ts
+ * Run: node --import tsx --test test/e2e/secrets-encryption-datastore.test.ts
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
