@@ -43,6 +43,7 @@ import {
 import type { ObjectStore } from './storage.js';
 import type { RequestContext } from './verbs/context.js';
 import { ResourceVerbs } from './verbs/verbs.js';
+import { presentsClientCertificate } from './x509-auth.js';
 import type { VersionInfo } from '../version.js';
 import { DISCOVERY_CACHE_CONTROL, JWKS_CONTENT_TYPE, JWKS_PATH, OPENID_CONFIGURATION_PATH } from '../security/service-account-tokens.js';
 
@@ -185,9 +186,9 @@ export class ApiHandler {
     const method = req.method ?? 'GET';
 
     if (PUBLIC_PATHS.has(path) || path.startsWith('/readyz/') || path.startsWith('/livez/')) {
-      // Anonymous callers may read these, but a token that fails authentication is refused
-      // everywhere, as kube-apiserver does.
-      if (req.headers.authorization && !(await this.options.authenticator.authenticate(req))) throw errors.unauthorized();
+      // Anonymous callers may read these, but a token or client certificate that fails
+      // authentication is refused everywhere, as kube-apiserver does.
+      if ((req.headers.authorization || presentsClientCertificate(req)) && !(await this.options.authenticator.authenticate(req))) throw errors.unauthorized();
       await this.servePublic(path, method, res);
       return;
     }

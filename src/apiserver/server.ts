@@ -13,6 +13,11 @@ import { ApiHandler, type HandlerOptions } from './handler.js';
 export interface TlsMaterial {
   certificatePem: string;
   privateKeyPem: string;
+  /**
+   * Ask clients for a certificate (without requiring one) and verify it against this CA only:
+   * the client CA, whose certificates are users (src/apiserver/x509-auth.ts).
+   */
+  clientCaPem?: string;
 }
 
 export interface ListenOptions {
@@ -73,6 +78,9 @@ export class ApiServer {
     const serverOptions: https.ServerOptions = {
       cert: tls.certificatePem,
       key: tls.privateKeyPem,
+      // A certificate that does not verify is not refused here: the request then has no
+      // certificate user, and the authenticators decide (a bearer token may still be valid).
+      ...(tls.clientCaPem ? { requestCert: true, rejectUnauthorized: false, ca: tls.clientCaPem } : {}),
       // A TCP connection that never completes its handshake is not HTTP yet; this cuts it.
       handshakeTimeout: headerMs,
       headersTimeout: headerMs,

@@ -7,6 +7,7 @@ import { DROVER_VERSION, versionInfo } from '../version.js';
 import { clusterConfigSet, configDrift, defaultKubeconfig, nodeForget, tokenShow } from './admin.js';
 import { fail, resolveFrom, runAgent, runServer } from './run.js';
 import { secretsEncryptRotateKeys, secretsEncryptStatus } from './secrets-encrypt.js';
+import { addKubeconfigCommand } from './users.js';
 
 /**
  * `drover`: the commands and their flags (commander). The flags of `server` and `agent` are
@@ -109,5 +110,7 @@ clusterConfig
   .argument('<key=value>', 'e.g. node-monitor-grace-period=6s')
   .option('--kubeconfig <file>', 'admin kubeconfig (default: $KUBECONFIG or <data-dir>/kubeconfig.yaml)')
   .action(clusterConfigSet);
+
+addKubeconfigCommand(program);
 
 await program.parseAsync(process.argv);

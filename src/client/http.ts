@@ -14,7 +14,7 @@ import {
   type WatchHandler,
 } from './types.js';
 
-/** The API client over HTTPS, pinned to the cluster CA, with a bearer token. */
+/** The API client over HTTPS, pinned to the cluster CA, with a bearer token or a client certificate. */
 
 const PATCH_CONTENT_TYPES: Record<PatchKind, string> = {
   merge: 'application/merge-patch+json',
@@ -26,7 +26,10 @@ export interface HttpClientOptions {
   /** `https://host:port` */
   server: string;
   caPem: string;
-  token: string;
+  /** A bearer token, or else a client certificate and its key (PEM). */
+  token?: string;
+  certificatePem?: string;
+  keyPem?: string;
   /** Per request; a watch is exempt. */
   timeoutMs?: number;
 }
@@ -37,7 +40,12 @@ export class HttpClient implements ApiClient {
 
   constructor(private readonly options: HttpClientOptions) {
     this.base = new URL(options.server);
-    this.agent = new https.Agent({ keepAlive: true, maxSockets: 16, ca: options.caPem });
+    this.agent = new https.Agent({
+      keepAlive: true,
+      maxSockets: 16,
+      ca: options.caPem,
+      ...(options.certificatePem && options.keyPem ? { cert: options.certificatePem, key: options.keyPem } : {}),
+    });
   }
 
   close(): void {
@@ -58,7 +66,7 @@ export class HttpClient implements ApiClient {
       method,
       path,
       agent: this.agent,
-      headers: { Accept: 'application/json', Authorization: `Bearer ${this.options.token}`, ...headers },
+      headers: { Accept: 'application/json', ...(this.options.token ? { Authorization: `Bearer ${this.options.token}` } : {}), ...headers },
     };
   }
 

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
+import { MASTERS_GROUP } from '../apiserver/rbac/types.js';
 import { CLUSTER_RECORD_KEY, type ClusterRecord, parseClusterRecord, setClusterValue } from '../config/cluster-record.js';
 import { readSealed } from './bootstrap-data.js';
 import { checkPublishedValues, computeDrift, publication, publishConfig, readPublished } from '../config/drift.js';
@@ -22,6 +23,7 @@ import type { NodeRegistry } from './node-registry.js';
 import { RegistrationLimiter, registrationSource } from './registration-limits.js';
 import type { SecretsEncryption } from './secrets-encryption.js';
 import { serveSecretsEncryption } from './secrets-encryption-endpoint.js';
+import { CLIENT_CERTIFICATES_PATH, issueUserCertificate, parseUserCertificateRequest } from './user-certificates.js';
 
 /**
  * Drover's own endpoints beside the Kubernetes API, under `/drover/v1/` on the same port (what
@@ -68,6 +70,8 @@ export interface DroverEndpointsOptions {
   /** Signs agents' serving certificates. */
   nodeCa: KeyPair;
   clientCaCertificatePem: string;
+  /** Signs users' client certificates (drover kubeconfig create). */
+  clientCa: KeyPair;
   timings: ClusterTimings;
   logger: Logger;
   authenticator: Authenticator;
@@ -108,7 +112,9 @@ function requireJoinSecret(options: DroverEndpointsOptions, req: IncomingMessage
 async function requireAdmin(options: DroverEndpointsOptions, req: IncomingMessage): Promise<UserInfo> {
   const user = await options.authenticator.authenticate(req);
   if (!user) throw errors.unauthorized();
-  if (!user.groups.includes('system:masters')) throw errors.forbidden(`User "${user.name}" is not a cluster admin`);
+  if (!user.groups.includes(MASTERS_GROUP)) {
+    throw errors.forbidden(`User "${user.name}" is not a cluster admin (not in group ${MASTERS_GROUP}; groups: ${user.groups.join(', ')})`);
+  }
   return user;
 }
 
@@ -242,6 +248,18 @@ async function forgetNode(options: DroverEndpointsOptions, req: IncomingMessage,
   });
 }
 
+/** `drover kubeconfig create`: a user's client certificate from the client CA, for admins only, recorded. */
+async function issueClientCertificate(options: DroverEndpointsOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const admin = await requireAdmin(options, req);
+  const issued = await issueUserCertificate(options.clientCa, parseUserCertificateRequest(await readJsonObject(req, 'client certificate')));
+  // No revocation exists: the Event is the record of who holds what, until when.
+  const message =
+    `Client certificate for user ${JSON.stringify(issued.name)} (groups: ${issued.groups.join(', ') || 'none'}) issued by ${admin.name}: ` +
+    `serial ${issued.serialNumber}, valid until ${issued.notAfter}`;
+  await options.events.record({ kind: 'Namespace', name: 'kube-system', namespace: 'kube-system' }, 'Normal', 'ClientCertificateIssued', message);
+  sendJson(res, 201, issued);
+}
+
 /** The IP addresses a node registers (its serving certificate names them): IP literals only. */
 function registrationAddresses(value: unknown): string[] {
   if (value === undefined) return [];
@@ -266,6 +284,7 @@ export function droverEndpoints(options: DroverEndpointsOptions) {
       try {
         const node = NODE_PATH.exec(path);
         if (node && req.method === 'DELETE') await forgetNode(options, req, res, node[1]!);
+        else if (path === CLIENT_CERTIFICATES_PATH && req.method === 'POST') await issueClientCertificate(options, req, res);
         else if (await serveSecretsEncryption({ ...options, encryption: options.secretsEncryption }, req, res, path)) return true;
         else await serveConfig(options, req, res, path);
       } catch (error) {

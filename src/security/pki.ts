@@ -89,18 +89,37 @@ export async function createCertificateAuthority(commonName: string): Promise<Ke
 export interface LeafRequest {
   commonName: string;
   organization?: string;
+  /** Several O values (a user's groups); after `organization` when both are given. */
+  organizations?: readonly string[];
   /** DNS names and IP addresses. */
   subjectAltNames?: readonly string[];
   /** `peer`: both server and client authentication (etcd peers dial each other). */
   usage: 'server' | 'client' | 'peer';
+  /** Valid until (default: one year from now). */
+  notAfter?: Date;
+  /** Valid from (default: now, back-dated by CERTIFICATE_BACKDATE_MS). */
+  notBefore?: Date;
 }
 
 export async function issueCertificate(ca: KeyPair, request: LeafRequest): Promise<KeyPair> {
+  const keys = await generateKeys();
+  const cert = await signLeaf(ca, request, keys.publicKey);
+  return { certificatePem: cert.toString('pem'), privateKeyPem: await exportPrivateKey(keys.privateKey) };
+}
+
+/**
+ * The subject as a structured name, one attribute per RDN, rather than a `CN=…, O=…` string:
+ * a user's name or group holding `,`, `+` or `=` stays one value instead of becoming others.
+ */
+function subjectName(request: LeafRequest): x509.JsonName {
+  const organizations = [...(request.organization ? [request.organization] : []), ...(request.organizations ?? [])];
+  return [{ CN: [request.commonName] }, ...organizations.map((o) => ({ O: [o] }))];
+}
+
+async function signLeaf(ca: KeyPair, request: LeafRequest, publicKey: CryptoKey | x509.PublicKey): Promise<x509.X509Certificate> {
   const caCert = new x509.X509Certificate(ca.certificatePem);
   const caKey = await importPrivateKey(ca.privateKeyPem);
-  const keys = await generateKeys();
   const now = Date.now();
-  const subject = `CN=${request.commonName}${request.organization ? `, O=${request.organization}` : ''}`;
   const extensions: x509.Extension[] = [
     new x509.BasicConstraintsExtension(false, undefined, true),
     new x509.KeyUsagesExtension(
@@ -123,18 +142,62 @@ export async function issueCertificate(ca: KeyPair, request: LeafRequest): Promi
       ),
     );
   }
-  const cert = await x509.X509CertificateGenerator.create({
+  return x509.X509CertificateGenerator.create({
     serialNumber: serialNumber(),
-    subject,
+    subject: subjectName(request),
     issuer: caCert.subject,
-    notBefore: new Date(now - CERTIFICATE_BACKDATE_MS),
-    notAfter: new Date(now + SERVING_LIFETIME_DAYS * DAY_MS),
+    notBefore: request.notBefore ?? new Date(now - CERTIFICATE_BACKDATE_MS),
+    notAfter: request.notAfter ?? new Date(now + SERVING_LIFETIME_DAYS * DAY_MS),
     signingAlgorithm: ALGORITHM,
-    publicKey: keys.publicKey,
+    publicKey,
     signingKey: caKey,
     extensions,
   });
-  return { certificatePem: cert.toString('pem'), privateKeyPem: await exportPrivateKey(keys.privateKey) };
+}
+
+export class CertificateRequestError extends Error {
+  override name = 'CertificateRequestError';
+}
+
+/**
+ * A client certificate for the key in a PKCS#10 request, with the subject and lifetime the
+ * caller decides (the request's own subject is ignored): the private key never leaves whoever
+ * made the request, and its signature proves they hold it.
+ */
+export async function signCertificateRequest(
+  ca: KeyPair,
+  requestPem: string,
+  request: Omit<LeafRequest, 'usage' | 'subjectAltNames'>,
+): Promise<{ certificatePem: string; serialNumber: string; notBefore: Date; notAfter: Date }> {
+  let csr: x509.Pkcs10CertificateRequest;
+  try {
+    csr = new x509.Pkcs10CertificateRequest(requestPem);
+  } catch (error) {
+    throw new CertificateRequestError(`not a PEM certificate signing request (${(error as Error).message})`);
+  }
+  if (!(await csr.verify().catch(() => false))) throw new CertificateRequestError('the certificate signing request’s signature does not verify');
+  const cert = await signLeaf(ca, { ...request, usage: 'client' }, csr.publicKey);
+  return { certificatePem: cert.toString('pem'), serialNumber: cert.serialNumber, notBefore: cert.notBefore, notAfter: cert.notAfter };
+}
+
+/** A new key (ECDSA P-256) and a PKCS#10 request for it, naming `commonName` and `organizations`. */
+export async function createCertificateRequest(
+  commonName: string,
+  organizations: readonly string[],
+): Promise<{ requestPem: string; privateKeyPem: string }> {
+  const keys = await generateKeys();
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: subjectName({ commonName, organizations, usage: 'client' }),
+    keys,
+    signingAlgorithm: ALGORITHM,
+  });
+  return { requestPem: csr.toString('pem'), privateKeyPem: await exportPrivateKey(keys.privateKey) };
+}
+
+/** When a certificate (PEM) is valid. */
+export function certificateValidity(pem: string): { notBefore: Date; notAfter: Date } {
+  const cert = new x509.X509Certificate(pem);
+  return { notBefore: cert.notBefore, notAfter: cert.notAfter };
 }
 
 /** The names every serving certificate carries, plus the user's `--tls-san` entries. */

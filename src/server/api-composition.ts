@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
+import { X509Authenticator } from '../apiserver/x509-auth.js';
 import { RbacAuthorizer } from '../apiserver/rbac/authorizer.js';
 import { ApiError } from '../apiserver/errors.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
@@ -95,7 +96,8 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   const serviceAccounts = await setUpServiceAccounts({ datastore, dataDir: input.dataDir, joinSecret: identity.joinSecret, client, logger });
   const directory = new ApiServerDirectory(datastore, logger);
   const events = new EventRecorder(client, 'drover-node-lifecycle', input.leaderIdentity, logger);
-  const authenticator = new UnionAuthenticator([adminAuthenticator, nodeRegistry, serviceAccounts.authenticator]);
+  // Client certificates first, as kube-apiserver orders its authenticators.
+  const authenticator = new UnionAuthenticator([new X509Authenticator(), adminAuthenticator, nodeRegistry, serviceAccounts.authenticator]);
 
   await ensureBuiltInNamespaces(store, registry);
   // The default RBAC policy, then the cache of RBAC objects the authorizer reads: every server
@@ -139,6 +141,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
         client,
         nodeCa: identity.nodeCa,
         clientCaCertificatePem: identity.clientCa.certificatePem,
+        clientCa: identity.clientCa,
         // What agents are told at registration, and follow.
         timings: {
           nodeLeaseRenewIntervalMs: input.timings.nodeLeaseRenewIntervalMs,
@@ -170,7 +173,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
         }
       },
     },
-    tls.serving,
+    { ...tls.serving, clientCaPem: identity.clientCa.certificatePem },
     { headerMs: settings.httpsHeaderTimeoutMs, requestMs: settings.httpsRequestTimeoutMs, idleMs: settings.httpsIdleTimeoutMs },
   );
   return { api, client, nodeRegistry, nodeGraph, rbac, serviceAccounts, directory, caCertificatePem: tls.ca.certificatePem };

@@ -2,17 +2,24 @@ import path from 'node:path';
 import { stringify } from 'yaml';
 import { writeFileAtomic } from '../security/files.js';
 
-export interface KubeconfigParams {
+/** A credential in a kubeconfig: the admin's bearer token, or a user's client certificate. */
+export type KubeconfigCredential = { token: string } | { clientCertificatePem: string; clientKeyPem: string };
+
+export type KubeconfigParams = {
   serverUrl: string;
   caCertificatePem: string;
-  token: string;
   clusterName?: string;
   userName?: string;
-}
+  /** Default: the cluster name. */
+  contextName?: string;
+} & KubeconfigCredential;
+
+const base64 = (text: string): string => Buffer.from(text).toString('base64');
 
 export function renderKubeconfig(params: KubeconfigParams): string {
   const cluster = params.clusterName ?? 'default';
   const user = params.userName ?? 'default';
+  const context = params.contextName ?? cluster;
   return stringify({
     apiVersion: 'v1',
     kind: 'Config',
@@ -21,18 +28,26 @@ export function renderKubeconfig(params: KubeconfigParams): string {
         name: cluster,
         cluster: {
           server: params.serverUrl,
-          'certificate-authority-data': Buffer.from(params.caCertificatePem).toString('base64'),
+          'certificate-authority-data': base64(params.caCertificatePem),
         },
       },
     ],
-    contexts: [{ name: cluster, context: { cluster, user } }],
-    'current-context': cluster,
+    contexts: [{ name: context, context: { cluster, user } }],
+    'current-context': context,
     preferences: {},
-    users: [{ name: user, user: { token: params.token } }],
+    users: [
+      {
+        name: user,
+        user:
+          'token' in params
+            ? { token: params.token }
+            : { 'client-certificate-data': base64(params.clientCertificatePem), 'client-key-data': base64(params.clientKeyPem) },
+      },
+    ],
   });
 }
 
-/** Kubeconfigs carry the admin token: always mode 0600. */
+/** Kubeconfigs carry a credential: always mode 0600. */
 export function writeKubeconfig(file: string, params: KubeconfigParams): void {
   writeFileAtomic(file, renderKubeconfig(params), 0o600);
 }
