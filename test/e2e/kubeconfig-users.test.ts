@@ -278,6 +278,11 @@ describe('drover kubeconfig create: users with client certificates from the clie
       assert.equal(res.code, 0, `${client.name}: ${res.stderr}`);
       assert.match(res.stdout, /namespace\/kube-system/);
     }
+    const who = await runKubectl(MODERN_KUBECTL, server.kubeconfig, cacheDir, ['auth', 'whoami', '-o', 'json']);
+    assert.equal(who.code, 0, who.stderr);
+    const userInfo = (JSON.parse(who.stdout) as { status: { userInfo: { username: string; groups: string[] } } }).status.userInfo;
+    assert.equal(userInfo.username, 'system:admin');
+    assert.deepEqual(userInfo.groups, ['system:masters', 'system:authenticated']);
     const fromPython = await python(server.kubeconfig);
     assert.equal(fromPython.status, 200, fromPython.message);
     assert.ok(fromPython.names!.includes('kube-system'));
