@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
 import { timingProblems } from './timings.js';
+import { issuerProblem } from '../security/service-account-tokens.js';
 import { readTokenFile, TokenFileError } from './token-file.js';
 import {
   type Command,
@@ -300,6 +301,8 @@ function serverProblems(config: ResolvedConfig<'server'>): string[] {
     },
     (key) => config.source(key),
   );
+  const issuer = issuerProblem(config.get('service-account-issuer'));
+  if (issuer) problems.push(`service-account-issuer (${config.source('service-account-issuer')}): ${issuer}`);
   const role = config.get('role');
   const clusterInit = config.get('cluster-init');
   const joins = Boolean(config.get('server'));

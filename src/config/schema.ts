@@ -104,6 +104,15 @@ const TABLE = [
     default: false,
     why: 'every server reads and writes the same Secrets: one writing plaintext while the others encrypt would leave Secrets unprotected at rest behind the cluster’s back',
   },
+  {
+    name: 'service-account-issuer',
+    type: 'string',
+    help: 'issuer (iss) of ServiceAccount tokens, an https URL; changing it invalidates every token issued before (docs/security.md#serviceaccount-tokens)',
+    commands: ['server'],
+    scope: 'cluster',
+    default: 'https://kubernetes.default.svc.cluster.local',
+    why: 'a token issued by one server must verify on every other, which accepts only its own issuer',
+  },
   // --- node-scoped, server -----------------------------------------------------------------------
   {
     name: 'https-listen-port',

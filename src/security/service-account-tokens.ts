@@ -35,6 +35,22 @@ export function defaultIssuer(clusterDomain = 'cluster.local'): string {
   return `https://kubernetes.default.svc.${clusterDomain}`;
 }
 
+/**
+ * Why a `service-account-issuer` cannot be used, or undefined: kube-apiserver wants a URL, and
+ * OpenID discovery (what outside verifiers fetch from `<issuer>/.well-known/…`) an https one.
+ */
+export function issuerProblem(issuer: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(issuer);
+  } catch {
+    return `${JSON.stringify(issuer)} is not a URL`;
+  }
+  if (url.protocol !== 'https:') return `${JSON.stringify(issuer)} must be an https URL`;
+  if (url.search || url.hash) return `${JSON.stringify(issuer)} may not have a query or a fragment`;
+  return undefined;
+}
+
 /** The API server's own audiences, as K3s sets them: the issuer, plus the distribution's name. */
 export function defaultApiAudiences(issuer: string): string[] {
   return [issuer, 'drover'];

@@ -93,7 +93,14 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   const nodeGraph = new NodeConfigGraph(client, logger);
   await nodeGraph.start();
   // ServiceAccount tokens: the cluster's signing key, the TokenRequest signer, the authenticator.
-  const serviceAccounts = await setUpServiceAccounts({ datastore, dataDir: input.dataDir, joinSecret: identity.joinSecret, client, logger });
+  const serviceAccounts = await setUpServiceAccounts({
+    datastore,
+    dataDir: input.dataDir,
+    joinSecret: identity.joinSecret,
+    client,
+    logger,
+    issuer: settings.serviceAccountIssuer,
+  });
   const directory = new ApiServerDirectory(datastore, logger);
   const events = new EventRecorder(client, 'drover-node-lifecycle', input.leaderIdentity, logger);
   // Client certificates first, as kube-apiserver orders its authenticators.

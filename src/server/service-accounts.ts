@@ -8,10 +8,12 @@ import { loadOrCreateServiceAccountKey } from '../cluster/service-account-key.js
 import { ServiceAccountAuthenticator } from '../cluster/service-account-authenticator.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Logger } from '../logging/logger.js';
+import { ServerConfigError } from './errors.js';
 import {
   defaultApiAudiences,
   defaultIssuer,
   defaultJwksUri,
+  issuerProblem,
   issueServiceAccountToken,
   jwks,
   openIdConfiguration,
@@ -31,7 +33,7 @@ export interface ServiceAccountSetupOptions {
   joinSecret: string;
   client: ApiClient;
   logger: Logger;
-  /** The issuer (`iss`); default K3s's `https://kubernetes.default.svc.cluster.local`. */
+  /** The issuer (`iss`, the `service-account-issuer` setting); default K3s's `https://kubernetes.default.svc.cluster.local`. */
   issuer?: string;
 }
 
@@ -54,13 +56,16 @@ export interface ServiceAccountSetup {
 }
 
 export async function setUpServiceAccounts(options: ServiceAccountSetupOptions): Promise<ServiceAccountSetup> {
+  const issuer = options.issuer ?? defaultIssuer();
+  // The resolver refuses a bad issuer already (exit 78); this guards other callers.
+  const problem = issuerProblem(issuer);
+  if (problem) throw new ServerConfigError(`service-account-issuer ${problem}`);
   const { key, created } = await loadOrCreateServiceAccountKey({
     datastore: options.datastore,
     dataDir: options.dataDir,
     joinSecret: options.joinSecret,
   });
   if (created) options.logger.info({ kid: key.kid }, 'generated the service account signing key');
-  const issuer = options.issuer ?? defaultIssuer();
   const apiAudiences = defaultApiAudiences(issuer);
   const tokens: TokenIssuer = {
     apiAudiences,

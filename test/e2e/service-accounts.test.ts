@@ -297,4 +297,21 @@ describe('ServiceAccounts with kubectl, raw requests and the Python client', { c
     // No key material in the log.
     assert.equal(server.output().includes('PRIVATE KEY'), false);
   });
+
+  it('the service-account-issuer setting names the issuer of tokens and of the discovery document', async () => {
+    const issuer = 'https://issuer.example/cluster-a';
+    const other = await startServer({ args: ['--service-account-issuer', issuer] });
+    assert.equal((await request(other, 'POST', '/api/v1/namespaces/default/serviceaccounts', { body: { metadata: { name: 'issued' } } })).status, 201);
+    const res = await request(other, 'POST', '/api/v1/namespaces/default/serviceaccounts/issued/token', { body: { spec: {} } });
+    assert.equal(res.status, 201, res.text);
+    const answer = res.json as TokenRequestAnswer;
+    assert.deepEqual(answer.spec.audiences, [issuer, 'drover']);
+    const token = answer.status.token;
+    assert.equal(decodeJwt(token).iss, issuer);
+    assert.equal(((await request(other, 'GET', '/.well-known/openid-configuration')).json as { issuer: string }).issuer, issuer);
+    assert.equal((await request(other, 'GET', '/api/v1/namespaces/default/serviceaccounts', { token })).status, 403, 'authenticated there');
+    // Not a token of the first cluster's issuer (nor signed by its key): passed on, then 401.
+    assert.equal((await request(server, 'GET', '/api/v1/namespaces/default/serviceaccounts', { token })).status, 401);
+    await other.stop();
+  });
 });

@@ -22,6 +22,7 @@ const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
   fencingTimeoutMs: true,
   defaultUnavailableTolerationMs: true,
   secretsEncryption: true,
+  serviceAccountIssuer: true,
   httpsListenPort: true,
   bindAddress: true,
   tlsSans: true,
@@ -135,5 +136,22 @@ describe('typed settings', () => {
     const derived = deriveTimings(resolve('server', {}).values);
     assert.equal(derived.fencingTimeoutMs, 3000);
     assert.equal(derived.peerCutOffMs, 2000);
+  });
+});
+
+describe('service-account-issuer', () => {
+  it('defaults to K3s’s issuer, takes another https URL, and refuses anything else before the server starts', () => {
+    assert.equal(resolve('server', {}).values.serviceAccountIssuer, 'https://kubernetes.default.svc.cluster.local');
+    assert.equal(resolve('server', { 'service-account-issuer': 'https://issuer.example/cluster-a' }).values.serviceAccountIssuer, 'https://issuer.example/cluster-a');
+    for (const [value, why] of [
+      ['kubernetes/serviceaccount', /is not a URL/],
+      ['http://issuer.example', /must be an https URL/],
+      ['https://issuer.example/?a=b', /may not have a query or a fragment/],
+    ] as const) {
+      assert.throws(() => resolve('server', { 'service-account-issuer': value }), (error: Error & { problems?: string[] }) => {
+        assert.match(error.problems?.join('\n') ?? error.message, new RegExp(`service-account-issuer \\(flag:--service-account-issuer\\): .*${why.source}`));
+        return true;
+      });
+    }
   });
 });
