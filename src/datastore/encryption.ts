@@ -11,6 +11,7 @@ import {
   type WatchCallbacks,
   type WatchEvent,
 } from './types.js';
+import { DEFAULT_PLAINTEXT_CACHE_BYTES, PlaintextCache } from './plaintext-cache.js';
 
 /**
  * Encryption at rest for chosen key prefixes (Secrets): a Datastore decorator that stores the
@@ -177,6 +178,8 @@ export interface EncryptingDatastoreOptions {
   /** Key prefixes whose values are encrypted (e.g. {@link SECRETS_PREFIX}). */
   prefixes: readonly string[];
   keySet: KeySet;
+  /** Plaintext of recently read or written values kept to spare decryptions (0: none); default 32 MiB. */
+  plaintextCacheBytes?: number;
 }
 
 export interface ReencryptOptions {
@@ -205,6 +208,8 @@ export class EncryptingDatastore implements Datastore {
   private generation = 0;
   /** Writes in flight and the key-set generation they encrypted under (see setKeySet). */
   private readonly inflight = new Set<{ generation: number; done: Promise<unknown> }>();
+  /** Decrypting costs more than the read it follows (bench/secrets-encryption.ts): do it once per value. */
+  private readonly plaintexts: PlaintextCache;
 
   constructor(
     readonly inner: Datastore,
@@ -214,6 +219,7 @@ export class EncryptingDatastore implements Datastore {
     validateKeySet(options.keySet);
     this.current = options.keySet;
     this.activeKey = options.keySet.keys.find((k) => k.name === options.keySet.active);
+    this.plaintexts = new PlaintextCache(options.plaintextCacheBytes ?? DEFAULT_PLAINTEXT_CACHE_BYTES);
   }
 
   keySet(): KeySet {
@@ -229,6 +235,9 @@ export class EncryptingDatastore implements Datastore {
     validateKeySet(keySet);
     this.current = keySet;
     this.activeKey = keySet.keys.find((k) => k.name === keySet.active);
+    // Nothing read under a key that is gone may be served from memory (reads at old revisions
+    // must fail as they would without the cache: 410 for the API's clients).
+    this.plaintexts.clear();
     const generation = ++this.generation;
     const older = [...this.inflight].filter((w) => w.generation < generation).map((w) => w.done);
     await Promise.allSettled(older);
@@ -249,10 +258,28 @@ export class EncryptingDatastore implements Datastore {
     return encryptValue(this.activeKey, key, value);
   }
 
-  private open(kv: KeyValue): KeyValue {
-    if (!this.covers(kv.key)) return kv;
-    const value = decryptValue(this.current.keys, kv.key, kv.value);
-    return value === kv.value ? kv : { ...kv, value };
+  /**
+   * The plaintext of a stored value. `deleted`: the value a delete removed, whose modRevision is
+   * the delete's (so it names no stored value and is neither looked up nor cached).
+   */
+  private open(kv: KeyValue, deleted = false): KeyValue {
+    if (!this.covers(kv.key) || envelopeKeyName(kv.value) === undefined) return kv;
+    if (deleted) {
+      this.plaintexts.forget(kv.key, kv.modRevision);
+      return { ...kv, value: decryptValue(this.current.keys, kv.key, kv.value) };
+    }
+    let value = this.plaintexts.get(kv.key, kv.modRevision);
+    if (!value) {
+      value = decryptValue(this.current.keys, kv.key, kv.value);
+      this.plaintexts.set(kv.key, kv.modRevision, value);
+    }
+    return { ...kv, value };
+  }
+
+  /** After a write that stored `stored` for `plaintext`: its next read needs no decryption. */
+  private remember(kv: KeyValue, stored: Buffer, plaintext: Buffer): KeyValue {
+    if (stored !== plaintext) this.plaintexts.set(kv.key, kv.modRevision, plaintext);
+    return { ...kv, value: plaintext };
   }
 
   private track<T>(write: Promise<T>): Promise<T> {
@@ -283,17 +310,17 @@ export class EncryptingDatastore implements Datastore {
 
   /** The value returned is the plaintext the caller wrote, like an unencrypted store's. */
   async create(key: string, value: Buffer): Promise<KeyValue> {
-    const kv = await this.track(this.inner.create(key, this.seal(key, value)));
-    return { ...kv, value };
+    const stored = this.seal(key, value);
+    return this.remember(await this.track(this.inner.create(key, stored)), stored, value);
   }
 
   async update(key: string, value: Buffer, expectedModRevision: number): Promise<KeyValue> {
-    const kv = await this.track(this.inner.update(key, this.seal(key, value), expectedModRevision));
-    return { ...kv, value };
+    const stored = this.seal(key, value);
+    return this.remember(await this.track(this.inner.update(key, stored, expectedModRevision)), stored, value);
   }
 
   async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
-    return this.open(await this.inner.delete(key, expectedModRevision));
+    return this.open(await this.inner.delete(key, expectedModRevision), true);
   }
 
   /**
@@ -316,7 +343,7 @@ export class EncryptingDatastore implements Datastore {
         try {
           opened = events.map((event) => ({
             ...event,
-            kv: this.open(event.kv),
+            kv: this.open(event.kv, event.type === 'delete'),
             ...(event.prevKv ? { prevKv: this.open(event.prevKv) } : {}),
           }));
         } catch (error) {

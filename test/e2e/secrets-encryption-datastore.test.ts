@@ -23,6 +23,7 @@ import {
   type KeySet,
   SECRETS_PREFIX,
 } from '../../src/datastore/encryption.js';
+import { PlaintextCache } from '../../src/datastore/plaintext-cache.js';
 import { openSqliteDatastore } from '../../src/datastore/sqlite.js';
 import { ConflictError, type Datastore, type WatchEvent } from '../../src/datastore/types.js';
 import { createLogger } from '../../src/logging/logger.js';
@@ -225,6 +226,51 @@ describe('EncryptingDatastore on SQLite', () => {
       await inner.create(secretKey('x'), encryptValue(generateEncryptionKey('elsewhere'), secretKey('x'), Buffer.from('{}')));
       await waitFor(() => failure !== undefined, 'the watch to fail');
       assert.ok(failure instanceof DecryptionError);
+      await assert.rejects(store.get(secretKey('x')), DecryptionError);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('the plaintext cache (decrypt each stored value once)', () => {
+  it('keeps the newest revision of each key, drops the least recently used past its bound, forgets deleted keys', () => {
+    const cache = new PlaintextCache(10);
+    cache.set('/a', 5, Buffer.from('aaaa'));
+    cache.set('/a', 4, Buffer.from('old!'));
+    assert.equal(cache.get('/a', 5)?.toString(), 'aaaa', 'an older revision never replaces a newer one');
+    assert.equal(cache.get('/a', 4), undefined, 'a revision not cached is a miss');
+    cache.set('/b', 6, Buffer.from('bbbb'));
+    assert.equal(cache.get('/a', 5)?.toString(), 'aaaa'); // /a is now the most recently used
+    cache.set('/c', 7, Buffer.from('cccc')); // 12 bytes > 10: the least recently used (/b) goes
+    assert.equal(cache.get('/b', 6), undefined);
+    assert.deepEqual(cache.size(), { entries: 2, bytes: 8 });
+    cache.forget('/a', 4);
+    assert.equal(cache.get('/a', 5)?.toString(), 'aaaa', 'a delete older than the cached value forgets nothing');
+    cache.forget('/a', 8);
+    assert.equal(cache.get('/a', 5), undefined);
+    cache.set('/big', 9, Buffer.alloc(11));
+    assert.equal(cache.get('/big', 9), undefined, 'a value larger than the bound is not kept');
+  });
+
+  it('never answers for another revision, and forgets everything when the keys change', async () => {
+    const inner = openSqliteDatastore(path.join(tempDir(), 'state.db'));
+    const k1 = generateEncryptionKey('k1');
+    const store = new EncryptingDatastore(inner, { prefixes: [SECRETS_PREFIX], keySet: { active: 'k1', keys: [k1] } });
+    try {
+      const written = await store.create(secretKey('x'), Buffer.from('{"v":1}'));
+      assert.equal((await store.get(secretKey('x')))!.value.toString(), '{"v":1}');
+      // Another server writes: the cached plaintext belongs to the old revision only.
+      await inner.update(secretKey('x'), encryptValue(k1, secretKey('x'), Buffer.from('{"v":2}')), written.modRevision);
+      assert.equal((await store.get(secretKey('x')))!.value.toString(), '{"v":2}');
+      // Deleted and created again elsewhere: the delete's event forgets, the new value is read.
+      const deleted = await inner.delete(secretKey('x'));
+      await inner.create(secretKey('x'), encryptValue(k1, secretKey('x'), Buffer.from('{"v":3}')));
+      assert.ok(deleted.modRevision > written.modRevision);
+      assert.equal((await store.get(secretKey('x')))!.value.toString(), '{"v":3}');
+      // Read (and so cached), then its key is dropped: the read fails as it would uncached.
+      await store.get(secretKey('x'));
+      await store.setKeySet({ active: 'k2', keys: [generateEncryptionKey('k2')] });
       await assert.rejects(store.get(secretKey('x')), DecryptionError);
     } finally {
       await store.close();
