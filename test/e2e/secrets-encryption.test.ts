@@ -190,8 +190,14 @@ describe('secrets-encryption on SQLite', { concurrency: false }, () => {
     assertAbsent(sqliteBytes(server), 'late-canary', 'the SQLite files');
   });
 
-  it('only administrators and the server token may use the endpoints: a node gets 403, no credential 401', async () => {
+  it('only administrators and the server token may use the endpoints: a node and a non-admin get 403, no credential 401', async () => {
     const nodeToken = await registerNode(server, 'enc-node', 'enc-node-password');
+    // A ServiceAccount's token, even bound to cluster-admin by RBAC: key management is not an API verb.
+    await kubectlOk(server, ['create', 'serviceaccount', 'enc-operator']);
+    await kubectlOk(server, ['create', 'clusterrolebinding', 'enc-operator-admin', '--clusterrole=cluster-admin', '--serviceaccount=default:enc-operator']);
+    const userToken = (await kubectlOk(server, ['create', 'token', 'enc-operator'])).trim();
+    const whoAmI = await request(server, 'GET', '/api/v1/namespaces/default/secrets', { token: userToken });
+    assert.equal(whoAmI.status, 200, `the account's token works on the API, as cluster-admin: ${whoAmI.text}`);
     for (const [method, urlPath] of [
       ['GET', '/drover/v1/secrets-encryption/status'],
       ['POST', '/drover/v1/secrets-encryption/rotate-keys'],
@@ -199,6 +205,9 @@ describe('secrets-encryption on SQLite', { concurrency: false }, () => {
       const asNode = await request(server, method, urlPath, { token: nodeToken });
       assert.equal(asNode.status, 403, `${method} ${urlPath} as a node: ${asNode.text}`);
       assert.match((asNode.json as { message: string }).message, /User "system:node:enc-node" cannot manage secrets encryption/);
+      const asUser = await request(server, method, urlPath, { token: userToken });
+      assert.equal(asUser.status, 403, `${method} ${urlPath} as a ServiceAccount bound to cluster-admin: ${asUser.text}`);
+      assert.match((asUser.json as { message: string }).message, /User "system:serviceaccount:default:enc-operator" cannot manage secrets encryption/);
       const anonymous = await request(server, method, urlPath, { token: null });
       assert.equal(anonymous.status, 401, `${method} ${urlPath} without a credential: ${anonymous.text}`);
       const wrong = await request(server, method, urlPath, { token: 'not-a-token' });
