@@ -1,6 +1,6 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { InMemoryRbacSource } from '../apiserver/rbac/source.js';
-import type { ClusterRole, ClusterRoleBinding, RbacSource, Role, RoleBinding } from '../apiserver/rbac/types.js';
+import type { ClusterRole, ClusterRoleBinding, RbacSource, Role, RoleBinding, UserInfo } from '../apiserver/rbac/types.js';
 import { SharedInformers } from '../client/shared-informers.js';
 import { type ApiClient, CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, type ResourceRef, ROLE_BINDINGS, ROLES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
@@ -58,5 +58,9 @@ export class RbacCache implements RbacSource {
 
   listClusterRoleBindings(): readonly ClusterRoleBinding[] {
     return this.objects.listClusterRoleBindings();
+  }
+
+  bindingsFor(namespace: string, user: UserInfo): readonly RoleBinding[] {
+    return this.objects.bindingsFor(namespace, user);
   }
 }

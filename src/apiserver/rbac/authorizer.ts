@@ -95,8 +95,9 @@ export function visitRulesFor(
     }
     return true;
   };
-  if (!visitBindings(source.listClusterRoleBindings(), '')) return;
-  if (namespace) visitBindings(source.listRoleBindings(namespace), namespace);
+  const clusterBindings = source.bindingsFor ? source.bindingsFor('', user) : source.listClusterRoleBindings();
+  if (!visitBindings(clusterBindings, '')) return;
+  if (namespace) visitBindings(source.bindingsFor ? source.bindingsFor(namespace, user) : source.listRoleBindings(namespace), namespace);
 }
 
 export interface ResolvedRules {

@@ -1,4 +1,5 @@
-import type { ClusterRole, ClusterRoleBinding, RbacSource, Role, RoleBinding } from './types.js';
+import { matchingSubject } from './rules.js';
+import type { ClusterRole, ClusterRoleBinding, RbacSource, Role, RoleBinding, UserInfo } from './types.js';
 
 /**
  * An RbacSource over plain arrays of objects: for tests, and for checks made against a set of
@@ -21,6 +22,9 @@ function namespaceOf(object: { metadata: { namespace?: string } }): string {
   return object.metadata.namespace ?? '';
 }
 
+/** How many (namespace, user) answers bindingsFor() keeps before starting over. */
+const MAX_REMEMBERED_USERS = 10_000;
+
 export class InMemoryRbacSource implements RbacSource {
   private readonly roles = new Map<string, Map<string, Role>>();
   private readonly clusterRoles = new Map<string, ClusterRole>();
@@ -32,6 +36,8 @@ export class InMemoryRbacSource implements RbacSource {
    */
   private clusterRoleBindingList: readonly ClusterRoleBinding[] | undefined;
   private readonly roleBindingLists = new Map<string, readonly RoleBinding[]>();
+  /** bindingsFor() answers, per namespace and user, until the next binding changes. */
+  private readonly userBindings = new Map<string, readonly RoleBinding[]>();
 
   constructor(objects: RbacObjects = {}) {
     for (const role of objects.roles ?? []) this.putRole(role);
@@ -51,11 +57,13 @@ export class InMemoryRbacSource implements RbacSource {
   putRoleBinding(binding: RoleBinding): void {
     inNamespace(this.roleBindings, namespaceOf(binding)).set(nameOf(binding), binding);
     this.roleBindingLists.delete(namespaceOf(binding));
+    this.userBindings.clear();
   }
 
   putClusterRoleBinding(binding: ClusterRoleBinding): void {
     this.clusterRoleBindings.set(nameOf(binding), binding);
     this.clusterRoleBindingList = undefined;
+    this.userBindings.clear();
   }
 
   deleteRole(namespace: string, name: string): void {
@@ -69,11 +77,13 @@ export class InMemoryRbacSource implements RbacSource {
   deleteRoleBinding(namespace: string, name: string): void {
     this.roleBindings.get(namespace)?.delete(name);
     this.roleBindingLists.delete(namespace);
+    this.userBindings.clear();
   }
 
   deleteClusterRoleBinding(name: string): void {
     this.clusterRoleBindings.delete(name);
     this.clusterRoleBindingList = undefined;
+    this.userBindings.clear();
   }
 
   getRole(namespace: string, name: string): Role | undefined {
@@ -96,6 +106,20 @@ export class InMemoryRbacSource implements RbacSource {
   listClusterRoleBindings(): readonly ClusterRoleBinding[] {
     this.clusterRoleBindingList ??= Object.freeze([...this.clusterRoleBindings.values()]);
     return this.clusterRoleBindingList;
+  }
+
+  bindingsFor(namespace: string, user: UserInfo): readonly RoleBinding[] {
+    // Subjects match by name, groups and (for ServiceAccounts) the name alone, so these decide.
+    const key = `${namespace}\u0000${user.name}\u0000${user.groups.join('\u0000')}`;
+    let list = this.userBindings.get(key);
+    if (!list) {
+      const all = namespace ? this.listRoleBindings(namespace) : this.listClusterRoleBindings();
+      list = Object.freeze(all.filter((binding) => matchingSubject(user, binding, namespace) !== undefined));
+      // Bounded: many users times many namespaces must not grow without end.
+      if (this.userBindings.size >= MAX_REMEMBERED_USERS) this.userBindings.clear();
+      this.userBindings.set(key, list);
+    }
+    return list;
   }
 
   /** Every ClusterRole, for aggregation. */

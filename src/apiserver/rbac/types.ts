@@ -115,6 +115,12 @@ export interface RbacSource {
   listRoleBindings(namespace: string): readonly RoleBinding[];
   /** Every ClusterRoleBinding. */
   listClusterRoleBindings(): readonly ClusterRoleBinding[];
+  /**
+   * Optional shortcut: only the bindings of `namespace` ('' for ClusterRoleBindings) that name
+   * this user, in the order of the full list. The authorizer asks for them on every request; a
+   * source that remembers the answer per user spares it matching every subject of every binding.
+   */
+  bindingsFor?(namespace: string, user: UserInfo): readonly RoleBinding[];
 }
 
 /**
