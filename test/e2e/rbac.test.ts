@@ -1,11 +1,11 @@
 /**
  * RBAC end to end on a real `drover server`, with the real kubectl (1.32, which sends protobuf for
  * `create role|rolebinding|…`, `auth can-i` and `auth whoami`, and Debian's 1.20, which sends
- * JSON) and the official Python client. The user is a ServiceAccount (a token from `kubectl
- * create token`) bound by a Role that lets it read pods in namespace `a` only: it lists pods in
- * `a`, gets kube-apiserver's 403 in `b`, and `kubectl auth can-i` agrees; escalation is refused;
- * an aggregated ClusterRole picks up a new labelled role. Every check runs for each identity in
- * `kubeconfigs`, so other kinds of users (client certificates) join by adding theirs.
+ * JSON) and the official Python client. Two kinds of users, each bound by a Role that lets it read
+ * pods in namespace `a` only: a ServiceAccount (a token from `kubectl create token`) and a user
+ * with a client certificate issued with openssl from the cluster's client CA (CN=alice, O=team).
+ * Each lists pods in `a`, gets kube-apiserver's 403 in `b`, and `kubectl auth can-i` agrees;
+ * escalation is refused; an aggregated ClusterRole picks up a new labelled role.
  *
  * Run: node --import tsx --test test/e2e/rbac.test.ts
  */
@@ -22,6 +22,7 @@ import { cleanup, eventually, REPO_ROOT, request, type ServerProcess, startServe
 const PYTHON = '/usr/bin/python3';
 const PYTHON_SCRIPT = path.join(REPO_ROOT, 'test/python/rbac_test.py');
 const SA_USER = 'system:serviceaccount:a:bot';
+const CERT_USER = 'alice';
 const SA_GROUPS = ['system:serviceaccounts', 'system:serviceaccounts:a', 'system:authenticated'];
 /** The groups as kube's escalation message prints them (Go's %q of a slice). */
 const SA_GROUPS_GO = `[${SA_GROUPS.map((g) => `"${g}"`).join(' ')}]`;
@@ -34,7 +35,7 @@ function assertOk(result: KubectlResult, what: string): void {
   assert.equal(result.code, 0, `${what}: exit ${result.code}\n${result.stderr}`);
 }
 
-describe('RBAC on a real server: ServiceAccounts, kubectl and the Python client', { concurrency: false }, () => {
+describe('RBAC on a real server: certificate users, ServiceAccounts, kubectl and the Python client', { concurrency: false }, () => {
   let server: ServerProcess;
   let work: string;
   let cache: string;
@@ -65,6 +66,22 @@ describe('RBAC on a real server: ServiceAccounts, kubectl and the Python client'
     return file;
   }
 
+  /** A client certificate from the cluster's client CA, as an administrator could issue one with openssl. */
+  function issueClientCertificate(commonName: string, organization: string): Record<string, string> {
+    const tls = path.join(server.dataDir, 'server/tls');
+    const openssl = (args: string[]): void => {
+      const run = spawnSync('openssl', args, { cwd: work, encoding: 'utf8' });
+      assert.equal(run.status, 0, `openssl ${args.join(' ')}: ${run.stderr}`);
+    };
+    fs.writeFileSync(path.join(work, 'client.ext'), 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
+    openssl(['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', 'user.key', '-subj', `/CN=${commonName}/O=${organization}`, '-out', 'user.csr']);
+    openssl(['x509', '-req', '-in', 'user.csr', '-CA', path.join(tls, 'client-ca.crt'), '-CAkey', path.join(tls, 'client-ca.key'), '-set_serial', '4242', '-days', '1', '-extfile', 'client.ext', '-out', 'user.crt']);
+    return {
+      'client-certificate-data': fs.readFileSync(path.join(work, 'user.crt')).toString('base64'),
+      'client-key-data': fs.readFileSync(path.join(work, 'user.key')).toString('base64'),
+    };
+  }
+
   before(async () => {
     // /metrics is served, so who may read it can be seen.
     server = await startServer({ args: ['--supervisor-metrics'] });
@@ -75,9 +92,10 @@ describe('RBAC on a real server: ServiceAccounts, kubectl and the Python client'
     await adminOk(['create', 'serviceaccount', 'bot', '-n', 'a']);
     // Both identities may read pods in a, nothing more (kubectl 1.32 sends these as protobuf).
     await adminOk(['create', 'role', 'pod-reader', '-n', 'a', '--verb=get,list,watch', '--resource=pods']);
-    await adminOk(['create', 'rolebinding', 'readers', '-n', 'a', '--role=pod-reader', '--serviceaccount=a:bot']);
+    await adminOk(['create', 'rolebinding', 'readers', '-n', 'a', '--role=pod-reader', '--serviceaccount=a:bot', `--user=${CERT_USER}`]);
     saToken = (await adminOk(['create', 'token', 'bot', '-n', 'a'])).trim();
     kubeconfigs[SA_USER] = writeKubeconfig('bot', { token: saToken });
+    kubeconfigs[CERT_USER] = writeKubeconfig(CERT_USER, issueClientCertificate(CERT_USER, 'team'));
   });
 
   after(async () => {
@@ -126,6 +144,10 @@ describe('RBAC on a real server: ServiceAccounts, kubectl and the Python client'
     const whoTable = await runKubectl(MODERN_KUBECTL, kubeconfigs[SA_USER]!, cache, ['auth', 'whoami']);
     assertOk(whoTable, 'whoami (table)');
     assert.match(whoTable.stdout, /^Username\s+system:serviceaccount:a:bot$/m);
+    const whoCert = await runKubectl(MODERN_KUBECTL, kubeconfigs[CERT_USER]!, cache, ['auth', 'whoami']);
+    assertOk(whoCert, 'whoami (certificate)');
+    assert.match(whoCert.stdout, /^Username\s+alice$/m);
+    assert.match(whoCert.stdout, /^Groups\s+\[team system:authenticated\]$/m);
   });
 
   it('discovery is open to every signed-in user, /metrics only to system:monitoring and the admin, and impersonation is refused rather than ignored', async () => {
