@@ -1,10 +1,16 @@
 /**
  * Authorization cost: node-status heartbeats (the strategic merge PATCH of bench/api.ts) per
- * second against one real `drover server`, sent as the admin (system:masters: RBAC's fast path,
- * no rule is read) and as a ServiceAccount bound by a ClusterRoleBinding (the whole chain: the
- * ServiceAccount token is verified, the node authorizer passes it on, RBAC walks every
- * ClusterRoleBinding to find its grant). Same server, same script, same clients; the measured
- * time is split into rounds alternating between the two, so noise hits both.
+ * second against one real `drover server`, from four identities in rotating rounds (same server,
+ * same script, same clients, so noise hits all):
+ *
+ *   admin             the admin token, in system:masters: RBAC's fast path, no rule is read
+ *   masters-cert      a client certificate in system:masters: the fast path, a certificate's authentication
+ *   certificate-user  a client certificate bound by a ClusterRoleBinding: the same authentication,
+ *                     then the node authorizer passes it on and RBAC walks every ClusterRoleBinding
+ *   serviceaccount    a ServiceAccount token bound the same way: RBAC, and the token's authentication
+ *
+ * certificate-user / masters-cert is the cost of RBAC alone (both authenticate the same way);
+ * the others show what authenticating each way adds.
  *
  *   npm run build && node --import tsx bench/authz.ts [--seconds 10] [--warmup 2] [--rounds 4] [--clients 50] [--nodes 200] [--bindings 60]
  *
@@ -13,9 +19,12 @@
  * bindings to walk (a kubeadm cluster starts with about 60). Also measured in-process, without
  * HTTP: one RBAC decision for that request over the same objects.
  *
- * Prints the ratio (ServiceAccount / admin) against the goal (>= 0.9) and writes
- * bench/results/authz.json.
+ * Prints the ratios against the goal (>= 0.9)
+ * and writes bench/results/authz.json. The client certificate is issued with openssl from the
+ * cluster's client CA, as an administrator could.
  */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -97,6 +106,23 @@ function otherBinding(i: number): ClusterRoleBinding {
   return binding(`bench-other-${i}`, `bench-other-${i}`, [{ kind: 'User', apiGroup: RBAC, name: `user-${i}` }, { kind: 'Group', apiGroup: RBAC, name: `team-${i}` }]);
 }
 
+const CERT_USER = 'bench-heartbeat-user';
+const CERT_BINDING = binding('bench-cert-user', 'bench-node-status-writer', [{ kind: 'User', apiGroup: RBAC, name: CERT_USER }]);
+
+/** A client certificate (CN=user, O=group) from the cluster's client CA, with openssl. */
+function issueClientCertificate(dataDir: string, user: string, group: string, serial: number): { cert: string; key: string } {
+  const tls = path.join(dataDir, 'server/tls');
+  const dir = fs.mkdtempSync(path.join(dataDir, 'cert-'));
+  fs.writeFileSync(path.join(dir, 'ext'), 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n');
+  const openssl = (args: string[]): void => {
+    const run = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8' });
+    if (run.status !== 0) throw new Error(`openssl ${args[0]}: ${run.stderr}`);
+  };
+  openssl(['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', 'key.pem', '-subj', `/CN=${user}/O=${group}`, '-out', 'req.csr']);
+  openssl(['x509', '-req', '-in', 'req.csr', '-CA', path.join(tls, 'client-ca.crt'), '-CAkey', path.join(tls, 'client-ca.key'), '-set_serial', String(serial), '-days', '1', '-extfile', 'ext', '-out', 'cert.pem']);
+  return { cert: fs.readFileSync(path.join(dir, 'cert.pem'), 'utf8'), key: fs.readFileSync(path.join(dir, 'key.pem'), 'utf8') };
+}
+
 const SA_BINDING = binding('bench-heartbeats', STATUS_WRITER.metadata.name!, [{ kind: 'ServiceAccount', name: SA, namespace: NAMESPACE }]);
 
 interface Measured {
@@ -148,6 +174,7 @@ async function main(): Promise<void> {
       await api.json('POST', `/apis/${RBAC}/v1/clusterrolebindings`, otherBinding(i));
     }
     await api.json('POST', `/apis/${RBAC}/v1/clusterroles`, STATUS_WRITER);
+    await api.json('POST', `/apis/${RBAC}/v1/clusterrolebindings`, CERT_BINDING);
     await api.json('POST', `/apis/${RBAC}/v1/clusterrolebindings`, SA_BINDING);
     const tokenRequest = await api.json<{ status: { token: string } }>('POST', `/api/v1/namespaces/${NAMESPACE}/serviceaccounts/${SA}/token`, {
       apiVersion: 'authentication.k8s.io/v1',
@@ -155,25 +182,32 @@ async function main(): Promise<void> {
       spec: { expirationSeconds: 3600 },
     });
     const serviceAccount: PatchTarget = { port, ca: server.caPem, token: tokenRequest.status.token, agent };
-    // The binding reaches the server's RBAC cache through its watch: wait for the first 200.
-    for (let attempt = 0; ; attempt++) {
-      const run = await heartbeatLoad(serviceAccount, new Uint32Array(1).fill(1_000_000 + attempt), 1, 1);
-      if (run.errors === 0 && run.latencies.length > 0) break;
-      if (attempt > 200) throw new Error(`the ServiceAccount is never allowed: ${run.firstError}`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
+    const certificateUser: PatchTarget = { port, ca: server.caPem, token: '', agent, ...issueClientCertificate(dataDir, CERT_USER, 'bench', 77) };
+    const mastersCertificate: PatchTarget = { port, ca: server.caPem, token: '', agent, ...issueClientCertificate(dataDir, 'bench-admin', 'system:masters', 78) };
+    // The bindings reach the server's RBAC cache through its watch: wait for the first 200s.
+    let probe = 1_000_000;
+    for (const [who, target] of [['masters certificate', mastersCertificate], ['certificate user', certificateUser], ['ServiceAccount', serviceAccount]] as const) {
+      for (let attempt = 0; ; attempt++) {
+        const run = await heartbeatLoad(target, new Uint32Array(1).fill(probe++), 1, 1);
+        if (run.errors === 0 && run.latencies.length > 0) break;
+        if (attempt > 200) throw new Error(`the ${who} is never allowed: ${run.firstError}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
     }
     const defaults = {
       roles: (await api.json<{ items: ClusterRole[] }>('GET', `/apis/${RBAC}/v1/clusterroles`)).items.filter((r) => !r.metadata.name!.startsWith('bench-')),
       bindings: (await api.json<{ items: ClusterRoleBinding[] }>('GET', `/apis/${RBAC}/v1/clusterrolebindings`)).items.filter((b) => !b.metadata.name!.startsWith('bench-')),
     };
     console.log(
-      `# ${NODES} nodes; ${defaults.bindings.length} default + ${BINDINGS} other ClusterRoleBindings before the ServiceAccount's; ` +
+      `# ${NODES} nodes; ${defaults.bindings.length} default + ${BINDINGS} other ClusterRoleBindings before the certificate user's and the ServiceAccount's; ` +
         `${CLIENTS} clients, keep-alive, ${ROUNDS} x ${round(SECONDS / ROUNDS, 1)} s measured per identity after ${WARMUP_SECONDS} s warm-up each`,
     );
 
     const beats = new Uint32Array(NODES);
     const targets: Array<[string, PatchTarget]> = [
       ['admin', admin],
+      ['masters-cert', mastersCertificate],
+      ['certificate-user', certificateUser],
       ['serviceaccount', serviceAccount],
     ];
     const samples = new Map<string, { seconds: number; latencies: number[]; errors: number; cpu: number; firstError?: string }>();
@@ -192,8 +226,8 @@ async function main(): Promise<void> {
     };
     for (const [name, target] of targets) await run(name, target, WARMUP_SECONDS * 1000, false);
     for (let r = 0; r < ROUNDS; r++) {
-      // Alternate which goes first, so neither always follows the other's garbage.
-      const order = r % 2 === 0 ? targets : [...targets].reverse();
+      // Rotate which goes first, so none always follows the same other's garbage.
+      const order = [...targets.slice(r % targets.length), ...targets.slice(0, r % targets.length)];
       for (const [name, target] of order) await run(name, target, (SECONDS / ROUNDS) * 1000, true);
     }
 
@@ -217,10 +251,17 @@ async function main(): Promise<void> {
           `p99 ${m.latencyMs.p99.toFixed(1).padStart(5)} ms  server CPU ${m.serverCpuMicrosPerRequest} us/req${m.errors ? `  ERRORS ${m.errors}: ${m.firstError}` : ''}`,
       );
     }
-    const [adminResult, saResult] = measured as [Measured, Measured];
+    const [adminResult, mastersResult, certResult, saResult] = measured as [Measured, Measured, Measured, Measured];
+    const rbacRatio = round(certResult.perSecond / mastersResult.perSecond, 3);
+    const certRatio = round(certResult.perSecond / adminResult.perSecond, 3);
     const ratio = round(saResult.perSecond / adminResult.perSecond, 3);
     const decision = decisionMicros(defaults.roles, defaults.bindings);
-    console.log(`ratio serviceaccount/admin: ${ratio} (goal >= ${GOAL_RATIO}: ${ratio >= GOAL_RATIO ? 'met' : 'NOT met'})`);
+    const verdict = (r: number): string => `goal >= ${GOAL_RATIO}: ${r >= GOAL_RATIO ? 'met' : 'NOT met'}`;
+    // Server CPU per request moves far less with the machine's load than throughput does.
+    const rbacCpuRatio = round(mastersResult.serverCpuMicrosPerRequest / certResult.serverCpuMicrosPerRequest, 3);
+    console.log(`ratio certificate-user/masters-cert (RBAC alone): ${rbacRatio} (${verdict(rbacRatio)}); by server CPU per request: ${rbacCpuRatio}`);
+    console.log(`ratio certificate-user/admin (RBAC and a certificate's authentication): ${certRatio} (${verdict(certRatio)})`);
+    console.log(`ratio serviceaccount/admin (RBAC and a token's authentication): ${ratio} (${verdict(ratio)})`);
     console.log(
       `one RBAC decision in-process for the ServiceAccount's PATCH (${defaults.bindings.length + BINDINGS + 1} ClusterRoleBindings): ${decision.micros.toFixed(2)} us (allowed: ${decision.allowed})`,
     );
@@ -228,7 +269,14 @@ async function main(): Promise<void> {
       machine,
       settings: { seconds: SECONDS, warmupSeconds: WARMUP_SECONDS, rounds: ROUNDS, clients: CLIENTS, nodes: NODES, extraBindings: BINDINGS, defaultBindings: defaults.bindings.length },
       results: measured,
-      ratio: { serviceAccountOverAdmin: ratio, goal: GOAL_RATIO, met: ratio >= GOAL_RATIO },
+      ratio: {
+        rbacAlone: rbacRatio,
+        rbacAloneByServerCpu: rbacCpuRatio,
+        certificateUserOverAdmin: certRatio,
+        serviceAccountOverAdmin: ratio,
+        goal: GOAL_RATIO,
+        met: { rbacAlone: rbacRatio >= GOAL_RATIO, certificateUser: certRatio >= GOAL_RATIO, serviceAccount: ratio >= GOAL_RATIO },
+      },
       rbacDecisionMicros: round(decision.micros, 3),
     });
     console.log(`# wrote ${file}`);

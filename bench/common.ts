@@ -441,8 +441,12 @@ export class BenchApi {
 export interface PatchTarget {
   port: number;
   ca: string;
+  /** A bearer token; '' for a caller that proves itself with a client certificate instead. */
   token: string;
   agent: https.Agent;
+  /** A client certificate and its key (PEM), for certificate users (authz.ts). */
+  cert?: string;
+  key?: string;
 }
 
 /** One request; the answer's status and text, whatever the status. */
@@ -462,9 +466,10 @@ export function send(
         path: urlPath,
         agent: target.agent,
         ca: target.ca,
+        ...(target.cert ? { cert: target.cert, key: target.key } : {}),
         headers: {
           Accept: 'application/json',
-          Authorization: `Bearer ${target.token}`,
+          ...(target.token ? { Authorization: `Bearer ${target.token}` } : {}),
           ...(body !== undefined ? { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(body) } : {}),
         },
       },
