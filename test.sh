@@ -24,6 +24,12 @@ REQUIRED=(
   "mkfs.ext4:e2fsprogs"
   "mount:mount"
   "umount:mount"
+  "runc:runc"
+  "/bin/busybox:busybox-static"
+  "unshare:util-linux"
+  "nsenter:util-linux"
+  "nft:nftables"
+  "/usr/lib/cni/bridge:containernetworking-plugins"
 )
 # Python modules the tests import with /usr/bin/python3 (Debian's interpreter, not a pyenv one).
 PYTHON_MODULES=("kubernetes:python3-kubernetes")
