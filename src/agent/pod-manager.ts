@@ -95,7 +95,6 @@ export function runSpecFor(pod: KubeObject, fencingFile: string, env: ReadonlyMa
       args: c.command?.length ? (c.args ?? []) : [],
       env: { HOSTNAME: pod.metadata.name!, ...env.get(c.name) },
       ...(c.workingDir ? { workingDir: c.workingDir } : {}),
-      ...(c.image ? { image: c.image } : {}),
     })),
     restartPolicy,
     terminationGracePeriodSeconds: spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,

@@ -8,13 +8,117 @@ import { writeFileAtomic } from '../../security/files.js';
  * supervisor on every change). Both are replaced atomically, so a reader never sees half a file.
  */
 
+/** How a pod's containers run: local process groups (no image), or OCI containers under runc. */
+export type PodRuntime = 'process' | 'runc';
+export const POD_RUNTIMES: readonly PodRuntime[] = ['process', 'runc'];
+
+/** The part of an image's config a container is made from (OCI image config `config`). */
+export interface ImageRunConfig {
+  entrypoint?: string[];
+  cmd?: string[];
+  /** `KEY=value` entries, in the image's order. */
+  env?: string[];
+  workingDir?: string;
+  /** `user`, `uid`, `user:group`, `uid:gid` … as the image says it; resolved by the agent into `ContainerRunSpec.user`. */
+  user?: string;
+  /** e.g. `SIGQUIT`; default SIGTERM. */
+  stopSignal?: string;
+}
+
+/** An image the node's store holds, resolved for one container. */
+export interface ResolvedImage {
+  /** Normalized reference (`docker.io/library/busybox:latest`). */
+  ref: string;
+  /** The manifest digest (`sha256:…`): the container status' imageID. */
+  digest: string;
+  /** Unpacked layer directories, lowest (base) first. */
+  layerDirs: string[];
+  config: ImageRunConfig;
+}
+
+/** One mount of a container (volumes, /etc/hosts …): an OCI mount under runc, a link under the process runtime. */
+export interface ContainerMount {
+  /** absolute path in the container */
+  destination: string;
+  /** host path (for tmpfs: 'tmpfs') */
+  source: string;
+  type: 'bind' | 'tmpfs';
+  readOnly: boolean;
+  /** e.g. ['size=64m'] for tmpfs, ['rbind'] … */
+  options?: string[];
+}
+
+/** The numeric identity a container's process runs as (the runtime does not resolve names). */
+export interface ContainerUser {
+  uid: number;
+  gid: number;
+  additionalGids?: number[];
+}
+
+/**
+ * The container's securityContext, pod-level values merged in (container wins), as Kubernetes
+ * spells it. runAsUser/runAsGroup are already folded into `ContainerRunSpec.user`.
+ */
+export interface ContainerSecurity {
+  privileged?: boolean;
+  readOnlyRootFilesystem?: boolean;
+  allowPrivilegeEscalation?: boolean;
+  /** Capability names without the CAP_ prefix, as Kubernetes takes them (`NET_ADMIN`, or `ALL` in drop). */
+  capabilities?: { add?: string[]; drop?: string[] };
+  runAsNonRoot?: boolean;
+}
+
+/** requests/limits in plain units: millicores and bytes. */
+export interface ContainerResources {
+  cpuRequestMilli?: number;
+  cpuLimitMilli?: number;
+  memoryRequestBytes?: number;
+  memoryLimitBytes?: number;
+}
+
+/**
+ * A probe as Kubernetes spells it (core/v1 Probe). Placeholder owned by the probes work, which
+ * may refine it; the handler fields are the ones the supervisor can run.
+ */
+export interface ContainerProbe {
+  exec?: { command: string[] };
+  httpGet?: { path?: string; port: number; host?: string; scheme?: 'HTTP' | 'HTTPS'; httpHeaders?: { name: string; value: string }[] };
+  tcpSocket?: { port: number; host?: string };
+  initialDelaySeconds?: number;
+  timeoutSeconds?: number;
+  periodSeconds?: number;
+  successThreshold?: number;
+  failureThreshold?: number;
+  terminationGracePeriodSeconds?: number;
+}
+
+export interface ContainerProbes {
+  liveness?: ContainerProbe;
+  readiness?: ContainerProbe;
+  startup?: ContainerProbe;
+}
+
 export interface ContainerRunSpec {
   name: string;
+  /**
+   * What runs: `command ++ args`. For runc the agent has already applied Kubernetes' rules
+   * (image Entrypoint/Cmd vs command/args), so this is the final argv.
+   */
   command: string[];
   args: string[];
+  /** The process runtime adds PATH and HOME (environment.ts); for runc this is the final environment. */
   env: Record<string, string>;
+  /** Process runtime: default `<pod dir>/work`; runc: the resolved cwd in the container (default `/`). */
   workingDir?: string;
-  image?: string;
+  /** runc only: the image the root filesystem is made from. */
+  image?: ResolvedImage;
+  /** runc: OCI mounts; process runtime: honoured as volumes.ts/mounts.ts lay them out. */
+  mounts?: ContainerMount[];
+  /** runc only: uid/gid of the process (runAsUser/runAsGroup > image User > 0). */
+  user?: ContainerUser;
+  securityContext?: ContainerSecurity;
+  resources?: ContainerResources;
+  probes?: ContainerProbes;
 }
 
 export type RestartPolicy = 'Always' | 'OnFailure' | 'Never';
@@ -31,6 +135,12 @@ export interface PodRunSpec {
   fencingFile?: string;
   /** default 10 MiB */
   logMaxBytes?: number;
+  /** absent = 'process' (pod dirs written before containers keep working) */
+  runtime?: PodRuntime;
+  /** The containers' hostname (UTS namespace) under runc: the pod's name. */
+  hostname?: string;
+  /** runc's state directory (`<data-dir>/agent/runc`); required when runtime is runc. */
+  runcRoot?: string;
 }
 
 export type ContainerRunState =
@@ -112,7 +222,8 @@ export function instanceLogFile(dir: string, container: string, instance: number
   return path.join(containerLogDir(dir, container), `${instance}.log`);
 }
 
-function validateRunSpec(value: unknown, file: string): PodRunSpec {
+/** Checks a parsed pod.json (`file` names it in messages); throws RunSpecError. */
+export function validateRunSpec(value: unknown, file: string): PodRunSpec {
   const fail = (what: string): never => {
     throw new RunSpecError(`${file}: ${what}`);
   };
@@ -138,7 +249,84 @@ function validateRunSpec(value: unknown, file: string): PodRunSpec {
     fail('terminationGracePeriodSeconds must be a number >= 0');
   }
   if (typeof spec.atMostOne !== 'boolean') fail('atMostOne must be a boolean');
+  if (spec.runtime !== undefined && !POD_RUNTIMES.includes(spec.runtime)) fail(`runtime ${JSON.stringify(spec.runtime)} is unknown (process or runc)`);
+  if (spec.hostname !== undefined && (typeof spec.hostname !== 'string' || !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(spec.hostname) || spec.hostname.length > 253)) {
+    fail(`hostname ${JSON.stringify(spec.hostname)} is not a DNS name`);
+  }
+  const runc = spec.runtime === 'runc';
+  if (runc && !isAbsolute(spec.runcRoot)) fail('runcRoot must be an absolute path when runtime is runc');
+  for (const c of spec.containers ?? []) validateContainerExtras(c, runc, (what) => fail(`container ${c.name}: ${what}`));
   return spec as PodRunSpec;
+}
+
+const isAbsolute = (value: unknown): value is string => typeof value === 'string' && path.isAbsolute(value) && !value.includes('\0');
+const isStringList = (value: unknown): value is string[] => Array.isArray(value) && value.every((v) => typeof v === 'string');
+const isId = (value: unknown): boolean => Number.isInteger(value) && (value as number) >= 0 && (value as number) <= 0xffffffff;
+const isPositive = (value: unknown): boolean => typeof value === 'number' && Number.isFinite(value) && value > 0;
+
+/** The container fields added for runc (image, mounts, user, securityContext, resources, probes). */
+function validateContainerExtras(c: ContainerRunSpec, runc: boolean, fail: (what: string) => never): void {
+  // A pod.json written before images were resolved carried the image reference as a string: the
+  // process runtime never used it, so it is dropped rather than refused.
+  if (typeof (c as { image?: unknown }).image === 'string') delete c.image;
+  if (c.image !== undefined) {
+    const image = c.image as Partial<ResolvedImage>;
+    if (typeof image !== 'object' || image === null) fail('image must be an object');
+    if (typeof image.ref !== 'string' || !image.ref) fail('image.ref is missing');
+    if (typeof image.digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(image.digest)) fail('image.digest must be sha256:<64 hex>');
+    if (!Array.isArray(image.layerDirs) || !image.layerDirs.every(isAbsolute)) fail('image.layerDirs must be absolute paths');
+    const config = image.config as ImageRunConfig | undefined;
+    if (typeof config !== 'object' || config === null) fail('image.config must be an object');
+    for (const key of ['entrypoint', 'cmd', 'env'] as const) {
+      if (config[key] !== undefined && !isStringList(config[key])) fail(`image.config.${key} must be a list of strings`);
+    }
+    for (const key of ['workingDir', 'user', 'stopSignal'] as const) {
+      if (config[key] !== undefined && typeof config[key] !== 'string') fail(`image.config.${key} must be a string`);
+    }
+  } else if (runc) {
+    fail('image is required when runtime is runc');
+  }
+  if (runc && c.workingDir !== undefined && !path.isAbsolute(c.workingDir)) fail('workingDir must be absolute');
+  if (c.mounts !== undefined) {
+    if (!Array.isArray(c.mounts)) fail('mounts must be a list');
+    for (const m of c.mounts) {
+      if (typeof m !== 'object' || m === null) fail('a mount must be an object');
+      if (!isAbsolute(m.destination)) fail(`mount destination ${JSON.stringify(m.destination)} must be an absolute path`);
+      if (m.type !== 'bind' && m.type !== 'tmpfs') fail(`mount ${m.destination}: type ${JSON.stringify(m.type)} is not bind or tmpfs`);
+      if (m.type === 'bind' && !isAbsolute(m.source)) fail(`mount ${m.destination}: source must be an absolute host path`);
+      if (typeof m.readOnly !== 'boolean') fail(`mount ${m.destination}: readOnly must be a boolean`);
+      if (m.options !== undefined && !isStringList(m.options)) fail(`mount ${m.destination}: options must be a list of strings`);
+    }
+  }
+  if (c.user !== undefined) {
+    if (typeof c.user !== 'object' || c.user === null || !isId(c.user.uid) || !isId(c.user.gid)) fail('user must have numeric uid and gid');
+    if (c.user.additionalGids !== undefined && !(Array.isArray(c.user.additionalGids) && c.user.additionalGids.every(isId))) {
+      fail('user.additionalGids must be numeric ids');
+    }
+  }
+  if (c.securityContext !== undefined) {
+    const sc = c.securityContext;
+    if (typeof sc !== 'object' || sc === null) fail('securityContext must be an object');
+    for (const key of ['privileged', 'readOnlyRootFilesystem', 'allowPrivilegeEscalation', 'runAsNonRoot'] as const) {
+      if (sc[key] !== undefined && typeof sc[key] !== 'boolean') fail(`securityContext.${key} must be a boolean`);
+    }
+    if (sc.capabilities !== undefined) {
+      for (const key of ['add', 'drop'] as const) {
+        const names = sc.capabilities[key];
+        if (names !== undefined && !(isStringList(names) && names.every((n) => /^[A-Za-z_]+$/.test(n)))) {
+          fail(`securityContext.capabilities.${key} must be capability names`);
+        }
+      }
+    }
+  }
+  if (c.resources !== undefined) {
+    const r = c.resources;
+    if (typeof r !== 'object' || r === null) fail('resources must be an object');
+    for (const key of ['cpuRequestMilli', 'cpuLimitMilli', 'memoryRequestBytes', 'memoryLimitBytes'] as const) {
+      if (r[key] !== undefined && !isPositive(r[key])) fail(`resources.${key} must be a positive number`);
+    }
+  }
+  if (c.probes !== undefined && (typeof c.probes !== 'object' || c.probes === null)) fail('probes must be an object');
 }
 
 export function writeRunSpec(dir: string, spec: PodRunSpec): void {
