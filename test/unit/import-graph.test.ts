@@ -23,6 +23,8 @@ const HELPERS: Record<string, string[]> = {
   'node-protocol': [],
   metrics: ['datastore', 'logging'],
   config: ['datastore', 'logging', 'node-protocol', 'security'],
+  // The image store and its formats: node and npm modules only; agents and the CLI use it.
+  images: ['logging', 'security'],
 };
 
 function unitOf(file: string): string {
@@ -82,5 +84,7 @@ describe('the import graph of src/', () => {
     assert.match(violation('logging', 'apiserver') ?? '', /may import only nothing/);
     assert.equal(violation('controllers', 'client'), undefined);
     assert.equal(violation('agent', 'node-protocol'), undefined);
+    assert.match(violation('images', 'agent') ?? '', /may import only logging, security/);
+    assert.equal(violation('agent', 'images'), undefined);
   });
 });
