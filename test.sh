@@ -26,6 +26,7 @@ REQUIRED=(
   "umount:mount"
   "runc:runc"
   "/bin/busybox:busybox-static"
+  "setfattr:attr"
   "unshare:util-linux"
   "nsenter:util-linux"
   "nft:nftables"
