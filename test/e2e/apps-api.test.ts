@@ -18,7 +18,7 @@ import { type ApiResponse, type ServerProcess, cleanup, request, startServer, te
 type Obj = KubeObject & { spec?: Record<string, unknown>; status?: Record<string, unknown> };
 
 const COMMAND_MESSAGE =
-  'Required value: Drover runs each container as a local process and does not pull images; set command (or args, which then run as the command)';
+  'Required value: the process runtime runs each container as a local process and does not use its image; set command (or args, which then run as the command), or run the pod under runc (runtimeClassName: runc)';
 
 function deploymentYaml(ns: string, name: string, options: { image?: string; selector?: string; extraContainers?: string; replicas?: number } = {}): string {
   return `apiVersion: apps/v1
@@ -469,7 +469,7 @@ spec:
         [
           'no command',
           deployment('v7', { template: { metadata: { labels: { app: 'v7', tier: 'web' } }, spec: { containers: [{ name: 'main', image: 'x' }] } } }),
-          /spec\.template\.spec\.containers\[0\]\.command: Required value: Drover runs each container/,
+          /spec\.template\.spec\.containers\[0\]\.command: Required value: the process runtime runs each container/,
         ],
         ['no template', deployment('v8', { template: undefined }), /spec\.template: Required value/],
       ];

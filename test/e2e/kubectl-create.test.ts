@@ -11,7 +11,7 @@ import { listPods, waitForReadyPods } from '../helpers/workloads.js';
  * agent runs the pods as processes.
  */
 
-const COMMAND_REQUIRED = /command: Required value: Drover runs each container as a local process and does not pull images; set command \(or args, which then run as the command\)/;
+const COMMAND_REQUIRED = /command: Required value: the process runtime runs each container as a local process and does not use its image; set command \(or args, which then run as the command\), or run the pod under runc \(runtimeClassName: runc\)/;
 
 interface DeploymentObject {
   spec: {

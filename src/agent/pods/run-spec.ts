@@ -66,6 +66,8 @@ export interface ContainerSecurity {
   /** Capability names without the CAP_ prefix, as Kubernetes takes them (`NET_ADMIN`, or `ALL` in drop). */
   capabilities?: { add?: string[]; drop?: string[] };
   runAsNonRoot?: boolean;
+  /** seccompProfile Unconfined: no seccomp filter (default: the runtime's default profile). */
+  seccompUnconfined?: boolean;
 }
 
 /** requests/limits in plain units: millicores and bytes. */
@@ -307,7 +309,7 @@ function validateContainerExtras(c: ContainerRunSpec, runc: boolean, fail: (what
   if (c.securityContext !== undefined) {
     const sc = c.securityContext;
     if (typeof sc !== 'object' || sc === null) fail('securityContext must be an object');
-    for (const key of ['privileged', 'readOnlyRootFilesystem', 'allowPrivilegeEscalation', 'runAsNonRoot'] as const) {
+    for (const key of ['privileged', 'readOnlyRootFilesystem', 'allowPrivilegeEscalation', 'runAsNonRoot', 'seccompUnconfined'] as const) {
       if (sc[key] !== undefined && typeof sc[key] !== 'boolean') fail(`securityContext.${key} must be a boolean`);
     }
     if (sc.capabilities !== undefined) {

@@ -5,6 +5,7 @@ import { MAX_INT32 } from '../limits.js';
 import { getPath, getString, type KubeObject } from '../objects.js';
 import { spendDisruption } from './disruption-budgets.js';
 import { validateContainerConfig, validateVolumes } from './pod-config-validation.js';
+import { validateContainerSecurityContext, validatePodSecurityContext, validateResources } from './pod-security-validation.js';
 import { POD_PRINTER } from './pod-printer.js';
 
 /**
@@ -14,7 +15,13 @@ import { POD_PRINTER } from './pod-printer.js';
  */
 
 export const COMMAND_REQUIRED_MESSAGE =
-  'Required value: Drover runs each container as a local process and does not pull images; set command (or args, which then run as the command)';
+  'Required value: the process runtime runs each container as a local process and does not use its image; set command (or args, which then run as the command), or run the pod under runc (runtimeClassName: runc)';
+
+/**
+ * The runtime class a pod without runtimeClassName gets when validation is not told the
+ * cluster's `default-runtime-class`: process, so a command is required unless a pod asks for runc.
+ */
+export const VALIDATION_DEFAULT_RUNTIME_CLASS = 'process';
 
 type Json = Record<string, unknown>;
 
@@ -51,6 +58,7 @@ function validateContainers(
   causes: StatusCause[],
   seen: Set<string>,
   volumes: ReadonlySet<string>,
+  commandRequired: boolean,
 ): void {
   if (list === undefined && !required) return;
   if (!Array.isArray(list) || (required && list.length === 0)) {
@@ -72,12 +80,18 @@ function validateContainers(
     }
     if (c.image !== undefined && typeof c.image !== 'string') {
       causes.push({ reason: 'FieldValueInvalid', message: 'must be a string', field: `${at}.image` });
+    } else if (!commandRequired && !c.image) {
+      // A container runtime makes the root file system from the image: there is no container without one.
+      causes.push({ reason: 'FieldValueRequired', message: 'Required value', field: `${at}.image` });
     }
     const command = c.command;
-    // With no command, args run as the command: there is no image entrypoint to give them to, and
-    // this is what `kubectl run NAME --image=busybox -- sh -c ...` means on a busybox image.
-    const argsOnly = (command === undefined || (Array.isArray(command) && command.length === 0)) && Array.isArray(c.args) && c.args.length > 0;
-    if (argsOnly) {
+    // Process runtime: with no command, args run as the command (there is no image entrypoint to
+    // give them to; this is what `kubectl run NAME --image=busybox -- sh -c ...` means on a busybox
+    // image). runc: the image's Entrypoint and Cmd fill in what is missing (the agent says so if
+    // the image has neither).
+    const absent = command === undefined || command === null || (Array.isArray(command) && command.length === 0);
+    const argsOnly = absent && Array.isArray(c.args) && c.args.length > 0;
+    if (argsOnly || (absent && !commandRequired)) {
       // fine: checked as args below
     } else if (!Array.isArray(command) || command.length === 0) {
       causes.push({ reason: 'FieldValueRequired', message: COMMAND_REQUIRED_MESSAGE, field: `${at}.command` });
@@ -88,11 +102,17 @@ function validateContainers(
       causes.push({ reason: 'FieldValueInvalid', message: 'must be a list of strings', field: `${at}.args` });
     }
     validateContainerConfig(c, at, volumes, causes);
+    validateContainerSecurityContext(c.securityContext, `${at}.securityContext`, causes);
+    validateResources(c.resources, `${at}.resources`, causes);
   });
 }
 
-/** A PodSpec's rules; `prefix` names where it sits (`spec`, `spec.template.spec`). */
-export function validatePodSpec(spec: unknown, prefix: string): StatusCause[] {
+/**
+ * A PodSpec's rules; `prefix` names where it sits (`spec`, `spec.template.spec`).
+ * `defaultRuntimeClass` is the cluster's, for a pod that names none: under the process runtime
+ * every container needs a command.
+ */
+export function validatePodSpec(spec: unknown, prefix: string, defaultRuntimeClass: string = VALIDATION_DEFAULT_RUNTIME_CLASS): StatusCause[] {
   const causes: StatusCause[] = [];
   if (spec === undefined) {
     causes.push({ reason: 'FieldValueRequired', message: 'Required value', field: `${prefix}.containers` });
@@ -104,8 +124,11 @@ export function validatePodSpec(spec: unknown, prefix: string): StatusCause[] {
   }
   const seen = new Set<string>();
   const volumes = validateVolumes(spec.volumes, `${prefix}.volumes`, causes);
-  validateContainers(spec.containers, `${prefix}.containers`, true, causes, seen, volumes);
-  validateContainers(spec.initContainers, `${prefix}.initContainers`, false, causes, seen, volumes);
+  const runtimeClass = typeof spec.runtimeClassName === 'string' && spec.runtimeClassName ? spec.runtimeClassName : defaultRuntimeClass;
+  const commandRequired = runtimeClass === 'process';
+  validateContainers(spec.containers, `${prefix}.containers`, true, causes, seen, volumes, commandRequired);
+  validateContainers(spec.initContainers, `${prefix}.initContainers`, false, causes, seen, volumes, commandRequired);
+  validatePodSecurityContext(spec.securityContext, `${prefix}.securityContext`, causes);
   const grace = spec.terminationGracePeriodSeconds;
   if (grace !== undefined && (!Number.isInteger(grace) || (grace as number) < 0)) {
     causes.push({
