@@ -1,6 +1,7 @@
 import https from 'node:https';
 import { caHash, type JoinToken } from '../cluster/join-token.js';
 import type { RegistrationResponse } from '../cluster/drover-endpoints.js';
+import type { Status } from '../controllers/kube-types.js';
 
 /**
  * Joining: fetch the cluster CA, check it against the hash pinned in the join token, then
@@ -40,7 +41,7 @@ const NOT_ISSUED_BY_CA = new Set([
  * that still finds one "not yet valid" is more than an hour behind.
  */
 export function clockHint(error: unknown): string | undefined {
-  const code = (error as { code?: unknown } | undefined)?.code;
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
   const now = new Date().toISOString();
   if (code === 'CERT_NOT_YET_VALID') {
     return `the server's certificate is not valid yet by this host's clock (${now}): this host's clock is probably behind by more than an hour; synchronise it (NTP)`;
@@ -133,7 +134,7 @@ export async function register(
   if (res.status === 200) return JSON.parse(res.body) as RegistrationResponse;
   let message = res.body;
   try {
-    message = (JSON.parse(res.body) as { message?: string }).message ?? res.body;
+    message = (JSON.parse(res.body) as Status).message ?? res.body;
   } catch {
     // keep the raw body
   }

@@ -9,6 +9,7 @@ import type { ShutdownRecord } from '../node-protocol/records.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import type { PodManager } from './pod-manager.js';
+import { nodeSpec, podSpec } from '../controllers/kube-types.js';
 
 /**
  * The two halves of a planned stop that come before the lease is released: the shutdown record
@@ -43,7 +44,7 @@ export interface DrainContext {
 export async function recordShutdown(context: DrainContext, reason: string): Promise<void> {
   const name = context.nodeName;
   const node = await context.client()!.get(NODES, undefined, name);
-  const alreadyCordoned = (node?.spec as { unschedulable?: boolean } | undefined)?.unschedulable === true;
+  const alreadyCordoned = nodeSpec(node).unschedulable === true;
   const record: ShutdownRecord = { reason, time: new Date().toISOString(), cordoned: !alreadyCordoned };
   writeFileAtomic(shutdownFile(context.agentDir), JSON.stringify(record), 0o644);
   await context.client()!.patch(NODES, undefined, name, 'merge', {
@@ -77,7 +78,7 @@ export async function drainNode(context: DrainContext, deadline: number, started
     for (const pod of items) {
       const owner = controllerOf(pod)?.uid;
       if (!owner || !owners.has(owner) || pod.metadata.deletionTimestamp) continue;
-      if ((pod.spec as { nodeName?: string } | undefined)?.nodeName === context.nodeName) continue;
+      if (podSpec(pod).nodeName === context.nodeName) continue;
       if (isPodRunningAndReady(pod)) counts.set(owner, (counts.get(owner) ?? 0) + 1);
     }
     return counts;
@@ -118,7 +119,7 @@ export async function drainNode(context: DrainContext, deadline: number, started
     (n) =>
       n.metadata.name !== context.nodeName &&
       n.metadata.labels?.[STATE_LABEL] === 'Ready' &&
-      (n.spec as { unschedulable?: boolean } | undefined)?.unschedulable !== true,
+      nodeSpec(n).unschedulable !== true,
   );
   if (!elsewhere && owners.size) context.logger.info('no other Ready node to run replacements; not waiting for them');
   let replaced = owners.size === 0 || !elsewhere;

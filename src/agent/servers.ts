@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { HttpClient } from '../client/http.js';
-import type { ClusterTimings } from '../cluster/drover-endpoints.js';
+import type { ApiServersAnswer, ClusterTimings } from '../cluster/drover-endpoints.js';
 import { deriveTimings } from '../config/timings.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
@@ -75,7 +75,7 @@ export class ServerConnection {
   /** Learn where else the API is served, and remember it so the first --server is needed once. */
   async refresh(): Promise<void> {
     try {
-      const answer = (await this.httpClient!.request('GET', '/drover/v1/apiservers')) as { servers: { url: string }[] };
+      const answer = (await this.httpClient!.request('GET', '/drover/v1/apiservers')) as ApiServersAnswer;
       const urls = [...new Set(answer.servers.map((s) => s.url))];
       if (urls.length) writeFileAtomic(this.serversFile(), JSON.stringify(urls), 0o644);
     } catch (error) {

@@ -55,6 +55,11 @@ export interface RegistrationResponse {
   clientCaCertificate: string;
 }
 
+/** GET /drover/v1/apiservers: where the API is served (agents remember it to move between servers). */
+export interface ApiServersAnswer {
+  servers: { url: string; node: string }[];
+}
+
 /** The common name of the client certificate API servers present to agents (pods/log). */
 export const API_SERVER_CLIENT_NAME = 'system:drover:apiserver';
 /** Addresses a node may register: its own IPs, a handful at most. */
@@ -186,7 +191,8 @@ async function serveConfig(options: DroverEndpointsOptions, req: IncomingMessage
   if (path === '/drover/v1/apiservers' && req.method === 'GET') {
     // Any authenticated caller (agents, the admin): where else the API is served.
     if (!(await options.authenticator.authenticate(req))) throw errors.unauthorized();
-    sendJson(res, 200, { servers: (await options.directory.live()).map((r) => ({ url: r.url, node: r.node })) });
+    const answer: ApiServersAnswer = { servers: (await options.directory.live()).map((r) => ({ url: r.url, node: r.node })) };
+    sendJson(res, 200, answer);
     return;
   }
   if (path === '/drover/v1/config/drift' && req.method === 'GET') {

@@ -6,12 +6,11 @@ import type { EventRecorder } from './events.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
 import { newer, objectKey, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
 import type { SharedInformers } from '../client/shared-informers.js';
+import { type DeploymentSpec, deploymentSpec, replicaSetSpec, replicaSetStatus, storedDeploymentStatus } from './kube-types.js';
 import {
-  type DeploymentCondition,
   deploymentStatus,
   DESIRED_REPLICAS_ANNOTATION,
   isPodTerminated,
-  type LabelSelectorSpec,
   MAX_REPLICAS_ANNOTATION,
   resolveRollingParams,
   REVISION_ANNOTATION,
@@ -30,28 +29,8 @@ import { POD_TEMPLATE_HASH_LABEL } from './workloads.js';
  * Recreate (old pods all gone first), and a status `kubectl rollout status` understands.
  */
 
-interface DeploymentSpec {
-  replicas?: number;
-  paused?: boolean;
-  minReadySeconds?: number;
-  revisionHistoryLimit?: number;
-  selector?: LabelSelectorSpec;
-  template?: { metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }; spec?: unknown };
-  strategy?: { type?: string; rollingUpdate?: { maxSurge?: number | string; maxUnavailable?: number | string } };
-}
-
-interface RsStatus {
-  replicas?: number;
-  readyReplicas?: number;
-  availableReplicas?: number;
-}
-
 function rsReplicas(rs: KubeObject): number {
-  return (rs.spec as { replicas?: number } | undefined)?.replicas ?? 0;
-}
-
-function rsStatus(rs: KubeObject): RsStatus {
-  return (rs.status ?? {}) as RsStatus;
+  return replicaSetSpec(rs).replicas ?? 0;
 }
 
 function revisionOf(rs: KubeObject): number {
@@ -79,7 +58,7 @@ export class DeploymentController {
       else if (!owner && type !== 'DELETED') {
         // An orphan: any Deployment whose selector matches it may adopt it.
         for (const d of informers.get(DEPLOYMENTS).items()) {
-          if (d.metadata.namespace === rs.metadata.namespace && selectorMatches((d.spec as DeploymentSpec | undefined)?.selector, rs.metadata.labels)) {
+          if (d.metadata.namespace === rs.metadata.namespace && selectorMatches(deploymentSpec(d).selector, rs.metadata.labels)) {
             this.queue.add(objectKey(d));
           }
         }
@@ -122,7 +101,7 @@ export class DeploymentController {
     const d = this.informers.get(DEPLOYMENTS).get(namespace, name);
     if (!d || d.metadata.deletionTimestamp) return;
     if (!this.informers.get(REPLICASETS).hasSynced) throw new Error('ReplicaSet cache not synced yet');
-    const spec = (d.spec ?? {}) as DeploymentSpec;
+    const spec = deploymentSpec(d);
     const replicas = spec.replicas ?? 1;
     const involved = { kind: 'Deployment', name, namespace, uid: d.metadata.uid!, apiVersion: 'apps/v1' };
     const hash = templateHash(spec.template);
@@ -217,7 +196,7 @@ export class DeploymentController {
           else if (rsReplicas(newRs) !== replicas) newRs = await scale(newRs, replicas);
         }
       } else {
-        const counts = (rs: KubeObject): RsCounts => ({ name: rs.metadata.name!, replicas: rsReplicas(rs), available: rsStatus(rs).availableReplicas ?? 0 });
+        const counts = (rs: KubeObject): RsCounts => ({ name: rs.metadata.name!, replicas: rsReplicas(rs), available: replicaSetStatus(rs).availableReplicas ?? 0 });
         if (!newRs) {
           const [first] = rollingUpdateStep(replicas, params, { name: `${name}-${hash}`, replicas: 0, available: 0 }, old.map(counts));
           newRs = await createNew(first?.kind === 'scale' && first.name === `${name}-${hash}` ? first.replicas : 0);
@@ -246,18 +225,18 @@ export class DeploymentController {
     if (revision && d.metadata.annotations?.[REVISION_ANNOTATION] !== revision) {
       await this.client.patch(DEPLOYMENTS, namespace, name, 'merge', { metadata: { annotations: { [REVISION_ANNOTATION]: revision } } });
     }
-    const previousConditions = ((d.status as { conditions?: DeploymentCondition[] } | undefined)?.conditions ?? []);
+    const previousConditions = storedDeploymentStatus(d).conditions ?? [];
     const status = deploymentStatus(
       {
         replicas,
         ...(d.metadata.generation !== undefined ? { generation: d.metadata.generation } : {}),
         unavailable: unavailableBudget,
-        ...(currentNew ? { newRs: { name: currentNew.metadata.name!, statusReplicas: rsStatus(currentNew).replicas ?? 0 } } : {}),
+        ...(currentNew ? { newRs: { name: currentNew.metadata.name!, statusReplicas: replicaSetStatus(currentNew).replicas ?? 0 } } : {}),
         all: current.map((rs) => ({
           specReplicas: rsReplicas(rs),
-          statusReplicas: rsStatus(rs).replicas ?? 0,
-          ready: rsStatus(rs).readyReplicas ?? 0,
-          available: rsStatus(rs).availableReplicas ?? 0,
+          statusReplicas: replicaSetStatus(rs).replicas ?? 0,
+          ready: replicaSetStatus(rs).readyReplicas ?? 0,
+          available: replicaSetStatus(rs).availableReplicas ?? 0,
         })),
       },
       previousConditions,
@@ -276,7 +255,7 @@ export class DeploymentController {
    * shows, not being deleted, adopts. Pods are not adopted by ReplicaSets (docs/workloads.md).
    */
   private async adoptOrphans(d: KubeObject): Promise<void> {
-    const selector = (d.spec as DeploymentSpec | undefined)?.selector;
+    const selector = deploymentSpec(d).selector;
     const orphans = this.informers
       .get(REPLICASETS)
       .items()
@@ -310,7 +289,7 @@ export class DeploymentController {
   /** Old ReplicaSets at 0 with no pods left, beyond revisionHistoryLimit, oldest first. */
   private async cleanUpHistory(spec: DeploymentSpec, old: readonly KubeObject[], namespace: string): Promise<void> {
     const limit = spec.revisionHistoryLimit ?? 10;
-    const idle = old.filter((rs) => rsReplicas(rs) === 0 && (rsStatus(rs).replicas ?? 0) === 0 && !rs.metadata.deletionTimestamp);
+    const idle = old.filter((rs) => rsReplicas(rs) === 0 && (replicaSetStatus(rs).replicas ?? 0) === 0 && !rs.metadata.deletionTimestamp);
     const excess = idle.length - limit;
     for (const rs of idle.slice(0, Math.max(0, excess))) {
       try {

@@ -1,6 +1,7 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from '../apiserver/selectors.js';
 import { isPodRunningAndReady } from '../node-protocol/pods.js';
+import type { Condition, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus } from './kube-types.js';
 
 /**
  * The status of a PodDisruptionBudget as a pure function of the budget, the pods it selects and
@@ -14,33 +15,18 @@ export const DISRUPTED_POD_TIMEOUT_MS = 2 * 60_000;
 
 export type IntOrPercent = number | string;
 
-export interface DisruptionBudgetSpec {
-  minAvailable?: IntOrPercent;
-  maxUnavailable?: IntOrPercent;
-  /** policy/v1: absent selects no pod, `{}` selects every pod of the namespace. */
-  selector?: LabelSelectorObject | null;
-  unhealthyPodEvictionPolicy?: string;
-}
+/** policy/v1: an absent selector selects no pod, `{}` every pod of the namespace. */
+export type DisruptionBudgetSpec = PodDisruptionBudgetSpec;
 
-export interface BudgetCondition {
-  type: string;
-  status: 'True' | 'False';
-  reason: string;
-  message: string;
-  observedGeneration: number;
-  lastTransitionTime: string;
-}
-
-export interface DisruptionBudgetStatus {
-  observedGeneration: number;
-  /** Pods an eviction has just passed, by name, with when: not healthy until seen terminating. */
-  disruptedPods?: Record<string, string>;
-  disruptionsAllowed: number;
-  currentHealthy: number;
-  desiredHealthy: number;
-  expectedPods: number;
-  conditions: BudgetCondition[];
-}
+/**
+ * The status this controller writes: every field present. `disruptedPods` lists the pods an
+ * eviction has just passed, by name, with when: not healthy until seen terminating. Conditions
+ * of other types, if a stored status had any, are kept as they were.
+ */
+export type DisruptionBudgetStatus = Required<
+  Pick<PodDisruptionBudgetStatus, 'observedGeneration' | 'disruptionsAllowed' | 'currentHealthy' | 'desiredHealthy' | 'expectedPods' | 'conditions'>
+> &
+  Pick<PodDisruptionBudgetStatus, 'disruptedPods'>;
 
 /** The scale of a pod's controlling workload, keyed by that workload's uid (a Deployment for its ReplicaSets' pods). */
 export interface ControllerScale {
@@ -55,7 +41,8 @@ export interface BudgetInput {
   pods: readonly KubeObject[];
   /** The controller scale of a pod, or undefined when its controller is not a known workload. */
   controllerScale(pod: KubeObject): ControllerScale | undefined;
-  previous?: Partial<DisruptionBudgetStatus>;
+  /** The status as stored. */
+  previous?: PodDisruptionBudgetStatus;
   now: number;
 }
 
@@ -137,13 +124,13 @@ export function expectedAndDesired(
  * time moves only when the status flips.
  */
 export function disruptionAllowedCondition(
-  previous: readonly BudgetCondition[] | undefined,
+  previous: readonly Condition[] | undefined,
   allowed: boolean,
   observedGeneration: number,
   nowIso: string,
   reason: string = allowed ? 'SufficientPods' : 'InsufficientPods',
   message = '',
-): BudgetCondition[] {
+): Condition[] {
   const status = allowed ? 'True' : 'False';
   const others = (previous ?? []).filter((c) => c.type !== 'DisruptionAllowed');
   const old = (previous ?? []).find((c) => c.type === 'DisruptionAllowed');

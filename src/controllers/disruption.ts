@@ -2,13 +2,8 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, DEPLOYMENTS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
-import {
-  budgetSelects,
-  computeBudgetStatus,
-  type ControllerScale,
-  type DisruptionBudgetSpec,
-  type DisruptionBudgetStatus,
-} from './disruption-logic.js';
+import { budgetSelects, computeBudgetStatus, type ControllerScale } from './disruption-logic.js';
+import { budgetSpec, budgetStatus, deploymentSpec, replicaSetSpec, statefulSetSpec } from './kube-types.js';
 import { objectKey, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
 import type { SharedInformers } from '../client/shared-informers.js';
 import { stableStringify } from './workload-logic.js';
@@ -55,7 +50,7 @@ export class DisruptionController {
   private queueBudgetsOf(pod: KubeObject): void {
     for (const pdb of this.informers.get(PODDISRUPTIONBUDGETS).items()) {
       if (pdb.metadata.namespace !== pod.metadata.namespace) continue;
-      if (budgetSelects(specOf(pdb).selector, pod.metadata.labels)) this.queue.add(objectKey(pdb));
+      if (budgetSelects(budgetSpec(pdb).selector, pod.metadata.labels)) this.queue.add(objectKey(pdb));
     }
   }
 
@@ -72,7 +67,7 @@ export class DisruptionController {
     if (!owner) return undefined;
     if (owner.kind === 'StatefulSet') {
       const set = this.informers.get(STATEFULSETS).get(namespace, owner.name);
-      return set && set.metadata.uid === owner.uid ? { uid: owner.uid, replicas: replicasOf(set) } : undefined;
+      return set && set.metadata.uid === owner.uid ? { uid: owner.uid, replicas: scaleOf(statefulSetSpec(set).replicas) } : undefined;
     }
     if (owner.kind !== 'ReplicaSet') return undefined;
     const rs = this.informers.get(REPLICASETS).get(namespace, owner.name);
@@ -80,22 +75,22 @@ export class DisruptionController {
     const rsOwner = controllerOf(rs);
     if (rsOwner?.kind === 'Deployment') {
       const deployment = this.informers.get(DEPLOYMENTS).get(namespace, rsOwner.name);
-      return deployment && deployment.metadata.uid === rsOwner.uid ? { uid: rsOwner.uid, replicas: replicasOf(deployment) } : undefined;
+      return deployment && deployment.metadata.uid === rsOwner.uid ? { uid: rsOwner.uid, replicas: scaleOf(deploymentSpec(deployment).replicas) } : undefined;
     }
-    return { uid: owner.uid, replicas: replicasOf(rs) };
+    return { uid: owner.uid, replicas: scaleOf(replicaSetSpec(rs).replicas) };
   }
 
   private async reconcile(key: string): Promise<ReconcileResult> {
     const { namespace, name } = splitKey(key);
     const pdb = this.informers.get(PODDISRUPTIONBUDGETS).get(namespace, name);
     if (!pdb || pdb.metadata.deletionTimestamp) return;
-    const spec = specOf(pdb);
+    const spec = budgetSpec(pdb);
     const pods = this.informers
       .get(PODS)
       .items()
       .filter((p) => p.metadata.namespace === namespace && !p.metadata.deletionTimestamp && budgetSelects(spec.selector, p.metadata.labels));
     const now = Date.now();
-    const previous = (pdb.status ?? {}) as Partial<DisruptionBudgetStatus>;
+    const previous = budgetStatus(pdb);
     const { status, recheckAt } = computeBudgetStatus({
       generation: pdb.metadata.generation ?? 1,
       spec,
@@ -119,12 +114,7 @@ export class DisruptionController {
   }
 }
 
-function specOf(pdb: KubeObject): DisruptionBudgetSpec {
-  return (pdb.spec ?? {}) as DisruptionBudgetSpec;
-}
-
-function replicasOf(workload: KubeObject): number {
-  const replicas = (workload.spec as { replicas?: unknown } | undefined)?.replicas;
-  // spec.replicas defaults to 1 on every scaled workload.
+/** A workload's spec.replicas; it defaults to 1 on every scaled workload (and a stored non-number counts as absent). */
+function scaleOf(replicas: unknown): number {
   return typeof replicas === 'number' ? replicas : 1;
 }

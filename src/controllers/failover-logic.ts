@@ -1,7 +1,7 @@
-import { getPath, type KubeObject } from '../apiserver/objects.js';
+import type { KubeObject } from '../apiserver/objects.js';
 import { UNREACHABLE_TAINT } from '../node-protocol/names.js';
 import { isAtMostOne } from '../node-protocol/pods.js';
-import type { Toleration } from '../node-protocol/taints.js';
+import { podSpec, podStatus } from './kube-types.js';
 
 /**
  * When a pod on a lost node is moved, as a pure function of what the controller has observed.
@@ -90,10 +90,10 @@ export type FailoverDecision =
 
 /** The pod's own toleration of the unreachable NoExecute taint: ms, Infinity (forever), or undefined (none). */
 export function unreachableToleranceMs(pod: KubeObject): number | undefined {
-  const tolerations = getPath(pod, ['spec', 'tolerations']);
+  const tolerations = podSpec(pod).tolerations;
   if (!Array.isArray(tolerations)) return undefined;
   let best: number | undefined;
-  for (const t of tolerations as Toleration[]) {
+  for (const t of tolerations) {
     const keyMatches = t.key === UNREACHABLE_TAINT || ((t.key === undefined || t.key === '') && t.operator === 'Exists');
     const effectMatches = !t.effect || t.effect === 'NoExecute';
     if (!keyMatches || !effectMatches) continue;
@@ -108,7 +108,7 @@ function seconds(ms: number): string {
 }
 
 export function decideFailover(pod: KubeObject, facts: LostNodeFacts, now: number, settings: FailoverSettings): FailoverDecision {
-  const phase = getPath(pod, ['status', 'phase']);
+  const phase = podStatus(pod).phase;
   if (phase === 'Succeeded' || phase === 'Failed') return { action: 'keep', why: 'the pod has finished' };
   const tolerance = unreachableToleranceMs(pod) ?? settings.defaultTolerationMs;
   if (tolerance === Infinity) return { action: 'keep', why: 'the pod tolerates an unreachable node forever' };

@@ -1,3 +1,4 @@
+import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
@@ -161,8 +162,7 @@ export class FailoverController {
           `Deleted pod ${pod.metadata.namespace}/${pod.metadata.name}: its node ${nodeName} no longer exists (gone for ${((now - since) / 1000).toFixed(1)}s)`,
         );
       } catch (error) {
-        const code = (error as { code?: number }).code;
-        if (code === 404 || code === 409) this.handled.set(uid, 'orphan');
+        if (error instanceof ApiError && (error.code === 404 || error.code === 409)) this.handled.set(uid, 'orphan');
         else this.logger.warn({ err: error, pod: pod.metadata.name, node: nodeName }, 'could not delete an orphaned pod; will retry');
       }
     }
@@ -213,8 +213,7 @@ export class FailoverController {
           await this.events.record(ref, 'Warning', 'SingletonFailover', `Deleted singleton ${pod.metadata.namespace}/${pod.metadata.name} from lost node ${name} so it can start elsewhere: ${decision.message}`);
         }
       } catch (error) {
-        const code = (error as { code?: number }).code;
-        if (code === 404 || code === 409) {
+        if (error instanceof ApiError && (error.code === 404 || error.code === 409)) {
           this.handled.set(uid, decision.action);
           continue;
         }

@@ -7,6 +7,7 @@ import { type ApiClient, SECRETS, SERVICEACCOUNTS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { MAX_EXPIRATION_SECONDS } from '../security/service-account-tokens.js';
 import type { Clock } from './clock.js';
+import { serviceAccountSecrets } from './kube-types.js';
 import { WorkQueue } from './work-queue.js';
 
 /**
@@ -186,7 +187,7 @@ export class LegacyTokensController {
   /** A token Secret was deleted: its account no longer lists it. */
   private async removeReference(namespace: string, account: string, secret: string): Promise<void> {
     const sa = await this.client.get(SERVICEACCOUNTS, namespace, account);
-    const secrets = Array.isArray(sa?.secrets) ? (sa!.secrets as { name?: string }[]) : [];
+    const secrets = serviceAccountSecrets(sa);
     if (!sa || !secrets.some((ref) => ref?.name === secret)) return;
     try {
       await this.client.update(SERVICEACCOUNTS, namespace, { ...sa, secrets: secrets.filter((ref) => ref?.name !== secret) });

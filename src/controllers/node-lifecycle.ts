@@ -20,7 +20,6 @@ import {
   UNREACHABLE_TAINT,
 } from '../node-protocol/names.js';
 import { type AgentHealth, parseAgentHealth, parseShutdownRecord } from '../node-protocol/records.js';
-import type { Taint } from '../node-protocol/taints.js';
 import { leaseSpec, nodeCondition, nodeSpec, nodeStatus } from './kube-types.js';
 import { classifyNode, DISRUPTION_LIMIT_GRACES, type DisruptionMode, isStale, type NodeObservation, reduceDisruption, type Verdict } from './node-state.js';
 
@@ -414,7 +413,7 @@ export class NodeLifecycleController implements NodeHealthView {
         lastHeartbeatTime: kubeTime(wallTimeOf(tracked.observedAt, this.clock)),
         lastTransitionTime: ready?.status === status ? ready.lastTransitionTime ?? kubeTime(this.clock.wallNow()) : kubeTime(this.clock.wallNow()),
       });
-      const taints = ((nodeSpec(node).taints ?? []) as Taint[]).filter((t) => t.key !== UNREACHABLE_TAINT);
+      const taints = (nodeSpec(node).taints ?? []).filter((t) => t.key !== UNREACHABLE_TAINT);
       if (verdict.state === 'Unavailable') {
         const timeAdded = kubeTime(this.clock.wallNow());
         taints.push({ key: UNREACHABLE_TAINT, effect: 'NoSchedule', timeAdded }, { key: UNREACHABLE_TAINT, effect: 'NoExecute', timeAdded });

@@ -61,15 +61,15 @@ export class ClusterRoleAggregationController implements LeaderOnlyController {
   }
 
   private async reconcile(informer: Informer, name: string): Promise<void> {
-    const role = informer.get(undefined, name) as unknown as ClusterRole | undefined;
-    if (!role || !isAggregated(role as unknown as KubeObject)) return;
-    const all = informer.items() as unknown as ClusterRole[];
-    const { rules, errors } = aggregatedRules(role, all);
+    const stored = informer.get(undefined, name);
+    if (!stored || !isAggregated(stored)) return;
+    const role = clusterRole(stored);
+    const { rules, errors } = aggregatedRules(role, informer.items().map(clusterRole));
     if (errors.length) this.logger.warn({ clusterRole: name, errors }, 'aggregation rule has invalid selectors; they select nothing');
     if (sameRules(role.rules ?? [], rules)) return;
     try {
       // A compare-and-swap on the version the cache holds: a newer one brings its own event.
-      await this.client.update(CLUSTER_ROLES, undefined, { ...(role as unknown as KubeObject), rules } as unknown as KubeObject);
+      await this.client.update(CLUSTER_ROLES, undefined, { ...stored, rules });
       this.logger.info({ clusterRole: name, rules: rules.length }, 'aggregated the rules of a ClusterRole');
     } catch (error) {
       if (error instanceof ApiError && error.code === 404) return;
@@ -78,7 +78,11 @@ export class ClusterRoleAggregationController implements LeaderOnlyController {
   }
 }
 
+/** A stored ClusterRole in the authorizer's type (../apiserver/rbac/types.ts), as the RBAC cache reads it. */
+function clusterRole(stored: KubeObject): ClusterRole {
+  return stored as unknown as ClusterRole;
+}
+
 function isAggregated(role: KubeObject): boolean {
-  const rule = (role as unknown as ClusterRole).aggregationRule;
-  return (rule?.clusterRoleSelectors ?? []).length > 0;
+  return (clusterRole(role).aggregationRule?.clusterRoleSelectors ?? []).length > 0;
 }

@@ -5,7 +5,8 @@ import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
 import { type ReconcileResult, Expectations, objectKey, ownerToReconcile, splitKey, WorkQueue } from './work-queue.js';
 import type { SharedInformers } from '../client/shared-informers.js';
-import { isPodAvailable, isPodActive, planReplicaSet, randomSuffix, sameStatus, selectorMatches, type LabelSelectorSpec } from './workload-logic.js';
+import { isPodAvailable, isPodActive, planReplicaSet, randomSuffix, sameStatus, selectorMatches } from './workload-logic.js';
+import { replicaSetSpec } from './kube-types.js';
 import { controllerOf, isPodReady } from '../node-protocol/pods.js';
 import type { OwnerReference } from './workloads.js';
 
@@ -14,13 +15,6 @@ import type { OwnerReference } from './workloads.js';
  * ReplicaSet as their controller. A pod being deleted (evicted, on a lost node) no longer counts,
  * so its replacement is created at once, while the old copy finishes terminating.
  */
-
-interface ReplicaSetSpec {
-  replicas?: number;
-  minReadySeconds?: number;
-  selector?: LabelSelectorSpec;
-  template?: { metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }; spec?: unknown };
-}
 
 export function ownerReferenceTo(owner: KubeObject, kind: string): OwnerReference {
   return {
@@ -62,7 +56,7 @@ export class ReplicaSetController {
   }
 
   private ownedPods(rs: KubeObject): KubeObject[] {
-    const selector = (rs.spec as ReplicaSetSpec | undefined)?.selector;
+    const selector = replicaSetSpec(rs).selector;
     return this.informers
       .get(PODS)
       .items()
@@ -81,7 +75,7 @@ export class ReplicaSetController {
     if (!start.owner) return start.result;
     const rs = start.owner;
 
-    const spec = (rs.spec ?? {}) as ReplicaSetSpec;
+    const spec = replicaSetSpec(rs);
     const owned = this.ownedPods(rs);
     const now = Date.now();
     const plan = planReplicaSet(rs, owned, now);

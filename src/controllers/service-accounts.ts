@@ -3,6 +3,7 @@ import type { SharedInformers } from '../client/shared-informers.js';
 import { type ApiClient, NAMESPACES, SERVICEACCOUNTS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { Clock } from './clock.js';
+import { namespaceStatus } from './kube-types.js';
 import { WorkQueue } from './work-queue.js';
 
 /**
@@ -55,8 +56,7 @@ export class ServiceAccountsController {
 
   private async sync(namespace: string): Promise<void> {
     const ns = this.informers.get(NAMESPACES).get(undefined, namespace);
-    const phase = (ns?.status as { phase?: string } | undefined)?.phase;
-    if (!ns || phase === 'Terminating') return;
+    if (!ns || namespaceStatus(ns).phase === 'Terminating') return;
     if (this.informers.get(SERVICEACCOUNTS).get(namespace, DEFAULT_SERVICE_ACCOUNT)) return;
     try {
       await this.client.create(SERVICEACCOUNTS, namespace, {

@@ -18,6 +18,7 @@ import {
 } from './workload-logic.js';
 import { controllerOf, isPodRunningAndReady } from '../node-protocol/pods.js';
 import { CONTROLLER_REVISION_HASH_LABEL, STATEFULSET_POD_NAME_LABEL } from './workloads.js';
+import { statefulSetSpec, storedStatefulSetStatus } from './kube-types.js';
 
 /**
  * The StatefulSet controller: pods `<set>-0 … <set>-(n-1)`, each name at most once. A pod being
@@ -25,14 +26,6 @@ import { CONTROLLER_REVISION_HASH_LABEL, STATEFULSET_POD_NAME_LABEL } from './wo
  * controller never force-deletes, so the node's agent (or the failover controller, once fencing
  * is certain) decides when the old copy is really stopped.
  */
-
-interface StatefulSetSpec {
-  replicas?: number;
-  serviceName?: string;
-  podManagementPolicy?: string;
-  updateStrategy?: { type?: string; rollingUpdate?: { partition?: number } };
-  template?: { metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> }; spec?: Record<string, unknown> };
-}
 
 export class StatefulSetController {
   private readonly queue: WorkQueue;
@@ -75,7 +68,7 @@ export class StatefulSetController {
     if (!start.owner) return start.result;
     const sts = start.owner;
 
-    const spec = (sts.spec ?? {}) as StatefulSetSpec;
+    const spec = statefulSetSpec(sts);
     const replicas = spec.replicas ?? 1;
     const updateRevision = `${name}-${templateHash(spec.template)}`;
     const pods: StatefulPod[] = [];
@@ -151,11 +144,10 @@ export class StatefulSetController {
       }
     }
 
-    const previous = (sts.status ?? {}) as { currentRevision?: string };
     const status = statefulSetStatus(
       { replicas, updateRevision, pods },
       sts.metadata.generation,
-      previous.currentRevision,
+      storedStatefulSetStatus(sts).currentRevision,
     );
     if (!sameStatus(sts.status, { ...status })) {
       try {

@@ -2,7 +2,8 @@ import { randomInt } from 'node:crypto';
 import type { KubeObject } from '../apiserver/objects.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from '../apiserver/selectors.js';
 import { isPodReady } from '../node-protocol/pods.js';
-import { podStatus } from './kube-types.js';
+import type * as kube from './kube-types.js';
+import { type PodTemplateSpec, podStatus, replicaSetSpec } from './kube-types.js';
 import { isPodTerminated, podNodeName } from './scheduling.js';
 import { CONTROLLER_REVISION_HASH_LABEL, POD_TEMPLATE_HASH_LABEL } from './workloads.js';
 
@@ -133,7 +134,7 @@ export function templateHash(template: unknown, collisionCount = 0): string {
   // kubectl rollout undo sends the old template back as Go writes it (`creationTimestamp: null`,
   // `resources: {}`): the same template, which must map to the same ReplicaSet. Empty values are
   // left out of the hash, as Go's typed structs make them indistinguishable from absent ones.
-  const copy = withoutEmpty(structuredClone(template ?? {})) as { metadata?: { labels?: Record<string, string> } };
+  const copy = withoutEmpty(structuredClone(template ?? {})) as PodTemplateSpec;
   if (copy.metadata?.labels) {
     delete copy.metadata.labels[POD_TEMPLATE_HASH_LABEL];
     delete copy.metadata.labels[CONTROLLER_REVISION_HASH_LABEL];
@@ -147,13 +148,17 @@ export function templateHash(template: unknown, collisionCount = 0): string {
 // ---------------------------------------------------------------------------------------------
 // ReplicaSet
 
-export interface ReplicaSetStatus {
-  replicas: number;
-  fullyLabeledReplicas: number;
-  readyReplicas: number;
-  availableReplicas: number;
-  observedGeneration?: number;
-}
+/**
+ * The fields of a status a controller writes, each always present (a view of a stored status,
+ * kube-types.ts, has every field optional): Kubernetes' own names and types, not a copy of them.
+ */
+type Written<T, Always extends keyof T, Maybe extends keyof T = never> = Required<Pick<T, Always>> & Pick<T, Maybe>;
+
+export type ReplicaSetStatus = Written<
+  kube.ReplicaSetStatus,
+  'replicas' | 'fullyLabeledReplicas' | 'readyReplicas' | 'availableReplicas',
+  'observedGeneration'
+>;
 
 export interface ReplicaSetPlan {
   /** Pods to create from the template. */
@@ -167,7 +172,7 @@ export interface ReplicaSetPlan {
 
 /** `pods` are the pods the ReplicaSet controls (selector matched, controller reference to it). */
 export function planReplicaSet(rs: KubeObject, pods: readonly KubeObject[], now: number): ReplicaSetPlan {
-  const spec = (rs.spec ?? {}) as { replicas?: number; minReadySeconds?: number; template?: { metadata?: { labels?: Record<string, string> } } };
+  const spec = replicaSetSpec(rs);
   const wanted = spec.replicas ?? 1;
   const active = pods.filter(isPodActive);
   const finished = pods.filter((p) => !p.metadata.deletionTimestamp && isPodTerminated(p));
@@ -285,14 +290,7 @@ export function rollingUpdateStep(
   return steps.length ? steps : [{ kind: 'none' }];
 }
 
-export interface DeploymentCondition {
-  type: string;
-  status: 'True' | 'False' | 'Unknown';
-  reason: string;
-  message: string;
-  lastUpdateTime?: string;
-  lastTransitionTime?: string;
-}
+export type DeploymentCondition = kube.DeploymentCondition;
 
 export interface DeploymentStatusInput {
   replicas: number;
@@ -303,15 +301,11 @@ export interface DeploymentStatusInput {
   all: readonly { specReplicas: number; statusReplicas: number; ready: number; available: number }[];
 }
 
-export interface DeploymentStatus {
-  observedGeneration?: number;
-  replicas: number;
-  updatedReplicas: number;
-  readyReplicas: number;
-  availableReplicas: number;
-  unavailableReplicas: number;
-  conditions: DeploymentCondition[];
-}
+export type DeploymentStatus = Written<
+  kube.DeploymentStatus,
+  'replicas' | 'updatedReplicas' | 'readyReplicas' | 'availableReplicas' | 'unavailableReplicas' | 'conditions',
+  'observedGeneration'
+>;
 
 /** The status `kubectl rollout status` reads (calculateStatus + the conditions of sync/progress.go). */
 export function deploymentStatus(input: DeploymentStatusInput, previous: readonly DeploymentCondition[], nowIso: string): DeploymentStatus {
@@ -441,17 +435,18 @@ export function statefulSetStep(input: StatefulSetInput): StatefulSetActions {
   return finish();
 }
 
-export interface StatefulSetStatus {
-  observedGeneration: number;
-  replicas: number;
-  readyReplicas: number;
-  currentReplicas: number;
-  updatedReplicas: number;
-  availableReplicas: number;
-  currentRevision: string;
-  updateRevision: string;
-  collisionCount: number;
-}
+export type StatefulSetStatus = Written<
+  kube.StatefulSetStatus,
+  | 'observedGeneration'
+  | 'replicas'
+  | 'readyReplicas'
+  | 'currentReplicas'
+  | 'updatedReplicas'
+  | 'availableReplicas'
+  | 'currentRevision'
+  | 'updateRevision'
+  | 'collisionCount'
+>;
 
 export function statefulSetStatus(
   input: Pick<StatefulSetInput, 'replicas' | 'updateRevision' | 'pods'>,
