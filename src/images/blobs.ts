@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Readable, Transform, type TransformCallback } from 'node:stream';
+import { Readable, Transform, type TransformCallback, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { isSha256Digest } from './reference.js';
 
@@ -206,6 +206,19 @@ export class BlobStore {
     const input = fs.createReadStream(file, { highWaterMark: 1024 * 1024 });
     input.on('error', (error) => verifying.destroy(error));
     return input.pipe(verifying);
+  }
+
+  /** Hashes a blob on disk (streaming); a corrupt one is removed and reported. */
+  async verify(digest: string): Promise<void> {
+    const hashing = new HashingStream();
+    try {
+      await pipeline(fs.createReadStream(this.file(digest), { highWaterMark: 1024 * 1024 }), hashing, new Writable({ write: (_c, _e, cb) => cb() }));
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') throw new BlobNotFoundError(digest);
+      throw error;
+    }
+    const actual = hashing.digest();
+    if (actual !== digest) throw this.corrupt(digest, actual);
   }
 
   remove(digest: string): void {

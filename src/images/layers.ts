@@ -174,6 +174,7 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
       unpacked,
     ]);
   } catch (error) {
+    if (error instanceof Error && error.name === 'CorruptBlobError') throw error;
     throw new LayerError(`layer ${options.blob}: ${(error as Error).message}`);
   }
   const diffId = hashing.digest();
@@ -292,6 +293,21 @@ async function makeOverlayMarks(fsDir: string, whiteouts: string[], opaques: str
 /** The overlayfs markers of a layer made again (after `attr` was installed, say); true when done. */
 export async function remakeOverlayMarks(layer: UnpackedLayer, logger?: Logger): Promise<boolean> {
   return makeOverlayMarks(layer.dir, layer.whiteouts, layer.opaques, logger);
+}
+
+/**
+ * The layer whose files are in `dir` (a directory `layerDirs` returned), with what it deletes:
+ * what `applyLayers` needs when a caller kept only the directories.
+ */
+export function unpackedLayerAt(dir: string): UnpackedLayer {
+  const file = path.join(dir, '..', 'layer.json');
+  let info: LayerInfo;
+  try {
+    info = JSON.parse(fs.readFileSync(file, 'utf8')) as LayerInfo;
+  } catch (error) {
+    throw new LayerError(`${dir} is not an unpacked layer of the image store (${file}: ${(error as Error).message})`);
+  }
+  return { ...info, dir };
 }
 
 function isWhiteoutDevice(stat: fs.Stats): boolean {

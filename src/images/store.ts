@@ -369,8 +369,12 @@ export class ImageStore {
       return this.layerInfo(layer.diffId) ?? { ...info, dir: path.join(dir, 'fs') };
     } catch (error) {
       fs.rmSync(work, { recursive: true, force: true });
-      if (error instanceof CorruptBlobError) this.logger?.error({ digest: error.digest, file: error.file }, 'corrupt layer blob in the image store removed');
-      throw error;
+      // A flipped bit in a gzip stream may break the unpacking before the hash at the end can
+      // say why: whatever failed, a blob that does not match its name is the error to report.
+      let reported = error;
+      if (!(error instanceof CorruptBlobError)) reported = await this.blobs.verify(layer.digest).then(() => error, (verifyError: unknown) => verifyError);
+      if (reported instanceof CorruptBlobError) this.logger?.error({ digest: reported.digest, file: reported.file }, 'corrupt layer blob in the image store removed');
+      throw reported;
     }
   }
 
