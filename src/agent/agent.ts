@@ -5,6 +5,7 @@ import { shutdownTimings } from '../config/timings.js';
 import type { Taint } from '../node-protocol/taints.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentMetrics } from '../metrics/metrics.js';
+import { EMPTY_REGISTRIES, loadRegistries, type RegistriesConfig } from '../images/registry/registries.js';
 import { JoinError } from './bootstrap.js';
 import { type DrainContext, drainNode, recordShutdown } from './drain.js';
 import { AgentEndpoint } from './endpoint.js';
@@ -41,6 +42,8 @@ export interface AgentOptions {
    * setting (K3s's name for it; it has nothing to do with the per-pod supervisor processes).
    */
   supervisorMetrics: boolean;
+  /** registries.yaml (K3s's format): where this node pulls images from; unset or missing = no mirrors. */
+  privateRegistry?: string;
   /** This agent's effective settings, published for `drover config drift` (standalone agents). */
   publishedConfig?: Record<string, string>;
   /**
@@ -77,12 +80,17 @@ export class Agent {
   private pods: PodManager | undefined;
   /** Only when this node's own `supervisor-metrics` is on. */
   private metrics: AgentMetrics | undefined;
+  /** This node's registries.yaml, read once at start (as K3s does: a change needs a restart). */
+  readonly registries: RegistriesConfig;
 
   constructor(private readonly options: AgentOptions) {
     this.agentDir = path.join(options.dataDir, 'agent');
     fs.mkdirSync(this.agentDir, { recursive: true, mode: 0o700 });
     this.identity = loadOrCreateIdentity(this.agentDir);
     this.logger = options.logger.child({ node: options.nodeName });
+    // A malformed file stops the agent here (RegistriesError names the file and line).
+    this.registries = options.privateRegistry ? loadRegistries(options.privateRegistry) : EMPTY_REGISTRIES;
+    for (const warning of this.registries.warnings) this.logger.warn(`private-registry: ${warning}`);
     this.connection = new ServerConnection(options.server, this.agentDir, this.logger);
     this.health = new HealthCheck(this.agentDir, this.logger);
     this.endpoint = new AgentEndpoint({

@@ -11,12 +11,13 @@ export interface NodeSettings {
   nodeIp?: string | undefined;
   shutdownGracePeriodMs: number;
   supervisorMetrics: boolean;
+  privateRegistry: string;
 }
 
 /** The part of AgentOptions that comes from the node's own settings (never from another server). */
 export function agentOptionsOf(
   settings: NodeSettings,
-): Pick<AgentOptions, 'nodeName' | 'labels' | 'taints' | 'agentPort' | 'nodeIp' | 'shutdownGracePeriodMs' | 'supervisorMetrics'> {
+): Pick<AgentOptions, 'nodeName' | 'labels' | 'taints' | 'agentPort' | 'nodeIp' | 'shutdownGracePeriodMs' | 'supervisorMetrics' | 'privateRegistry'> {
   return {
     nodeName: settings.nodeName,
     labels: labelRecord(settings.nodeLabels),
@@ -25,5 +26,6 @@ export function agentOptionsOf(
     ...(settings.nodeIp ? { nodeIp: settings.nodeIp } : {}),
     shutdownGracePeriodMs: settings.shutdownGracePeriodMs,
     supervisorMetrics: settings.supervisorMetrics,
+    privateRegistry: settings.privateRegistry,
   };
 }

@@ -11,6 +11,7 @@ import { ConfigError, EXIT_CONFIG, type ResolvedConfig, resolveConfig } from '..
 import { type Command as DroverCommand } from '../config/schema.js';
 import { agentOptionsOf } from '../agent/node-settings.js';
 import { shutdownTimings } from '../config/timings.js';
+import { loadRegistries, RegistriesError } from '../images/registry/registries.js';
 import { createLogger, type Logger } from '../logging/logger.js';
 import { ClusterJoinError } from '../server/bootstrap.js';
 import { DataDirLockedError, lockDataDir } from '../server/lock.js';
@@ -29,6 +30,7 @@ export function fail(command: string, error: unknown): never {
   const message = error instanceof Error ? error.message : String(error);
   const config =
     error instanceof ConfigError ||
+    error instanceof RegistriesError ||
     error instanceof ServerConfigError ||
     error instanceof JoinTokenError ||
     error instanceof ClusterJoinError;
@@ -71,15 +73,27 @@ function checkNodeLabels(config: ResolvedConfig<'server' | 'agent'>): void {
   if (problems.length) throw new ConfigError(problems);
 }
 
+/** Refuses at start a registries.yaml the agent could not read (a missing file is fine: no mirrors). */
+function checkRegistries(config: ResolvedConfig<'server' | 'agent'>): void {
+  try {
+    loadRegistries(config.values.privateRegistry);
+  } catch (error) {
+    if (!(error instanceof RegistriesError)) throw error;
+    throw new ConfigError(error.problems.map((p) => `private-registry (${config.source('private-registry')}): ${p}`));
+  }
+}
+
 /** `drover server`'s options: its typed settings (the server reads them from the config). */
 function serverOptions(config: ResolvedConfig<'server'>): ServerOptions {
   checkNodeLabels(config);
+  if (!config.values.disableAgent) checkRegistries(config);
   return { config };
 }
 
 /** `drover agent`'s options, from its typed settings. */
 function agentOptions(config: ResolvedConfig<'agent'>, logger: Logger): AgentOptions {
   checkNodeLabels(config);
+  checkRegistries(config);
   const settings = config.values;
   // The resolver refuses an agent configuration without them.
   if (!settings.server || !settings.token) throw new ConfigError(['the agent needs "server" and "token"']);

@@ -345,6 +345,14 @@ const TABLE = [
     default: 10250,
   },
   {
+    name: 'private-registry',
+    type: 'string',
+    help: 'registries.yaml (K3s’s format) with the mirrors, credentials and TLS this node pulls images with; a missing file means none (docs/images.md#registries)',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: '/etc/drover/registries.yaml',
+  },
+  {
     name: 'shutdown-grace-period',
     type: 'duration',
     help: 'how long a planned shutdown may take',

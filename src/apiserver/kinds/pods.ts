@@ -3,6 +3,7 @@ import { errors, type StatusCause } from '../errors.js';
 import { isJsonObject, jsonEqual } from '../json.js';
 import { MAX_INT32 } from '../limits.js';
 import { getPath, getString, type KubeObject } from '../objects.js';
+import { defaultPullPolicy } from '../../images/registry/reference.js';
 import { spendDisruption } from './disruption-budgets.js';
 import { validateContainerConfig, validateVolumes } from './pod-config-validation.js';
 import { validateContainerSecurityContext, validatePodSecurityContext, validateResources } from './pod-security-validation.js';
@@ -36,7 +37,7 @@ function defaultContainers(containers: unknown): void {
   for (const c of containers) {
     if (!isObject(c)) continue;
     c.terminationMessagePolicy ??= 'File';
-    if (typeof c.image === 'string' && c.image) c.imagePullPolicy ??= 'IfNotPresent';
+    if (typeof c.image === 'string' && c.image) c.imagePullPolicy ??= defaultPullPolicy(c.image);
   }
 }
 

@@ -1,0 +1,224 @@
+import type { KubeObject } from '../apiserver/objects.js';
+import type { EventRecorder } from '../controllers/events.js';
+import type { Logger } from '../logging/logger.js';
+import { type KeyedCredential, parseDockerConfigSecret } from '../images/registry/credentials.js';
+import { type ImageSink, PullError, Puller, type PullResult } from '../images/registry/pull.js';
+import { defaultPullPolicy, formatReference, parseReference, ReferenceError } from '../images/registry/reference.js';
+import type { RegistriesConfig } from '../images/registry/registries.js';
+import type { LookupResult } from './pods/env-resolution.js';
+
+/**
+ * Making sure a container's image is in the node's store before the agent builds its run spec,
+ * the way kubelet's image manager does: `imagePullPolicy` Always, IfNotPresent or Never
+ * (absent: Kubernetes' default, Always for `:latest` or no tag, else IfNotPresent), credentials
+ * from the pod's imagePullSecrets (read from its namespace through the agent's object cache),
+ * a back-off per pod and image after a failed pull (10 s doubling to 5 min), and the container's
+ * waiting reasons and events in kubelet's words. A failed pull's message lists every endpoint
+ * tried and what it answered.
+ *
+ * Pulls happen when the agent (re)creates a pod's run spec; a container restarted by its
+ * supervisor runs the image already resolved (kubelet would check `Always` at every restart).
+ */
+
+export type PullPolicy = 'Always' | 'IfNotPresent' | 'Never';
+export type ImageWaitingReason = 'ErrImagePull' | 'ImagePullBackOff' | 'ErrImageNeverPull' | 'InvalidImageName';
+
+export type ImageOutcome<I> =
+  /** In the store (pulled now or before). */
+  | { kind: 'ready'; image: I; ref: string }
+  /** Not yet decidable (the pod's pull secrets are still being read): the container stays ContainerCreating. */
+  | { kind: 'pending' }
+  | { kind: 'waiting'; reason: ImageWaitingReason; message: string };
+
+/** What the puller needs of the node's image store: resolve a name, and the pull's writes. */
+export interface PullStore<I> extends ImageSink {
+  /** The image a reference names; rejects when it is not (completely) in the store. */
+  resolve(ref: string): Promise<I>;
+}
+
+export interface ContainerImageSpec {
+  name: string;
+  image?: string;
+  imagePullPolicy?: string;
+}
+
+export interface ImagePullerOptions<I> {
+  store: PullStore<I>;
+  registries: RegistriesConfig;
+  /** A Secret in the pod's namespace, as the agent's object cache has it. */
+  lookupSecret: (namespace: string, name: string) => LookupResult;
+  events: EventRecorder;
+  logger: Logger;
+  /** Monotonic milliseconds (tests move it). */
+  now?: () => number;
+}
+
+/** kubelet's image back-off: 10 s, doubling, at most 5 min. */
+export const PULL_BACKOFF_INITIAL_MS = 10_000;
+export const PULL_BACKOFF_MAX_MS = 300_000;
+
+interface BackOff {
+  /** When the next pull may start. */
+  untilMs: number;
+  periodMs: number;
+  /** The last pull's failure, quoted in ImagePullBackOff's message. */
+  message: string;
+}
+
+type Json = Record<string, unknown>;
+const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+export function pullPolicyOf(container: ContainerImageSpec): PullPolicy {
+  const policy = container.imagePullPolicy;
+  if (policy === 'Always' || policy === 'IfNotPresent' || policy === 'Never') return policy;
+  return defaultPullPolicy(container.image ?? '');
+}
+
+export class ImagePuller<I> {
+  private readonly puller: Puller;
+  private readonly now: () => number;
+  /** `<pod uid>/<image>` → back-off after a failed pull. */
+  private readonly backOff = new Map<string, BackOff>();
+  /** Events recorded once per pod uid (`reason/message`). */
+  private readonly announced = new Map<string, Set<string>>();
+
+  constructor(private readonly options: ImagePullerOptions<I>) {
+    this.puller = new Puller(options.store, options.registries);
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  close(): void {
+    this.puller.close();
+  }
+
+  /** Drops what is kept about a pod that is gone from this node. */
+  forget(uid: string): void {
+    this.announced.delete(uid);
+    for (const key of [...this.backOff.keys()]) if (key.startsWith(`${uid}/`)) this.backOff.delete(key);
+  }
+
+  private event(pod: KubeObject, type: 'Normal' | 'Warning', reason: string, message: string, once = false): void {
+    const uid = pod.metadata.uid ?? '';
+    if (once) {
+      const seen = this.announced.get(uid) ?? new Set<string>();
+      this.announced.set(uid, seen);
+      if (seen.has(`${reason}/${message}`)) return;
+      seen.add(`${reason}/${message}`);
+    }
+    const involved = { kind: 'Pod', name: pod.metadata.name ?? '', namespace: pod.metadata.namespace ?? 'default', uid };
+    void this.options.events.record(involved, type, reason, message);
+  }
+
+  /** Whether the store has the image, and it is whole. */
+  private async present(ref: string): Promise<I | undefined> {
+    try {
+      return await this.options.store.resolve(ref);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * The credentials of the pod's imagePullSecrets; undefined while one is still being read. A
+   * secret that is missing or holds no docker config is reported once and skipped, as kubelet does.
+   */
+  private secretsOf(pod: KubeObject): KeyedCredential[] | undefined {
+    const namespace = pod.metadata.namespace ?? 'default';
+    const spec = isObject(pod.spec) ? pod.spec : {};
+    const names = (Array.isArray(spec.imagePullSecrets) ? spec.imagePullSecrets : [])
+      .map((s: unknown) => (isObject(s) && typeof s.name === 'string' ? s.name : ''))
+      .filter(Boolean);
+    const credentials: KeyedCredential[] = [];
+    const missing: string[] = [];
+    for (const name of names) {
+      const found = this.options.lookupSecret(namespace, name);
+      if (found.state === 'unknown') return undefined;
+      if (found.state === 'absent') {
+        missing.push(name);
+        continue;
+      }
+      const parsed = parseDockerConfigSecret(found.object.data as Record<string, string> | undefined, `secret ${namespace}/${name}`);
+      if (parsed.kind === 'invalid') {
+        this.event(pod, 'Warning', 'FailedToRetrieveImagePullSecret', `Unable to use image pull secret "${name}": ${parsed.message}`, true);
+        continue;
+      }
+      credentials.push(...parsed.entries);
+    }
+    if (missing.length) {
+      this.event(
+        pod,
+        'Warning',
+        'FailedToRetrieveImagePullSecret',
+        `Unable to retrieve some image pull secrets (${missing.join(', ')}); attempting to pull the image may not succeed.`,
+        true,
+      );
+    }
+    return credentials;
+  }
+
+  /**
+   * Makes sure `container`'s image is in the store, pulling it when the policy says so. Resolves
+   * with the image, `pending`, or the container's waiting reason and message.
+   */
+  async ensureImage(pod: KubeObject, container: ContainerImageSpec): Promise<ImageOutcome<I>> {
+    const image = container.image ?? '';
+    let ref: string;
+    let parsed;
+    try {
+      parsed = parseReference(image);
+      ref = formatReference(parsed);
+    } catch (error) {
+      const message = `Failed to apply default image tag "${image}": ${error instanceof ReferenceError ? error.message : String(error)}`;
+      this.event(pod, 'Warning', 'InspectFailed', message, true);
+      return { kind: 'waiting', reason: 'InvalidImageName', message };
+    }
+    const policy = pullPolicyOf(container);
+    const present = policy === 'Always' ? undefined : await this.present(ref);
+    if (present !== undefined) {
+      this.event(pod, 'Normal', 'Pulled', `Container image "${image}" already present on machine`, true);
+      return { kind: 'ready', image: present, ref };
+    }
+    if (policy === 'Never') {
+      const message = `Container image "${image}" is not present with pull policy of Never (looked for ${ref} in this node's image store)`;
+      this.event(pod, 'Warning', 'ErrImageNeverPull', message, true);
+      return { kind: 'waiting', reason: 'ErrImageNeverPull', message };
+    }
+
+    const key = `${pod.metadata.uid ?? ''}/${image}`;
+    const backOff = this.backOff.get(key);
+    if (backOff && this.now() < backOff.untilMs) {
+      this.event(pod, 'Normal', 'BackOff', `Back-off pulling image "${image}"`, true);
+      return { kind: 'waiting', reason: 'ImagePullBackOff', message: `Back-off pulling image "${image}": ErrImagePull: ${backOff.message}` };
+    }
+    const secrets = this.secretsOf(pod);
+    if (secrets === undefined) return { kind: 'pending' };
+
+    this.event(pod, 'Normal', 'Pulling', `Pulling image "${image}"`);
+    const started = this.now();
+    let result: PullResult;
+    try {
+      result = await this.puller.pull({ image: parsed, secrets });
+    } catch (error) {
+      const why = error instanceof PullError ? `tried ${error.message}` : error instanceof Error ? error.message : String(error);
+      const message = `failed to pull image "${image}": ${why}`;
+      const periodMs = backOff ? Math.min(backOff.periodMs * 2, PULL_BACKOFF_MAX_MS) : PULL_BACKOFF_INITIAL_MS;
+      this.backOff.set(key, { untilMs: this.now() + periodMs, periodMs, message });
+      // A new back-off period: its BackOff event may be recorded again.
+      this.announced.get(pod.metadata.uid ?? '')?.delete(`BackOff/Back-off pulling image "${image}"`);
+      this.options.logger.warn({ pod: `${pod.metadata.namespace}/${pod.metadata.name}`, image, backOffMs: periodMs }, message);
+      this.event(pod, 'Warning', 'Failed', `Failed to pull image "${image}": ${why}`);
+      this.event(pod, 'Warning', 'Failed', 'Error: ErrImagePull');
+      return { kind: 'waiting', reason: 'ErrImagePull', message };
+    }
+    this.backOff.delete(key);
+    const seconds = ((this.now() - started) / 1000).toFixed(3);
+    const fetched = result.fetched === 0 ? ' (image already present)' : '';
+    this.event(pod, 'Normal', 'Pulled', `Successfully pulled image "${image}" in ${seconds}s from ${result.endpoint}${fetched}. Image size: ${result.size} bytes.`);
+    const stored = await this.present(ref);
+    if (stored === undefined) {
+      // Pulled, yet not resolvable (removed meanwhile, or the store refused what it was given).
+      return { kind: 'waiting', reason: 'ErrImagePull', message: `failed to pull image "${image}": pulled from ${result.endpoint}, but the store cannot resolve ${ref}` };
+    }
+    return { kind: 'ready', image: stored, ref };
+  }
+}

@@ -1,0 +1,166 @@
+import { Readable } from 'node:stream';
+import { TokenCache } from './auth.js';
+import { type Credential, credentialFromConfig, credentialsFor, type KeyedCredential } from './credentials.js';
+import { EndpointSession, type FetchedManifest, RegistryError } from './client.js';
+import { Transport, TransportError } from './http.js';
+import { choosePlatform, type Descriptor, hostPlatform, ManifestError, type Platform } from './manifest.js';
+import { formatReference, type ImageReference, manifestReference } from './reference.js';
+import { type Endpoint, endpointsFor, hostConfig, type RegistriesConfig } from './registries.js';
+
+/**
+ * Pulling one image into a node's store: each endpoint registries.yaml gives for the image's
+ * registry is tried in order (mirrors, then the registry itself), with each credential that
+ * applies there (the pod's pull secrets for that host, then registries.yaml's), until one serves
+ * the manifest and every blob. Blobs the store already has are not fetched; every blob is
+ * verified against its digest while it streams, so a corrupt or substituted blob is rejected
+ * and nothing of it is kept. A failure lists every endpoint tried and what it answered.
+ */
+
+/** The write side of the node's image store, as a pull uses it. */
+export interface ImageSink {
+  hasBlob(digest: string): boolean | Promise<boolean>;
+  /** Stores `content` under `digest`, verifying it; rejects (keeping nothing) when the stream fails or does not match. */
+  putBlob(digest: string, content: NodeJS.ReadableStream): Promise<unknown>;
+  /** Names `digest` (an image manifest, or an index whose entry for this platform is stored, with all blobs) `ref`. */
+  addImage(ref: string, digest: string, source?: string): unknown;
+}
+
+export interface PullAttempt {
+  /** The endpoint's API root, and whether it is a mirror. */
+  endpoint: string;
+  mirror: boolean;
+  /** What happened there, with the URL asked. */
+  outcome: string;
+}
+
+export class PullError extends Error {
+  override name = 'PullError';
+  constructor(
+    readonly image: string,
+    readonly attempts: PullAttempt[],
+  ) {
+    super(`${attempts.map((a) => `${a.mirror ? 'mirror' : 'registry'} ${a.endpoint}: ${a.outcome}`).join('; ')}`);
+  }
+}
+
+export interface PullResult {
+  /** The name the image is stored under (the original, whatever mirror served it). */
+  name: string;
+  /** The platform's image manifest. */
+  manifestDigest: string;
+  /** The digest the tag resolved to (an index's, for a multi-platform image). */
+  resolvedDigest: string;
+  /** Where it came from. */
+  endpoint: string;
+  /** Bytes of the image (config and layers), and of those fetched now. */
+  size: number;
+  fetched: number;
+}
+
+export interface PullRequest {
+  image: ImageReference;
+  /** Credentials from the pod's pull secrets (matched per host here). */
+  secrets?: readonly KeyedCredential[];
+  platform?: Platform;
+}
+
+function message(error: unknown, url: URL): string {
+  if (error instanceof TransportError) return `${url.href}: ${error.message}`;
+  return error instanceof Error ? error.message : String(error);
+}
+
+export class Puller {
+  private readonly transport: Transport;
+  private readonly tokens: TokenCache;
+  /** Pulls under way, by image and credentials: a second pod asking waits for the same one. */
+  private readonly inFlight = new Map<string, Promise<PullResult>>();
+
+  constructor(
+    private readonly sink: ImageSink,
+    private readonly registries: RegistriesConfig,
+  ) {
+    this.transport = new Transport((host) => hostConfig(registries, host)?.tls);
+    this.tokens = new TokenCache(this.transport);
+  }
+
+  close(): void {
+    this.transport.close();
+  }
+
+  pull(request: PullRequest): Promise<PullResult> {
+    const name = formatReference(request.image);
+    const key = JSON.stringify([name, (request.secrets ?? []).map((s) => [s.key, s.source, s.username])]);
+    let running = this.inFlight.get(key);
+    if (!running) {
+      running = this.pullOnce(request, name).finally(() => this.inFlight.delete(key));
+      this.inFlight.set(key, running);
+    }
+    return running;
+  }
+
+  private credentialsAt(endpoint: Endpoint, secrets: readonly KeyedCredential[]): (Credential | undefined)[] {
+    const out: Credential[] = [...credentialsFor(secrets, endpoint.url.host, endpoint.repository)];
+    const configured = credentialFromConfig(endpoint.config?.auth, `registries.yaml configs for ${endpoint.url.host}`);
+    if (configured) out.push(configured);
+    return out.length ? out : [undefined];
+  }
+
+  private async pullOnce(request: PullRequest, name: string): Promise<PullResult> {
+    const attempts: PullAttempt[] = [];
+    for (const endpoint of endpointsFor(this.registries, request.image)) {
+      const candidates = this.credentialsAt(endpoint, request.secrets ?? []);
+      for (const [index, credential] of candidates.entries()) {
+        const session = new EndpointSession(
+          this.transport,
+          this.tokens,
+          endpoint.url,
+          endpoint.repository,
+          credential,
+          endpoint.mirror ? request.image.registry : undefined,
+        );
+        try {
+          return await this.fromSession(session, request, name);
+        } catch (error) {
+          const at = session.url('manifests', manifestReference(request.image));
+          attempts.push({ endpoint: endpoint.url.href, mirror: endpoint.mirror, outcome: message(error, at) });
+          // Another credential only helps when this one was refused.
+          const refused = error instanceof RegistryError && error.unauthorized;
+          if (!refused || index === candidates.length - 1) break;
+        }
+      }
+    }
+    throw new PullError(name, attempts);
+  }
+
+  private async fromSession(session: EndpointSession, request: PullRequest, name: string): Promise<PullResult> {
+    const top = await session.manifest(manifestReference(request.image));
+    let image: FetchedManifest = top;
+    if (top.manifest.kind === 'index') {
+      const chosen = choosePlatform(top.manifest.manifests, request.platform ?? hostPlatform());
+      image = await session.manifest(chosen.digest);
+      if (image.manifest.kind !== 'image') throw new ManifestError(`${session.url('manifests', chosen.digest).href}: an index inside an index is not supported`);
+    }
+    if (image.manifest.kind !== 'image') throw new ManifestError('not an image manifest');
+    const blobs: Descriptor[] = [image.manifest.config, ...image.manifest.layers];
+    let fetched = 0;
+    for (const blob of blobs) {
+      if (await this.sink.hasBlob(blob.digest)) continue;
+      const stream = await session.blob(blob.digest, blob.size);
+      await this.sink.putBlob(blob.digest, stream);
+      fetched += blob.size;
+    }
+    // Manifests last: a manifest in the store means its blobs are there.
+    await this.sink.putBlob(image.digest, Readable.from([image.body]));
+    if (top !== image) await this.sink.putBlob(top.digest, Readable.from([top.body]));
+    // The name points at what the tag resolved to (an index for a multi-platform image), as containerd records it.
+    await this.sink.addImage(name, top.digest, `pull ${session.root.href}`);
+    return {
+      name,
+      manifestDigest: image.digest,
+      resolvedDigest: top.digest,
+      endpoint: session.root.href,
+      size: blobs.reduce((sum, b) => sum + b.size, 0),
+      fetched,
+    };
+  }
+}
