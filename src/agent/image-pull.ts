@@ -3,7 +3,8 @@ import type { EventRecorder } from '../controllers/events.js';
 import type { Logger } from '../logging/logger.js';
 import { type KeyedCredential, parseDockerConfigSecret } from '../images/registry/credentials.js';
 import { type ImageSink, PullError, Puller, type PullResult } from '../images/registry/pull.js';
-import { defaultPullPolicy, formatReference, parseReference, ReferenceError } from '../images/registry/reference.js';
+import { defaultPullPolicy } from '../images/registry/reference.js';
+import { type ImageRef, parseImageRef } from '../images/reference.js';
 import type { RegistriesConfig } from '../images/registry/registries.js';
 import type { LookupResult } from './pods/env-resolution.js';
 
@@ -162,16 +163,15 @@ export class ImagePuller<I> {
    */
   async ensureImage(pod: KubeObject, container: ContainerImageSpec): Promise<ImageOutcome<I>> {
     const image = container.image ?? '';
-    let ref: string;
-    let parsed;
+    let parsed: ImageRef;
     try {
-      parsed = parseReference(image);
-      ref = formatReference(parsed);
+      parsed = parseImageRef(image);
     } catch (error) {
-      const message = `Failed to apply default image tag "${image}": ${error instanceof ReferenceError ? error.message : String(error)}`;
+      const message = `Failed to apply default image tag "${image}": ${error instanceof Error ? error.message : String(error)}`;
       this.event(pod, 'Warning', 'InspectFailed', message, true);
       return { kind: 'waiting', reason: 'InvalidImageName', message };
     }
+    const ref = parsed.ref;
     const policy = pullPolicyOf(container);
     const present = policy === 'Always' ? undefined : await this.present(ref);
     if (present !== undefined) {

@@ -4,7 +4,7 @@ import { TokenCache } from '../../src/images/registry/auth.js';
 import { EndpointSession, RegistryError } from '../../src/images/registry/client.js';
 import type { Credential } from '../../src/images/registry/credentials.js';
 import { Transport, type TlsSettings } from '../../src/images/registry/http.js';
-import { MEDIA } from '../../src/images/registry/manifest.js';
+import { MEDIA_TYPES as MEDIA } from '../../src/images/oci.js';
 import { createCertificateAuthority, issueCertificate } from '../../src/security/pki.js';
 import { startRegistry, type TestRegistry } from '../helpers/registry.js';
 
@@ -96,7 +96,7 @@ describe('registry client', () => {
       assert.equal(top.digest, served.index);
       assert.equal(top.manifest.kind, 'index');
       const image = await s.manifest(served.manifest);
-      assert.equal(image.manifest.kind === 'image' && image.manifest.layers[0]!.digest, served.layer);
+      assert.equal(image.manifest.kind === 'manifest' && image.manifest.manifest.layers[0]!.digest, served.layer);
       assert.deepEqual(await readAll(await s.blob(served.layer, served.layerBytes.length)), served.layerBytes);
       // What the client asked for: every manifest type it handles.
       const asked = registry.requests.find((r) => r.path.endsWith('/manifests/1.0'));

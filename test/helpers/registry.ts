@@ -4,7 +4,9 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
+import { MEDIA_TYPES } from '../../src/images/oci.js';
 import { createCertificateAuthority, issueCertificate, type KeyPair } from '../../src/security/pki.js';
+import type { TestImage } from './images.js';
 import { tempDir } from './server.js';
 
 /**
@@ -14,6 +16,7 @@ import { tempDir } from './server.js';
  * digest and blobs by digest, with no auth, basic auth, or the bearer-token flow (401 with a
  * `Bearer realm=…` challenge; the realm `/token` on the same server issues tokens, to the
  * configured username/password or an identity token, or anonymously when no user is set).
+ * Images come from test/helpers/images.ts (`addTestImage`) or an OCI layout directory.
  * Switches: `corruptBlobs` serves every blob with one byte changed (same length); `cdn` answers
  * blob GETs with a 307 to a second listener (another origin). Every request is recorded.
  */
@@ -61,6 +64,8 @@ export interface TestRegistry {
   addBlob(content: Buffer | string): string;
   /** Stores a manifest under its digest and, when given, a tag of `repository`; returns its digest. */
   addManifest(repository: string, tag: string | undefined, mediaType: string, body: Buffer | string): string;
+  /** Serves a test image (test/helpers/images.ts) as `repository:tag`: its blobs, manifest and index; returns what the tag names. */
+  addTestImage(repository: string, tag: string, image: TestImage): string;
   /** Serves an OCI image layout directory (`index.json`, `blobs/sha256/…`) as `repository:tag`; returns the top digest. */
   addOciLayout(repository: string, tag: string, layoutDir: string): string;
   /** Requests for manifests and blobs (not /v2/ or /token). */
@@ -243,6 +248,11 @@ export async function startRegistry(options: RegistryOptions = {}): Promise<Test
       // A manifest is a blob too (an index's children are fetched as manifests, but some clients ask blobs/).
       blobs.set(digest, data);
       return digest;
+    },
+    addTestImage(repository, tag, image) {
+      for (const [digest, data] of image.blobs) blobs.set(digest, data);
+      const manifest = registry.addManifest(repository, image.index ? undefined : tag, MEDIA_TYPES.ociManifest, image.manifest);
+      return image.index ? registry.addManifest(repository, tag, MEDIA_TYPES.ociIndex, image.index) : manifest;
     },
     addOciLayout(repository, tag, layoutDir) {
       const blobDir = path.join(layoutDir, 'blobs', 'sha256');

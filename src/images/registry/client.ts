@@ -3,7 +3,8 @@ import { Transform, type TransformCallback } from 'node:stream';
 import { basicHeader, type Challenge, describeCredential, parseChallenges, type TokenCache, TokenError } from './auth.js';
 import type { Credential } from './credentials.js';
 import { type HttpResponse, readBody, type Transport } from './http.js';
-import { DIGEST, MANIFEST_ACCEPT, ManifestError, type ParsedManifest, parseManifest, sha256Digest } from './manifest.js';
+import type { ManifestDocument } from '../oci.js';
+import { DIGEST, MANIFEST_ACCEPT, ManifestError, parsePullable, sha256Digest } from './manifest.js';
 
 /**
  * The OCI Distribution API, read side, against one endpoint (a mirror or the registry itself)
@@ -32,7 +33,7 @@ const ERROR_BODY_LIMIT = 64 << 10;
 export interface FetchedManifest {
   digest: string;
   body: Buffer;
-  manifest: ParsedManifest;
+  manifest: ManifestDocument;
 }
 
 /** A registry's error body (`{"errors":[{"code","message"}]}`) in a few words, or nothing. */
@@ -176,9 +177,9 @@ export class EndpointSession {
       throw new ManifestError(`${url.href}: manifest content does not match the Docker-Content-Digest ${named} (got ${digest}); rejected`);
     }
     const contentType = response.headers['content-type'];
-    let manifest: ParsedManifest;
+    let manifest: ManifestDocument;
     try {
-      manifest = parseManifest(body, contentType);
+      manifest = parsePullable(body, contentType);
     } catch (error) {
       throw new ManifestError(`${url.href}: ${(error as Error).message}`);
     }

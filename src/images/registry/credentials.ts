@@ -1,5 +1,5 @@
 import { decodeBasic, type RegistryAuth } from './registries.js';
-import { DOCKER_HUB } from './reference.js';
+import { DEFAULT_DOMAIN as DOCKER_HUB } from '../reference.js';
 
 /**
  * Registry credentials: from a pod's imagePullSecrets (a Secret holding `.dockerconfigjson` or

@@ -3,8 +3,10 @@ import { TokenCache } from './auth.js';
 import { type Credential, credentialFromConfig, credentialsFor, type KeyedCredential } from './credentials.js';
 import { EndpointSession, type FetchedManifest, RegistryError } from './client.js';
 import { Transport, TransportError } from './http.js';
-import { choosePlatform, type Descriptor, hostPlatform, ManifestError, type Platform } from './manifest.js';
-import { formatReference, type ImageReference, manifestReference } from './reference.js';
+import type { Descriptor, Platform } from '../oci.js';
+import type { ImageRef } from '../reference.js';
+import { choosePlatform, ManifestError } from './manifest.js';
+import { manifestReference } from './reference.js';
 import { type Endpoint, endpointsFor, hostConfig, type RegistriesConfig } from './registries.js';
 
 /**
@@ -58,7 +60,7 @@ export interface PullResult {
 }
 
 export interface PullRequest {
-  image: ImageReference;
+  image: ImageRef;
   /** Credentials from the pod's pull secrets (matched per host here). */
   secrets?: readonly KeyedCredential[];
   platform?: Platform;
@@ -88,7 +90,7 @@ export class Puller {
   }
 
   pull(request: PullRequest): Promise<PullResult> {
-    const name = formatReference(request.image);
+    const name = request.image.ref;
     const key = JSON.stringify([name, (request.secrets ?? []).map((s) => [s.key, s.source, s.username])]);
     let running = this.inFlight.get(key);
     if (!running) {
@@ -116,7 +118,7 @@ export class Puller {
           endpoint.url,
           endpoint.repository,
           credential,
-          endpoint.mirror ? request.image.registry : undefined,
+          endpoint.mirror ? request.image.domain : undefined,
         );
         try {
           return await this.fromSession(session, request, name);
@@ -136,12 +138,12 @@ export class Puller {
     const top = await session.manifest(manifestReference(request.image));
     let image: FetchedManifest = top;
     if (top.manifest.kind === 'index') {
-      const chosen = choosePlatform(top.manifest.manifests, request.platform ?? hostPlatform());
+      const chosen = choosePlatform(top.manifest.index.manifests, request.platform);
       image = await session.manifest(chosen.digest);
-      if (image.manifest.kind !== 'image') throw new ManifestError(`${session.url('manifests', chosen.digest).href}: an index inside an index is not supported`);
+      if (image.manifest.kind !== 'manifest') throw new ManifestError(`${session.url('manifests', chosen.digest).href}: an index inside an index is not supported`);
     }
-    if (image.manifest.kind !== 'image') throw new ManifestError('not an image manifest');
-    const blobs: Descriptor[] = [image.manifest.config, ...image.manifest.layers];
+    if (image.manifest.kind !== 'manifest') throw new ManifestError('not an image manifest');
+    const blobs: Descriptor[] = [image.manifest.manifest.config, ...image.manifest.manifest.layers];
     let fetched = 0;
     for (const blob of blobs) {
       if (await this.sink.hasBlob(blob.digest)) continue;

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, type Pair, type YAMLMap } from 'yaml';
-import { DOCKER_HUB, type ImageReference } from './reference.js';
+import { DEFAULT_DOMAIN as DOCKER_HUB, type ImageRef } from '../reference.js';
 
 /**
  * `registries.yaml` in K3s's format: where a node pulls images from (`mirrors`: endpoints tried
@@ -391,19 +391,20 @@ export function hostConfig(config: RegistriesConfig, host: string): HostConfig |
  * the repository rewritten, then the registry's own endpoint with the original repository. An
  * endpoint equal to the default one is only tried once, last.
  */
-export function endpointsFor(config: RegistriesConfig, ref: ImageReference): Endpoint[] {
-  const own = config.mirrors.get(ref.registry);
+export function endpointsFor(config: RegistriesConfig, ref: ImageRef): Endpoint[] {
+  const registry = ref.domain.toLowerCase();
+  const own = config.mirrors.get(registry);
   const mirror = own !== undefined ? own : config.mirrors.get('*');
-  const fallback = defaultEndpoint(ref.registry);
+  const fallback = defaultEndpoint(registry);
   const out: Endpoint[] = [];
   const seen = new Set<string>([fallback.href]);
   for (const url of mirror?.endpoints ?? []) {
     if (seen.has(url.href)) continue;
     seen.add(url.href);
-    out.push({ url, repository: rewriteRepository(mirror!.rewrites, ref.repository), mirror: true, config: hostConfig(config, url.host) });
+    out.push({ url, repository: rewriteRepository(mirror!.rewrites, ref.path), mirror: true, config: hostConfig(config, url.host) });
   }
   // The registry's own endpoint: its config by the host contacted, or by the registry's name (docker.io).
-  const fallbackConfig = config.configs.has(fallback.host) ? hostConfig(config, fallback.host) : hostConfig(config, ref.registry);
-  out.push({ url: fallback, repository: ref.repository, mirror: false, config: fallbackConfig });
+  const fallbackConfig = config.configs.has(fallback.host) ? hostConfig(config, fallback.host) : hostConfig(config, registry);
+  out.push({ url: fallback, repository: ref.path, mirror: false, config: fallbackConfig });
   return out;
 }
