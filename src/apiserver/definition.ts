@@ -28,7 +28,9 @@ import type { Printer } from './table.js';
  * `token`: a TokenRequest (ServiceAccounts). Every name but `status` needs its hook below (the
  * registry refuses a definition without it).
  */
-export type Subresource = 'status' | 'eviction' | 'scale' | 'log' | 'token';
+export type Subresource = 'status' | 'eviction' | 'scale' | 'log' | 'token' | StreamSubresource;
+/** Served by the handler's upgrade path (src/apiserver/streaming/), not by kind hooks. */
+export type StreamSubresource = 'exec' | 'attach' | 'portforward';
 
 export interface Conversion {
   /** From this version's shape to the stored shape. */
@@ -248,7 +250,7 @@ export const standardFields = (...extra: string[]): ReadonlySet<string> =>
 
 /** A definition's subresources and its hooks must agree: a listed subresource without its hook would be routed to nothing. */
 export function checkDefinition(def: ResourceDefinition): void {
-  const hooks: Record<Exclude<Subresource, 'status'>, unknown> = { eviction: def.eviction, scale: def.scale, log: def.log, token: def.token };
+  const hooks: Record<Exclude<Subresource, 'status' | StreamSubresource>, unknown> = { eviction: def.eviction, scale: def.scale, log: def.log, token: def.token };
   for (const [name, hook] of Object.entries(hooks)) {
     const listed = def.subresources.includes(name as Subresource);
     if (listed !== (hook !== undefined)) {

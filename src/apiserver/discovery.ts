@@ -45,6 +45,7 @@ export function apiGroup(name: string, versions: string[]): object {
 function subresourceVerbs(sub: string): string[] {
   if (sub === 'eviction' || sub === 'token') return ['create'];
   if (sub === 'log') return ['get'];
+  if (sub === 'exec' || sub === 'attach' || sub === 'portforward') return ['create', 'get'];
   return ['get', 'patch', 'update'];
 }
 
@@ -53,6 +54,9 @@ const SUBRESOURCE_KINDS: Readonly<Record<string, { group: string; version: strin
   eviction: { group: 'policy', version: 'v1', kind: 'Eviction' },
   scale: { group: 'autoscaling', version: 'v1', kind: 'Scale' },
   token: { group: 'authentication.k8s.io', version: 'v1', kind: 'TokenRequest' },
+  exec: { group: '', version: 'v1', kind: 'PodExecOptions' },
+  attach: { group: '', version: 'v1', kind: 'PodAttachOptions' },
+  portforward: { group: '', version: 'v1', kind: 'PodPortForwardOptions' },
 };
 
 export function apiResourceList(registry: ResourceRegistry, group: string, version: string): object {

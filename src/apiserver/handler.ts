@@ -44,6 +44,9 @@ import type { ObjectStore } from './storage.js';
 import type { RequestContext } from './verbs/context.js';
 import { ResourceVerbs } from './verbs/verbs.js';
 import { presentsClientCertificate } from './x509-auth.js';
+import { type PodStreamBackend, refuseUpgrade, serveStreamUpgrade } from './streaming/upgrade.js';
+import { STREAM_SUBRESOURCES } from './streaming/options.js';
+import type { Duplex } from 'node:stream';
 import type { VersionInfo } from '../version.js';
 import { DISCOVERY_CACHE_CONTROL, JWKS_CONTENT_TYPE, JWKS_PATH, OPENID_CONFIGURATION_PATH } from '../security/service-account-tokens.js';
 
@@ -94,6 +97,11 @@ export interface HandlerOptions {
    * known (the server proxies it to the pod's agent). Without it, logs are a 404.
    */
   podLogs?: PodLogHook;
+  /**
+   * Reaches a pod's agent for `pods/exec|attach|portforward` (src/apiserver/streaming/); without
+   * it, those are a 404 after authorization.
+   */
+  podStreams?: PodStreamBackend;
   /** How many watches and followed logs a user, and the server, may hold open at once. */
   longRunning?: LongRunningLimits;
   /** Bytes of events a watch's client may leave unread (beyond its initial list) before the watch is cut. */
@@ -152,6 +160,30 @@ export class ApiHandler {
       }
     });
     this.route(req, res).catch((error: unknown) => this.fail(req, res, error));
+  };
+
+  /**
+   * Entry point for HTTP upgrades (node:http's 'upgrade' event): the streaming subresources
+   * (src/apiserver/streaming/upgrade.ts). Never throws: a refusal is an HTTP error with its Status.
+   */
+  handleUpgrade = (req: IncomingMessage, socket: Duplex, head: Buffer): void => {
+    const deps = {
+      authenticator: this.options.authenticator,
+      authorizer: this.options.authorizer,
+      registry: this.options.registry,
+      store: this.options.store,
+      logger: this.options.logger,
+      ...(this.options.podStreams ? { backend: this.options.podStreams } : {}),
+      acquire: (user: string) => this.longRunning.acquire(user, 'exec, attach and port-forward sessions'),
+    };
+    serveStreamUpgrade(deps, req, socket, head).catch((error: unknown) => {
+      if (error instanceof ApiError) {
+        refuseUpgrade(socket, error);
+        return;
+      }
+      this.options.logger.error({ err: error, path: req.url?.split('?')[0] }, 'unexpected error while upgrading a request');
+      refuseUpgrade(socket, errors.internal('an unexpected error occurred while serving the request; the server log has the details'));
+    });
   };
 
   /**
@@ -375,6 +407,8 @@ export class ApiHandler {
     const ctx: RequestContext = { user, dryRun: url.searchParams.getAll('dryRun').includes('All') };
     const call: HttpCall = { verbs: this.verbs, ctx, req, res, url, request };
     if (request.subresource === 'scale') return serveScale(call, verb);
+    // Reached here without an Upgrade header (upgrades go through handleUpgrade): as kube-apiserver.
+    if (request.subresource && STREAM_SUBRESOURCES.has(request.subresource)) throw errors.badRequest('Upgrade request required');
     if (verb === 'watch' || (request.subresource === 'log' && queryBool(url.searchParams, 'follow'))) {
       // Taken before any work and given back when the connection goes, however it ends.
       const release = this.longRunning.acquire(user.name, verb === 'watch' ? 'watches' : 'followed logs');

@@ -100,6 +100,8 @@ export class ApiServer {
       }
       this.handler.handle(req, res);
     });
+    // pods/exec, attach, portforward: WebSocket and SPDY upgrades.
+    this.server.on('upgrade', (req, socket: Duplex, head: Buffer) => this.handler.handleUpgrade(req, socket, head));
     this.server.on('connection', (socket: Socket) => {
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));

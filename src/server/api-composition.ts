@@ -28,6 +28,7 @@ import { versionInfo } from '../version.js';
 import type { ClusterIdentity } from './bootstrap.js';
 import type { SelectedDatastore } from './datastore-selection.js';
 import { podLogProxy } from './pod-logs.js';
+import { podStreamProxy } from './pod-streams.js';
 import { type ServiceAccountSetup, setUpServiceAccounts } from './service-accounts.js';
 
 /**
@@ -135,6 +136,13 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
       kubernetesApi: input.runsApi,
       podLogs: podLogProxy({
         client,
+        registry: nodeRegistry,
+        nodeCaPem: identity.nodeCa.certificatePem,
+        clientCertificatePem: logClient.certificatePem,
+        clientKeyPem: logClient.privateKeyPem,
+        logger,
+      }),
+      podStreams: podStreamProxy({
         registry: nodeRegistry,
         nodeCaPem: identity.nodeCa.certificatePem,
         clientCertificatePem: logClient.certificatePem,

@@ -278,7 +278,7 @@ export const POD_DEFINITION: ResourceDefinition = {
   namespaced: true,
   shortNames: ['po'],
   categories: ['all'],
-  subresources: ['status', 'eviction', 'log'],
+  subresources: ['status', 'eviction', 'log', 'exec', 'attach', 'portforward'],
   printer: POD_PRINTER,
   fieldLabels: {
     'spec.nodeName': (p) => getString(p, ['spec', 'nodeName']),
