@@ -98,6 +98,7 @@ export class Agent {
       health: () => this.health.current,
       pods: () => this.pods,
       metrics: () => this.metrics,
+      logger: this.logger,
     });
     this.registration = new NodeRegistration(options, {
       identity: this.identity,

@@ -10,6 +10,9 @@ import type { AgentMetrics } from '../metrics/metrics.js';
 import type { PodManager } from './pod-manager.js';
 import { PEER_CONTROL_PLANE_PATH } from './pods/fencing.js';
 import { PodLogError, streamContainerLog } from './pods/logs.js';
+import { AgentStreams } from './streams/sessions.js';
+import type { Logger } from '../logging/logger.js';
+import type { Duplex } from 'node:stream';
 
 /**
  * The agent's own HTTPS endpoint (kubelet's port): `/healthz`, `/containerLogs/…` (what
@@ -29,6 +32,8 @@ export interface AgentEndpointOptions {
   pods: () => PodManager | undefined;
   /** Present when this node's own `supervisor-metrics` setting is on. */
   metrics: () => AgentMetrics | undefined;
+  /** For the streaming sessions' log lines (exec, attach, port-forward). */
+  logger: Logger;
 }
 
 /** The certificates of one registration: what the endpoint serves with, and whom it trusts. */
@@ -41,8 +46,16 @@ export interface EndpointCertificates {
 export class AgentEndpoint {
   private server: https.Server | undefined;
   private listeningPort = 0;
+  /** exec, attach, port-forward: WebSocket upgrades from API servers (src/agent/streams/). */
+  private readonly streams: AgentStreams;
 
-  constructor(private readonly options: AgentEndpointOptions) {}
+  constructor(private readonly options: AgentEndpointOptions) {
+    this.streams = new AgentStreams({
+      nodeName: options.nodeName,
+      findPodDir: (namespace, name) => options.pods()?.findPodDir(namespace, name),
+      logger: options.logger,
+    });
+  }
 
   /** The port it listens on (0 until it does). */
   get port(): number {
@@ -56,6 +69,14 @@ export class AgentEndpoint {
   async listen(port: number): Promise<void> {
     if (this.server) return;
     const server = https.createServer({ requestCert: true, rejectUnauthorized: false }, (req, res) => this.serve(req, res));
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      // Only API servers open sessions: they authorized the user already.
+      if (endpointCaller(req.socket as TLSSocket) !== 'apiserver') {
+        socket.end('HTTP/1.1 401 Unauthorized\r\nContent-Length: 12\r\nConnection: close\r\n\r\nUnauthorized');
+        return;
+      }
+      this.streams.handle(req, socket, head);
+    });
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -73,6 +94,7 @@ export class AgentEndpoint {
     // Cut idle keep-alive connections first: close() alone would wait for them to time out.
     const closed = new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
     this.server?.closeAllConnections();
+    this.streams.closeAll();
     await closed;
   }
 

@@ -78,6 +78,8 @@ export function podStreamProxy(options: PodStreamProxyOptions): PodStreamBackend
           resolve(new WebSocketPeer(ws, 5));
         });
         ws.once('unexpected-response', (_request, answer) => {
+          ws.removeAllListeners('error');
+          ws.on('error', () => undefined);
           const chunks: Buffer[] = [];
           answer.on('data', (c: Buffer) => chunks.push(c));
           answer.on('end', () => {

@@ -123,6 +123,7 @@ export class SpdyCommandPeer implements ChannelPeer {
     if (expected.stdin) wanted.add(STDIN);
     if (expected.stdout) wanted.add(STDOUT);
     if (expected.stderr && !expected.tty) wanted.add(STDERR);
+    if (expected.tty) wanted.add(RESIZE);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         reject(new Error(`the client did not open its streams within ${timeoutMs / 1000}s`));
@@ -155,6 +156,8 @@ export class SpdyCommandPeer implements ChannelPeer {
     stream.on('data', (data: Buffer) => this.handlers?.frame(channel, data));
     stream.on('end', () => this.handlers?.end(channel));
     stream.on('error', () => undefined);
+    // A stream opened after the session started (one the query did not require) is read at once.
+    if (this.handlers && (channel === STDIN || channel === RESIZE)) stream.resume();
   }
 
   start(handlers: ChannelHandlers): void {

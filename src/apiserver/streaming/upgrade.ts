@@ -148,6 +148,7 @@ export async function serveStreamUpgrade(deps: UpgradeDeps, req: IncomingMessage
     const session = await upgradeToSpdySession(req, socket, head, transport);
     const query = (port: number): URLSearchParams => new URLSearchParams({ ports: String(port) });
     servePortForward(session, (port) => backend.dial(pod, 'portforward', query(port)), options.ports);
+    deps.logger.info({ user: user.name, pod: `${request.namespace}/${request.name}`, kind, transport: transport.kind }, 'port-forward session');
     return;
   }
   const query = agentQuery(options);
@@ -163,17 +164,25 @@ export async function serveStreamUpgrade(deps: UpgradeDeps, req: IncomingMessage
     return;
   }
   deps.logger.info(
-    { user: user.name, pod: `${request.namespace}/${request.name}`, container: options.container, kind, transport: transport.protocol, ...(options.kind === 'exec' ? { command: options.command[0] } : {}) },
+    { user: user.name, pod: `${request.namespace}/${request.name}`, container: options.container, kind, transport: `${transport.kind} ${transport.protocol}`, ...(options.kind === 'exec' ? { command: options.command[0] } : {}) },
     `${kind} session`,
   );
   bridge(client, agent);
 }
+
+/** RFC 6455 subprotocols are tokens; `SPDY/3.1+portforward.k8s.io` is not one (`/`), and ws refuses such a header. */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
 function upgradeWebSocket(req: IncomingMessage, socket: Duplex, head: Buffer, protocol: string): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     // The protocol was chosen already; ws echoes it (and only it). A malformed handshake is
     // answered by ws itself (400) and the socket closed.
     const server = new WebSocketServer({ ...WEBSOCKET_OPTIONS, handleProtocols: () => protocol });
+    if (!TOKEN.test(protocol)) {
+      // kubectl's port-forward tunnel names a protocol ws cannot parse: answer it by hand.
+      delete req.headers['sec-websocket-protocol'];
+      server.once('headers', (headers: string[]) => headers.push(`Sec-WebSocket-Protocol: ${protocol}`));
+    }
     socket.once('close', () => reject(new Error('the WebSocket handshake failed')));
     server.handleUpgrade(req, socket, head, (ws) => resolve(ws));
   });
