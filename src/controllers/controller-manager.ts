@@ -83,8 +83,8 @@ export class ControllerManager {
   constructor(private readonly options: ControllerManagerOptions) {
     const { client, logger, identity } = options;
     this.clock = options.clock ?? systemClock;
-    this.lifecycleEvents = new EventRecorder(client, 'drover-node-lifecycle', identity, logger);
-    this.workloadEvents = new EventRecorder(client, 'drover-controller-manager', identity, logger);
+    this.lifecycleEvents = new EventRecorder(client, 'drover-node-lifecycle', identity, logger, this.clock);
+    this.workloadEvents = new EventRecorder(client, 'drover-controller-manager', identity, logger, this.clock);
     this.elector = new LeaderElector(
       client,
       { ...(options.lease ?? CONTROLLER_LEASE), identity, clock: this.clock },

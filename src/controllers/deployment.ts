@@ -1,7 +1,8 @@
 import { ApiError } from '../apiserver/errors.js';
-import type { KubeObject } from '../apiserver/objects.js';
+import { type KubeObject, kubeTime } from '../apiserver/objects.js';
 import { type ApiClient, DEPLOYMENTS, PODS, REPLICASETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock } from './clock.js';
 import type { EventRecorder } from './events.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
 import { newer, objectKey, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
@@ -48,8 +49,10 @@ export class DeploymentController {
     private readonly informers: SharedInformers,
     private readonly events: EventRecorder,
     private readonly logger: Logger,
+    /** Dates the status conditions, and times requeues. */
+    private readonly clock: Clock = systemClock,
   ) {
-    this.queue = new WorkQueue('deployment', (key) => this.reconcile(key), logger);
+    this.queue = new WorkQueue('deployment', (key) => this.reconcile(key), logger, { clock });
     informers.on(DEPLOYMENTS, (_type, d) => this.queue.add(objectKey(d)));
     informers.on(REPLICASETS, (type, rs) => {
       if (type === 'DELETED') this.written.delete(objectKey(rs));
@@ -240,7 +243,7 @@ export class DeploymentController {
         })),
       },
       previousConditions,
-      new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      kubeTime(this.clock.wallNow()),
     );
     if (!sameStatus(d.status, { ...status })) {
       await this.client.patch(DEPLOYMENTS, namespace, name, 'merge', { status }, 'status');

@@ -1,4 +1,4 @@
-import type { KubeObject } from '../apiserver/objects.js';
+import { type KubeObject, kubeTime } from '../apiserver/objects.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from '../apiserver/selectors.js';
 import { isPodRunningAndReady } from '../node-protocol/pods.js';
 import type { Condition, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus } from './kube-types.js';
@@ -138,14 +138,10 @@ export function disruptionAllowedCondition(
   return [...others, { type: 'DisruptionAllowed', status, reason, message, observedGeneration, lastTransitionTime }];
 }
 
-function isoSeconds(ms: number): string {
-  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
-}
-
 /** The whole status the controller writes for one budget. */
 export function computeBudgetStatus(input: BudgetInput): BudgetResult {
   const { generation, spec, pods, previous, now } = input;
-  const nowIso = isoSeconds(now);
+  const nowIso = kubeTime(now);
 
   // Evictions the controller has not seen complete yet: those pods are as good as gone.
   const disruptedPods: Record<string, string> = {};

@@ -2,6 +2,7 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, DEPLOYMENTS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock } from './clock.js';
 import { budgetSelects, computeBudgetStatus, type ControllerScale } from './disruption-logic.js';
 import { budgetSpec, budgetStatus, deploymentSpec, replicaSetSpec, statefulSetSpec } from './kube-types.js';
 import { objectKey, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
@@ -28,8 +29,10 @@ export class DisruptionController {
     private readonly client: ApiClient,
     private readonly informers: SharedInformers,
     private readonly logger: Logger,
+    /** Expires disruptedPods entries (wall-clock times written by evictions), and times requeues. */
+    private readonly clock: Clock = systemClock,
   ) {
-    this.queue = new WorkQueue('disruption', (key) => this.reconcile(key), logger);
+    this.queue = new WorkQueue('disruption', (key) => this.reconcile(key), logger, { clock });
     informers.on(PODDISRUPTIONBUDGETS, (_type, pdb) => this.queue.add(objectKey(pdb)));
     informers.on(PODS, (_type, pod, old) => {
       for (const p of old ? [pod, old] : [pod]) this.queueBudgetsOf(p);
@@ -89,7 +92,7 @@ export class DisruptionController {
       .get(PODS)
       .items()
       .filter((p) => p.metadata.namespace === namespace && !p.metadata.deletionTimestamp && budgetSelects(spec.selector, p.metadata.labels));
-    const now = Date.now();
+    const now = this.clock.wallNow();
     const previous = budgetStatus(pdb);
     const { status, recheckAt } = computeBudgetStatus({
       generation: pdb.metadata.generation ?? 1,

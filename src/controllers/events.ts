@@ -2,8 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { type KubeObject, kubeMicroTime, kubeTime } from '../apiserver/objects.js';
 import { type ApiClient, EVENTS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock } from './clock.js';
 
-/** Emits core/v1 Events, the record `kubectl get events` and `kubectl describe` show. */
+/**
+ * Emits core/v1 Events, the record `kubectl get events` and `kubectl describe` show. Their
+ * timestamps (and the time in their names) are the wall time of the controllers' clock, so a test
+ * driving a FakeClock sees events dated by it.
+ */
 
 export interface InvolvedObject {
   kind: string;
@@ -19,6 +24,7 @@ export class EventRecorder {
     private readonly component: string,
     private readonly instance: string,
     private readonly logger: Logger,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   async record(
@@ -27,7 +33,7 @@ export class EventRecorder {
     reason: string,
     message: string,
   ): Promise<void> {
-    const now = Date.now();
+    const now = this.clock.wallNow();
     const namespace = involved.namespace || 'default';
     const event: KubeObject = {
       apiVersion: 'v1',

@@ -3,6 +3,7 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, DEPLOYMENTS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock } from './clock.js';
 import {
   decideDependent,
   decideOwner,
@@ -85,8 +86,10 @@ export class GarbageCollector {
     private readonly client: ApiClient,
     private readonly informers: SharedInformers,
     private readonly logger: Logger,
+    /** Times requeues and back-offs. */
+    clock: Clock = systemClock,
   ) {
-    this.queue = new WorkQueue('garbage-collector', (key) => this.process(key), logger);
+    this.queue = new WorkQueue('garbage-collector', (key) => this.process(key), logger, { clock });
     const refs = new Map<ResourceRef, string>([
       [DEPLOYMENTS, 'deployments'],
       [REPLICASETS, 'replicasets'],

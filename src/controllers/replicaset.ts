@@ -2,6 +2,7 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS, REPLICASETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock } from './clock.js';
 import type { EventRecorder } from './events.js';
 import { type ReconcileResult, Expectations, objectKey, ownerToReconcile, splitKey, WorkQueue } from './work-queue.js';
 import type { SharedInformers } from '../client/shared-informers.js';
@@ -36,8 +37,10 @@ export class ReplicaSetController {
     private readonly informers: SharedInformers,
     private readonly events: EventRecorder,
     private readonly logger: Logger,
+    /** Judges minReadySeconds against the pods' (wall-clock) Ready times, and times requeues. */
+    private readonly clock: Clock = systemClock,
   ) {
-    this.queue = new WorkQueue('replicaset', (key) => this.reconcile(key), logger);
+    this.queue = new WorkQueue('replicaset', (key) => this.reconcile(key), logger, { clock });
     informers.on(REPLICASETS, (_type, rs) => this.queue.add(objectKey(rs)));
     informers.on(PODS, (_type, pod, old) => {
       for (const p of old ? [pod, old] : [pod]) {
@@ -77,7 +80,7 @@ export class ReplicaSetController {
 
     const spec = replicaSetSpec(rs);
     const owned = this.ownedPods(rs);
-    const now = Date.now();
+    const now = this.clock.wallNow();
     const plan = planReplicaSet(rs, owned, now);
     const involved = { kind: 'ReplicaSet', name, namespace, uid: rs.metadata.uid!, apiVersion: 'apps/v1' };
     let firstError: unknown;

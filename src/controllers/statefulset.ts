@@ -2,6 +2,7 @@ import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import { type ApiClient, PODS, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock } from './clock.js';
 import type { EventRecorder } from './events.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
 import { Expectations, objectKey, ownerToReconcile, type ReconcileResult, splitKey, WorkQueue } from './work-queue.js';
@@ -36,8 +37,10 @@ export class StatefulSetController {
     private readonly informers: SharedInformers,
     private readonly events: EventRecorder,
     private readonly logger: Logger,
+    /** Times requeues and back-offs. */
+    clock: Clock = systemClock,
   ) {
-    this.queue = new WorkQueue('statefulset', (key) => this.reconcile(key), logger);
+    this.queue = new WorkQueue('statefulset', (key) => this.reconcile(key), logger, { clock });
     informers.on(STATEFULSETS, (_type, sts) => this.queue.add(objectKey(sts)));
     informers.on(PODS, (type, pod) => {
       const owner = controllerOf(pod);

@@ -51,11 +51,11 @@ export class WorkloadControllers {
     this.resyncMs = options.resyncMs ?? 30_000;
     for (const ref of WORKLOAD_RESOURCES) informers.get(ref);
     this.scheduler = new Scheduler(client, informers, events, logger.child({ controller: 'scheduler' }));
-    this.replicaSets = new ReplicaSetController(client, informers, events, logger.child({ controller: 'replicaset' }));
-    this.deployments = new DeploymentController(client, informers, events, logger.child({ controller: 'deployment' }));
-    this.statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }));
-    this.disruption = new DisruptionController(client, informers, logger.child({ controller: 'disruption' }));
-    this.collector = new GarbageCollector(client, informers, logger.child({ controller: 'garbage-collector' }));
+    this.replicaSets = new ReplicaSetController(client, informers, events, logger.child({ controller: 'replicaset' }), this.clock);
+    this.deployments = new DeploymentController(client, informers, events, logger.child({ controller: 'deployment' }), this.clock);
+    this.statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }), this.clock);
+    this.disruption = new DisruptionController(client, informers, logger.child({ controller: 'disruption' }), this.clock);
+    this.collector = new GarbageCollector(client, informers, logger.child({ controller: 'garbage-collector' }), this.clock);
   }
 
   /** After the informers' first lists: a sweep catches dependents orphaned while no leader ran; then the resyncs. */

@@ -43,7 +43,7 @@ describe('failover controller on a fake clock', () => {
     api = await inProcessApi();
     clock = new FakeClock();
     informers = new SharedInformers(api.client, api.logger);
-    const events = new EventRecorder(api.client, 'drover-node-lifecycle', 'test', api.logger);
+    const events = new EventRecorder(api.client, 'drover-node-lifecycle', 'test', api.logger, clock);
     lifecycle = new NodeLifecycleController(api.client, events, api.logger, { gracePeriodMs: GRACE_MS, clock, informers });
     failover = new FailoverController(
       api.client,

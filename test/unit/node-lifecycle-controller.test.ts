@@ -32,7 +32,7 @@ describe('node lifecycle controller on a fake clock', () => {
     api = await inProcessApi();
     clock = new FakeClock();
     unavailableAfter = [];
-    const events = new EventRecorder(api.client, 'drover-node-lifecycle', 'test', api.logger);
+    const events = new EventRecorder(api.client, 'drover-node-lifecycle', 'test', api.logger, clock);
     lifecycle = new NodeLifecycleController(api.client, events, api.logger, {
       gracePeriodMs: GRACE_MS,
       clock,
