@@ -22,6 +22,7 @@ import {
   stopSupervisor,
   writeRunSpec,
 } from './pods/launch.js';
+import { containerProbeSpecs, probeEvents } from './pods/probe-spec.js';
 import { readRunSpec } from './pods/run-spec.js';
 
 /**
@@ -89,6 +90,7 @@ export function runSpecFor(pod: KubeObject, fencingFile: string, env: ReadonlyMa
     namespace: pod.metadata.namespace ?? 'default',
     name: pod.metadata.name!,
     containers: (spec.containers ?? []).map((c) => ({
+      ...withProbes(c),
       name: c.name,
       // No command: the args are the command line (no image entrypoint exists to receive them).
       command: c.command?.length ? c.command : (c.args ?? []),
@@ -101,6 +103,11 @@ export function runSpecFor(pod: KubeObject, fencingFile: string, env: ReadonlyMa
     atMostOne: isAtMostOne(pod),
     fencingFile,
   };
+}
+
+function withProbes(container: unknown): { probes?: ReturnType<typeof containerProbeSpecs> } {
+  const probes = containerProbeSpecs(container);
+  return probes ? { probes } : {};
 }
 
 export class PodManager {
@@ -372,8 +379,9 @@ export class PodManager {
     const status = podStatusFrom({ pod, state, nodeIp: this.options.nodeIp, now: new Date().toISOString(), ...(waiting ? { waiting } : {}) });
     const text = JSON.stringify(status);
     const uid = pod.metadata.uid!;
-    if (this.reported.get(uid) === text) return;
+    // Before the comparison: a probe failing again changes no status, yet its event is due.
     this.recordTransitions(pod, state);
+    if (this.reported.get(uid) === text) return;
     try {
       // The uid makes it a precondition: a pod recreated under the same name (a singleton's
       // replacement) must never receive this incarnation's status.
@@ -414,6 +422,7 @@ export class PodManager {
       if ('waiting' in c.state && c.state.waiting.reason === 'CrashLoopBackOff') {
         once(`backoff/${c.name}/${c.restartCount}`, 'Warning', 'BackOff', `Back-off restarting failed container ${c.name} in pod ${involved.name}`);
       }
+      for (const event of probeEvents(c)) once(event.key, event.type, event.reason, event.message);
       if ('waiting' in c.state && c.state.waiting.reason === 'CreateContainerError') {
         once(`failed/${c.name}/${c.restartCount}`, 'Warning', 'Failed', `Error: ${c.state.waiting.message ?? 'cannot start the container'}`);
       }

@@ -62,12 +62,14 @@ export function podStatusFrom({ pod, state, nodeIp, now, waiting }: PodStatusInp
       name: spec.name,
       state: kubeState(run?.state, state ? undefined : waiting?.[spec.name]),
       ...(run?.lastState ? { lastState: kubeState(run.lastState) } : { lastState: {} }),
-      ready: running && !state?.finished,
+      // A supervisor with probes says whether the container is ready (readiness, startup probes);
+      // an older one did not, and then a running container is ready.
+      ready: (run?.ready ?? running) && running && !state?.finished,
       restartCount: run?.restartCount ?? 0,
       image: spec.image ?? '',
       imageID: '',
       ...(run && 'running' in run.state ? { containerID: `drover://${run.state.running.pid}` } : {}),
-      started: running,
+      started: (run?.started ?? running) && running,
     };
   });
   const allRunning = statuses.length > 0 && statuses.every((s) => s.ready);
@@ -90,6 +92,9 @@ export function podStatusFrom({ pod, state, nodeIp, now, waiting }: PodStatusInp
   // Before the supervisor reports, the pod's creation time: a stable value, so an unchanged
   // status is not written again on every pass.
   const since = state?.startedAt ?? pod.metadata.creationTimestamp ?? now;
+  // Ready changes when a container's readiness does: the latest such change, so a Deployment's
+  // minReadySeconds counts from when its pod became ready, not from when it started.
+  const readySince = (state?.containers ?? []).reduce((latest, c) => (c.readyChangedAt && c.readyChangedAt > latest ? c.readyChangedAt : latest), since);
   const scheduled = getPath(pod, ['status', 'conditions']);
   const scheduledAt =
     (Array.isArray(scheduled) && (scheduled as { type?: string; lastTransitionTime?: string }[]).find((c) => c.type === 'PodScheduled')?.lastTransitionTime) ||
@@ -100,8 +105,8 @@ export function podStatusFrom({ pod, state, nodeIp, now, waiting }: PodStatusInp
     ...(message ? { message } : {}),
     conditions: [
       condition('Initialized', true, since),
-      condition('Ready', allRunning, since, 'ContainersNotReady'),
-      condition('ContainersReady', allRunning, since, 'ContainersNotReady'),
+      condition('Ready', allRunning, readySince, 'ContainersNotReady'),
+      condition('ContainersReady', allRunning, readySince, 'ContainersNotReady'),
       condition('PodScheduled', true, scheduledAt),
     ],
     hostIP: nodeIp,

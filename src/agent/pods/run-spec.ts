@@ -78,28 +78,6 @@ export interface ContainerResources {
   memoryLimitBytes?: number;
 }
 
-/**
- * A probe as Kubernetes spells it (core/v1 Probe). Placeholder owned by the probes work, which
- * may refine it; the handler fields are the ones the supervisor can run.
- */
-export interface ContainerProbe {
-  exec?: { command: string[] };
-  httpGet?: { path?: string; port: number; host?: string; scheme?: 'HTTP' | 'HTTPS'; httpHeaders?: { name: string; value: string }[] };
-  tcpSocket?: { port: number; host?: string };
-  initialDelaySeconds?: number;
-  timeoutSeconds?: number;
-  periodSeconds?: number;
-  successThreshold?: number;
-  failureThreshold?: number;
-  terminationGracePeriodSeconds?: number;
-}
-
-export interface ContainerProbes {
-  liveness?: ContainerProbe;
-  readiness?: ContainerProbe;
-  startup?: ContainerProbe;
-}
-
 export interface ContainerRunSpec {
   name: string;
   /**
@@ -120,8 +98,33 @@ export interface ContainerRunSpec {
   user?: ContainerUser;
   securityContext?: ContainerSecurity;
   resources?: ContainerResources;
-  probes?: ContainerProbes;
+  /** Its liveness, readiness and startup probes, defaults applied (src/agent/pods/probe-spec.ts). */
+  probes?: ContainerProbeSpecs;
 }
+
+export type ProbeKind = 'liveness' | 'readiness' | 'startup';
+
+/** What a probe does, with Kubernetes' defaults applied and a named port resolved by the agent. */
+export type ProbeHandler =
+  | { exec: { command: string[] } }
+  | { httpGet: { scheme: 'HTTP' | 'HTTPS'; host?: string; port: number; path: string; headers: { name: string; value: string }[] } }
+  | { tcpSocket: { host?: string; port: number } }
+  | { grpc: { port: number; service?: string } }
+  /** A probe the agent could not resolve (a named port the container does not declare): it fails with this. */
+  | { invalid: { message: string } };
+
+export interface ProbeSpec {
+  handler: ProbeHandler;
+  initialDelaySeconds: number;
+  periodSeconds: number;
+  timeoutSeconds: number;
+  successThreshold: number;
+  failureThreshold: number;
+  /** The grace period of a kill this probe causes (liveness, startup); absent = the pod's. */
+  terminationGracePeriodSeconds?: number;
+}
+
+export type ContainerProbeSpecs = Partial<Record<ProbeKind, ProbeSpec>>;
 
 export type RestartPolicy = 'Always' | 'OnFailure' | 'Never';
 
@@ -165,6 +168,24 @@ export interface ContainerRunStatus {
   state: ContainerRunState;
   lastState?: ContainerRunState;
   restartCount: number;
+  /** Running, started and passing its readiness probe (absent: written by a supervisor without probes). */
+  ready?: boolean;
+  /** Running and past its startup probe. */
+  started?: boolean;
+  /** When `ready` last changed. */
+  readyChangedAt?: string;
+  /** How each probe is going, for the agent's events. */
+  probes?: Partial<Record<ProbeKind, ProbeRunStatus>>;
+}
+
+export interface ProbeRunStatus {
+  result: 'unknown' | 'success' | 'failure';
+  /** Streaks of failed probes so far (one event per streak). */
+  failureStreaks: number;
+  /** The last failure's message (output, HTTP status, connection error). */
+  lastFailure?: string;
+  /** Times this probe had the container killed (liveness, startup). */
+  kills: number;
 }
 
 export type PodFinishReason = 'Completed' | 'Stopped' | 'Fenced';

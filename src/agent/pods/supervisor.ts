@@ -17,6 +17,9 @@ import {
 } from './fencing.js';
 import { containerEnvironment } from './environment.js';
 import { InstanceLogWriter, pruneInstanceLogs } from './logs.js';
+import { planExec } from './probe-handlers.js';
+import { execPlan } from './runtime/exec.js';
+import { type ContainerProbes, startContainerProbes, updateReadiness } from './probes.js';
 import {
   DEFAULT_LOG_MAX_BYTES,
   LOGS_DIR,
@@ -103,7 +106,11 @@ interface ContainerRunner {
   /** Terminated for good: no restart will follow. */
   done: boolean;
   /** Set when the supervisor killed it, to name the termination. */
-  killedBy?: 'stop' | 'fence';
+  killedBy?: 'stop' | 'fence' | 'probe';
+  /** The running instance's probes (probes.ts). */
+  probes?: ContainerProbes;
+  /** SIGKILL after a failed liveness or startup probe's grace period. */
+  probeKillTimer?: NodeJS.Timeout;
 }
 
 const SIGNAL_NUMBERS = os.constants.signals as Record<string, number>;
@@ -173,6 +180,7 @@ export class PodSupervisor {
           name: spec.name,
           state: { waiting: { reason: 'ContainerCreating' } },
           restartCount: before ? before.restartCount + (ran ? 1 : 0) : 0,
+          ...(before?.probes ? { probes: before.probes } : {}),
         },
         nextBackoffMs: BACKOFF_INITIAL_MS,
         done: false,
@@ -314,6 +322,7 @@ export class PodSupervisor {
     child.stderr?.on('data', onOutput);
     child.on('error', (error) => this.logger.error({ err: error, container: spec.name }, 'container process error'));
     runner.status.state = { running: { startedAt: runner.startedAt, pid } };
+    this.startProbes(runner);
     this.logger.info({ container: spec.name, pid, instance }, 'container started');
     this.writeState();
 
@@ -362,6 +371,10 @@ export class PodSupervisor {
   private containerExited(runner: ContainerRunner, code: number | null, signal: NodeJS.Signals | null, finishedAt: string): void {
     const pid = runner.child?.pid;
     runner.child = undefined;
+    runner.probes?.stop();
+    clearTimeout(runner.probeKillTimer);
+    updateReadiness(runner.status, runner.probes, false);
+    runner.probes = undefined;
     const exitCode = code ?? 128 + (signal ? (SIGNAL_NUMBERS[signal] ?? 0) : 0);
     const reason =
       runner.killedBy === 'fence' ? 'Fenced' : exitCode === 0 ? 'Completed' : runner.killedBy === 'stop' && signal === 'SIGKILL' ? 'Killed' : 'Error';
@@ -377,7 +390,8 @@ export class PodSupervisor {
     const restart =
       !this.stopping &&
       !this.isTerminal() &&
-      (this.spec.restartPolicy === 'Always' || (this.spec.restartPolicy === 'OnFailure' && exitCode !== 0));
+      // A container a probe killed restarts unless the policy is Never, whatever its exit code (kubelet).
+      (this.spec.restartPolicy === 'Always' || (this.spec.restartPolicy === 'OnFailure' && (exitCode !== 0 || runner.killedBy === 'probe')));
     if (!restart) {
       runner.status.state = terminated;
       runner.done = true;
@@ -403,6 +417,30 @@ export class PodSupervisor {
     }, delay);
   }
 
+  /** Probes for a container that just started (none: ready and started at once). */
+  private startProbes(runner: ContainerRunner): void {
+    runner.probes = startContainerProbes(runner.spec.probes, runner.status, {
+      exec: planExec((argv) => execPlan(this.dir, this.spec, runner.spec, argv, { tty: false })),
+      startedAtMs: runner.startedAtMono ?? monoNowMs(),
+      running: () => runner.child !== undefined,
+      writeState: () => this.writeState(),
+      kill: (kind, message, graceSeconds) => this.killForProbe(runner, kind, message, graceSeconds),
+    });
+  }
+
+  /** A liveness or startup probe failed for good: stop the container as a pod stop would, then restart it per policy. */
+  private killForProbe(runner: ContainerRunner, kind: string, message: string, graceSeconds: number | undefined): void {
+    const child = runner.child;
+    if (!child || this.stopping || this.isTerminal()) return;
+    const graceMs = Math.max(0, graceSeconds ?? this.spec.terminationGracePeriodSeconds) * 1000;
+    this.logger.warn({ container: runner.spec.name, probe: kind, message, graceMs }, 'probe failed; killing the container');
+    runner.killedBy = 'probe';
+    killGroup(child.pid, 'SIGTERM');
+    runner.probeKillTimer = setTimeout(() => {
+      if (runner.child === child) killGroup(child.pid, 'SIGKILL');
+    }, Math.min(graceMs, 2_147_483_647));
+  }
+
   private maybeFinish(): void {
     if (this.finishing || this.finishReason) return;
     if (!this.runners.every((r) => r.done && !r.child)) return;
@@ -413,7 +451,10 @@ export class PodSupervisor {
     this.finishing = true;
     clearTimeout(this.graceTimer);
     clearInterval(this.fencingTimer);
-    for (const runner of this.runners) clearTimeout(runner.restartTimer);
+    for (const runner of this.runners) {
+      clearTimeout(runner.restartTimer);
+      runner.probes?.stop();
+    }
     this.finishReason = reason;
     this.outage = undefined;
     this.peerAgent.destroy();

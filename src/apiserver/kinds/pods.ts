@@ -7,6 +7,7 @@ import { defaultPullPolicy } from '../../images/registry/reference.js';
 import { spendDisruption } from './disruption-budgets.js';
 import { validateContainerConfig, validateVolumes } from './pod-config-validation.js';
 import { validateContainerSecurityContext, validatePodSecurityContext, validateResources } from './pod-security-validation.js';
+import { defaultProbes, validateProbes } from './probe-validation.js';
 import { POD_PRINTER } from './pod-printer.js';
 
 /**
@@ -38,6 +39,7 @@ function defaultContainers(containers: unknown): void {
     if (!isObject(c)) continue;
     c.terminationMessagePolicy ??= 'File';
     if (typeof c.image === 'string' && c.image) c.imagePullPolicy ??= defaultPullPolicy(c.image);
+    defaultProbes(c);
   }
 }
 
@@ -105,6 +107,7 @@ function validateContainers(
     validateContainerConfig(c, at, volumes, causes);
     validateContainerSecurityContext(c.securityContext, `${at}.securityContext`, causes);
     validateResources(c.resources, `${at}.resources`, causes);
+    validateProbes(c, at, causes, !required);
   });
 }
 
