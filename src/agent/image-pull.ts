@@ -2,9 +2,10 @@ import type { KubeObject } from '../apiserver/objects.js';
 import type { EventRecorder } from '../controllers/events.js';
 import type { Logger } from '../logging/logger.js';
 import { type KeyedCredential, parseDockerConfigSecret } from '../images/registry/credentials.js';
-import { type ImageSink, PullError, Puller, type PullResult } from '../images/registry/pull.js';
+import { PullError, Puller, type PullResult } from '../images/registry/pull.js';
 import { defaultPullPolicy } from '../images/registry/reference.js';
 import { type ImageRef, parseImageRef } from '../images/reference.js';
+import type { Image, ImageStore } from '../images/store.js';
 import type { RegistriesConfig } from '../images/registry/registries.js';
 import type { LookupResult } from './pods/env-resolution.js';
 
@@ -24,27 +25,19 @@ import type { LookupResult } from './pods/env-resolution.js';
 export type PullPolicy = 'Always' | 'IfNotPresent' | 'Never';
 export type ImageWaitingReason = 'ErrImagePull' | 'ImagePullBackOff' | 'ErrImageNeverPull' | 'InvalidImageName';
 
-export type ImageOutcome<I> =
-  /** In the store (pulled now or before). */
-  | { kind: 'ready'; image: I; ref: string }
-  /** Not yet decidable (the pod's pull secrets are still being read): the container stays ContainerCreating. */
-  | { kind: 'pending' }
+export type ImageOutcome =
+  /** In the store (pulled now or before), its layers unpacked (lowest first). */
+  | { kind: 'ready'; image: Image; layerDirs: string[] }
   | { kind: 'waiting'; reason: ImageWaitingReason; message: string };
 
-/** What the puller needs of the node's image store: resolve a name, and the pull's writes. */
-export interface PullStore<I> extends ImageSink {
-  /** The image a reference names; rejects when it is not (completely) in the store. */
-  resolve(ref: string): Promise<I>;
-}
-
 export interface ContainerImageSpec {
-  name: string;
-  image?: string;
-  imagePullPolicy?: string;
+  name?: unknown;
+  image?: unknown;
+  imagePullPolicy?: unknown;
 }
 
-export interface ImagePullerOptions<I> {
-  store: PullStore<I>;
+export interface ImagePullerOptions {
+  store: ImageStore;
   registries: RegistriesConfig;
   /** A Secret in the pod's namespace, as the agent's object cache has it. */
   lookupSecret: (namespace: string, name: string) => LookupResult;
@@ -52,6 +45,8 @@ export interface ImagePullerOptions<I> {
   logger: Logger;
   /** Monotonic milliseconds (tests move it). */
   now?: () => number;
+  /** How long a pull waits for the agent to have read the pod's pull secrets (default 10 s). */
+  secretWaitMs?: number;
 }
 
 /** kubelet's image back-off: 10 s, doubling, at most 5 min. */
@@ -72,10 +67,13 @@ const isObject = (value: unknown): value is Json => typeof value === 'object' &&
 export function pullPolicyOf(container: ContainerImageSpec): PullPolicy {
   const policy = container.imagePullPolicy;
   if (policy === 'Always' || policy === 'IfNotPresent' || policy === 'Never') return policy;
-  return defaultPullPolicy(container.image ?? '');
+  return defaultPullPolicy(typeof container.image === 'string' ? container.image : '');
 }
 
-export class ImagePuller<I> {
+const SECRET_WAIT_MS = 10_000;
+const SECRET_POLL_MS = 100;
+
+export class ImagePuller {
   private readonly puller: Puller;
   private readonly now: () => number;
   /** `<pod uid>/<image>` → back-off after a failed pull. */
@@ -83,7 +81,7 @@ export class ImagePuller<I> {
   /** Events recorded once per pod uid (`reason/message`). */
   private readonly announced = new Map<string, Set<string>>();
 
-  constructor(private readonly options: ImagePullerOptions<I>) {
+  constructor(private readonly options: ImagePullerOptions) {
     this.puller = new Puller(options.store, options.registries);
     this.now = options.now ?? (() => performance.now());
   }
@@ -110,8 +108,8 @@ export class ImagePuller<I> {
     void this.options.events.record(involved, type, reason, message);
   }
 
-  /** Whether the store has the image, and it is whole. */
-  private async present(ref: string): Promise<I | undefined> {
+  /** The image when the store has all of it, else undefined. */
+  private async present(ref: string): Promise<Image | undefined> {
     try {
       return await this.options.store.resolve(ref);
     } catch {
@@ -119,11 +117,32 @@ export class ImagePuller<I> {
     }
   }
 
+  /** The image with its layers unpacked; a layer that cannot be unpacked fails the pull. */
+  private async ready(image: Image, shown: string): Promise<ImageOutcome> {
+    try {
+      return { kind: 'ready', image, layerDirs: await this.options.store.layerDirs(image) };
+    } catch (error) {
+      return { kind: 'waiting', reason: 'ErrImagePull', message: `failed to unpack image "${shown}": ${(error as Error).message}` };
+    }
+  }
+
   /**
-   * The credentials of the pod's imagePullSecrets; undefined while one is still being read. A
-   * secret that is missing or holds no docker config is reported once and skipped, as kubelet does.
+   * The credentials of the pod's imagePullSecrets, once the agent has read them (it starts
+   * watching a pod's secrets when the pod arrives). A secret that is missing, unreadable or holds
+   * no docker config is reported once and skipped, as kubelet does.
    */
-  private secretsOf(pod: KubeObject): KeyedCredential[] | undefined {
+  private async secretsOf(pod: KubeObject): Promise<KeyedCredential[]> {
+    // Real time: this waits for a watch to list, not for a back-off.
+    const deadline = Date.now() + (this.options.secretWaitMs ?? SECRET_WAIT_MS);
+    for (;;) {
+      const credentials = this.readSecrets(pod, Date.now() >= deadline);
+      if (credentials) return credentials;
+      await new Promise((resolve) => setTimeout(resolve, SECRET_POLL_MS));
+    }
+  }
+
+  /** undefined while a secret is still being read, unless `final` (then it counts as missing). */
+  private readSecrets(pod: KubeObject, final: boolean): KeyedCredential[] | undefined {
     const namespace = pod.metadata.namespace ?? 'default';
     const spec = isObject(pod.spec) ? pod.spec : {};
     const names = (Array.isArray(spec.imagePullSecrets) ? spec.imagePullSecrets : [])
@@ -133,8 +152,8 @@ export class ImagePuller<I> {
     const missing: string[] = [];
     for (const name of names) {
       const found = this.options.lookupSecret(namespace, name);
-      if (found.state === 'unknown') return undefined;
-      if (found.state === 'absent') {
+      if (found.state === 'unknown' && !final) return undefined;
+      if (found.state !== 'present') {
         missing.push(name);
         continue;
       }
@@ -161,8 +180,8 @@ export class ImagePuller<I> {
    * Makes sure `container`'s image is in the store, pulling it when the policy says so. Resolves
    * with the image, `pending`, or the container's waiting reason and message.
    */
-  async ensureImage(pod: KubeObject, container: ContainerImageSpec): Promise<ImageOutcome<I>> {
-    const image = container.image ?? '';
+  async ensureImage(pod: KubeObject, container: ContainerImageSpec): Promise<ImageOutcome> {
+    const image = typeof container.image === 'string' ? container.image : '';
     let parsed: ImageRef;
     try {
       parsed = parseImageRef(image);
@@ -176,7 +195,7 @@ export class ImagePuller<I> {
     const present = policy === 'Always' ? undefined : await this.present(ref);
     if (present !== undefined) {
       this.event(pod, 'Normal', 'Pulled', `Container image "${image}" already present on machine`, true);
-      return { kind: 'ready', image: present, ref };
+      return this.ready(present, image);
     }
     if (policy === 'Never') {
       const message = `Container image "${image}" is not present with pull policy of Never (looked for ${ref} in this node's image store)`;
@@ -190,8 +209,7 @@ export class ImagePuller<I> {
       this.event(pod, 'Normal', 'BackOff', `Back-off pulling image "${image}"`, true);
       return { kind: 'waiting', reason: 'ImagePullBackOff', message: `Back-off pulling image "${image}": ErrImagePull: ${backOff.message}` };
     }
-    const secrets = this.secretsOf(pod);
-    if (secrets === undefined) return { kind: 'pending' };
+    const secrets = await this.secretsOf(pod);
 
     this.event(pod, 'Normal', 'Pulling', `Pulling image "${image}"`);
     const started = this.now();
@@ -219,6 +237,6 @@ export class ImagePuller<I> {
       // Pulled, yet not resolvable (removed meanwhile, or the store refused what it was given).
       return { kind: 'waiting', reason: 'ErrImagePull', message: `failed to pull image "${image}": pulled from ${result.endpoint}, but the store cannot resolve ${ref}` };
     }
-    return { kind: 'ready', image: stored, ref };
+    return this.ready(stored, image);
   }
 }
