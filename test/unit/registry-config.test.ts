@@ -117,6 +117,8 @@ describe('registries.yaml', () => {
       ['mirrors:\n  docker.io:\n    endpoint: [\n', /^f\.yaml:\d+:\d+: YAML syntax error/],
       ['- a\n', /^f\.yaml:1: registries\.yaml \(its top level\) must be a map$/],
       ['mirrors:\n  "bad host/x": {}\n', /^f\.yaml:2: mirrors: "bad host\/x" is not a registry host/],
+      // RE2's inline flags are not JavaScript's: refused at start rather than silently never matching.
+      ['mirrors:\n  docker.io:\n    rewrite:\n      "(?i)^Library/(.*)": "x/$1"\n', /^f\.yaml:4: .*is not a regular expression/],
     ];
     for (const [text, expected] of cases) {
       assert.throws(
