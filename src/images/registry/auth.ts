@@ -84,6 +84,8 @@ interface CachedToken {
 }
 
 const TOKEN_BODY_LIMIT = 1 << 20;
+/** Past this many, expired tokens are dropped. */
+const MAX_TOKENS = 256;
 /** The spec's default lifetime when the service names none. */
 const DEFAULT_EXPIRES_S = 60;
 
@@ -157,6 +159,9 @@ export class TokenCache {
     const seconds = typeof parsed.expires_in === 'number' && parsed.expires_in > 0 ? parsed.expires_in : DEFAULT_EXPIRES_S;
     // A little early, so a token does not expire between the check and its use.
     this.tokens.set(key, { token, expiresAtMs: this.now() + Math.max(1, seconds - 5) * 1000 });
+    if (this.tokens.size > MAX_TOKENS) {
+      for (const [k, t] of this.tokens) if (t.expiresAtMs <= this.now()) this.tokens.delete(k);
+    }
     return token;
   }
 

@@ -196,6 +196,10 @@ export class EndpointSession {
     if (response.status !== 200) await this.fail(response, url);
     const verifier = new DigestVerifier(digest, size, `blob ${digest} from ${url.origin}${url.pathname}`);
     response.body.on('error', (error) => verifier.destroy(error));
+    // A consumer that gives up (the store refused it) must not leave the download hanging on its socket.
+    verifier.on('close', () => {
+      if (!response.body.complete) response.body.destroy();
+    });
     return response.body.pipe(verifier);
   }
 }
