@@ -53,6 +53,15 @@ describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
       '---',
       'apiVersion: v1',
       'kind: Pod',
+      'metadata: {name: ticker}',
+      'spec:',
+      '  containers:',
+      '  - name: main',
+      '    image: busybox',
+      '    command: ["sh", "-c", "i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"]',
+      '---',
+      'apiVersion: v1',
+      'kind: Pod',
       'metadata: {name: web}',
       'spec:',
       '  containers:',
@@ -62,7 +71,7 @@ describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
     ].join('\n');
     const applied = await kubectl(['apply', '-f', '-'], MODERN_KUBECTL, { input: manifest });
     assert.equal(applied.code, 0, applied.stderr);
-    for (const pod of ['shell', 'web']) {
+    for (const pod of ['shell', 'ticker', 'web']) {
       await eventually(async () => {
         const r = await kubectl(['get', 'pod', pod, '-o', 'jsonpath={.status.phase}']);
         return r.stdout === 'Running';
@@ -168,6 +177,30 @@ describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
       } finally {
         refused.child.kill('SIGTERM');
       }
+    });
+  }
+
+  for (const client of clients) {
+    it(`attach shows the container's output from now on; -i is refused with a reason (${client.name})`, async () => {
+      const child = spawn(client.bin, ['--kubeconfig', server.kubeconfig, '--cache-dir', cacheDir, 'attach', 'ticker', '-c', 'main'], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      child.stderr.on('data', (c: Buffer) => (out += c.toString()));
+      try {
+        const ticks = await eventually(() => {
+          const seen = [...out.matchAll(/tick (\d+)/g)].map((m) => Number(m[1]));
+          return seen.length >= 3 ? seen : undefined;
+        }, `kubectl attach shows ticks (${client.name})`, 30_000);
+        // From now on: consecutive, and not the log from the start of the container.
+        for (let i = 1; i < ticks.length; i++) assert.equal(ticks[i], ticks[0]! + i, out);
+      } finally {
+        child.kill('SIGTERM');
+      }
+      const withStdin = await kubectl(['attach', '-i', 'ticker', '-c', 'main'], client, { timeoutMs: 30_000 });
+      assert.notEqual(withStdin.code, 0);
+      assert.match(withStdin.stderr, /attach with stdin \(-i\) is not supported/, withStdin.stderr);
     });
   }
 

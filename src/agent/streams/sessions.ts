@@ -11,6 +11,7 @@ import { ApiError } from '../../apiserver/errors.js';
 import type { Logger } from '../../logging/logger.js';
 import { execInContainer } from '../pods/runtime/exec.js';
 import { readRunSpec, readRunState, type PodRunSpec } from '../pods/run-spec.js';
+import { runAttachSession } from './attach.js';
 import { runProcessSession } from './exec.js';
 import { dialPodPort, PortForwardError } from './port-forward.js';
 
@@ -141,7 +142,15 @@ export class AgentStreams {
     const containerSpec = spec.containers.find((c) => c.name === container);
     if (!containerSpec) throw new Refusal(404, `container ${container} is not valid for pod ${podName}`);
     this.checkRunning(dir, spec, container);
-    if (kind === 'attach') throw new Refusal(400, 'attach is not served by this agent yet');
+    if (kind === 'attach') {
+      if (options.stdin) {
+        throw new Refusal(400, `attach with stdin (-i) is not supported: the stdin of container ${container} is not kept open; attach without -i shows its output, exec -i runs a command with input`);
+      }
+      const ws = await this.upgrade(req, socket, head);
+      this.context.logger.info({ pod: `${namespace}/${podName}`, container }, 'attach session');
+      runAttachSession(dir, container, new WebSocketPeer(ws, 5), options);
+      return;
+    }
     const ws = await this.upgrade(req, socket, head);
     this.context.logger.info({ pod: `${namespace}/${podName}`, container, command: options.command[0], tty: options.tty }, 'exec session');
     const start = () => execInContainer(dir, spec, containerSpec, options.command, { tty: options.tty, stdin: options.stdin });
