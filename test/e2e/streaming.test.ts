@@ -216,6 +216,26 @@ describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
     return { child, localPort, output: () => output };
   }
 
+  it('a command whose client goes away is ended with it', async () => {
+    const marker = String(100_000 + Math.floor(Math.random() * 800_000));
+    const running = (): number[] =>
+      fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((pid) => {
+        try {
+          return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === `sleep\0${marker}\0`;
+        } catch {
+          return false;
+        }
+      }).map(Number);
+    const child = spawn(MODERN_KUBECTL.bin, ['--kubeconfig', server.kubeconfig, '--cache-dir', cacheDir, 'exec', 'shell', '-c', 'main', '--', 'sh', '-c', `echo started; exec sleep ${marker}`], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    await eventually(() => out.includes('started') && running().length === 1, 'the command runs');
+    child.kill('SIGKILL');
+    await eventually(() => running().length === 0, 'the command ended with its session', 20_000);
+  });
+
   it('bad requests are 400s with a clear message; a plain GET is not upgraded', async () => {
     const noContainer = await kubectl(['exec', 'shell', '-c', 'nope', '--', 'true']);
     assert.notEqual(noContainer.code, 0);
