@@ -1,3 +1,4 @@
+import path from 'node:path';
 import type { KubeObject } from '../apiserver/objects.js';
 import type { ApiClient } from '../client/types.js';
 import type { EventRecorder } from '../controllers/events.js';
@@ -8,6 +9,10 @@ import { type Lookup, resolveContainerEnv } from './pods/env-resolution.js';
 import { buildContainerRoots, ensureEmptyDir, writeVolume } from './pods/mounts.js';
 import { CONTAINER_ROOT_ENV, mountPlan, type PodVolume, podVolumes, volumePayload } from './pods/volumes.js';
 import type { Payload } from './pods/atomic-writer.js';
+import { ImageNotFoundError, type Image, type ImageStore } from '../images/store.js';
+import { podRuntime, resolvedImage, runcContainerSpec } from './container-spec.js';
+import type { ContainerMount, ContainerRunSpec, PodRuntime } from './pods/run-spec.js';
+import { CommandError } from './pods/runtime/command.js';
 
 /**
  * What a pod needs from ConfigMaps and Secrets before it can start, and keeps getting while it
@@ -28,9 +33,19 @@ export interface ContainerWaiting {
 }
 
 export type Preparation =
-  | { kind: 'ready'; env: Map<string, Record<string, string>> }
+  | {
+      kind: 'ready';
+      env: Map<string, Record<string, string>>;
+      runtime: PodRuntime;
+      /** runc: each container's run spec, complete (command, env, image, mounts, user …). */
+      containers?: Map<string, ContainerRunSpec>;
+    }
   /** `waiting`: per container, why it is not created (containers not named are ContainerCreating). */
   | { kind: 'waiting'; waiting: Record<string, ContainerWaiting> };
+
+/** An image made present on the node for a container (pulled if policy says so), or why not yet. */
+export type ImageResult = { kind: 'ready'; image: Image; layerDirs: string[] } | { kind: 'waiting'; reason: string; message: string };
+export type EnsureImage = (pod: KubeObject, container: Record<string, unknown>) => Promise<ImageResult>;
 
 export interface PodConfigOptions {
   client: ApiClient;
@@ -39,6 +54,32 @@ export interface PodConfigOptions {
   logger: Logger;
   /** Ask the pod manager for a pass (an object appeared or changed). */
   kick: () => void;
+  /** The node's image store (runc pods' images). */
+  images?: ImageStore;
+  /** Makes a container's image present; default: the store's, which does not pull. */
+  ensureImage?: EnsureImage;
+  /** The runtime of pods without runtimeClassName (the cluster's default-runtime-class). */
+  defaultRuntimeClass?: () => string;
+}
+
+/** Until the cluster says otherwise, pods without runtimeClassName run as processes. */
+export const FALLBACK_RUNTIME_CLASS = 'process';
+
+/** Images already in the node's store only (what a node without a registry client can do). */
+export function storeOnlyImages(store: ImageStore): EnsureImage {
+  return async (_pod, container) => {
+    const ref = String(container.image ?? '');
+    try {
+      const image = await store.resolve(ref);
+      return { kind: 'ready', image, layerDirs: await store.layerDirs(image) };
+    } catch (error) {
+      if (error instanceof ImageNotFoundError && container.imagePullPolicy === 'Never') {
+        return { kind: 'waiting', reason: 'ErrImageNeverPull', message: `Container image "${ref}" is not present with pull policy of Never` };
+      }
+      const why = error instanceof ImageNotFoundError ? `${error.message}; import it with \`drover image import\`` : (error as Error).message;
+      return { kind: 'waiting', reason: 'ErrImagePull', message: `Failed to pull image "${ref}": ${why}` };
+    }
+  };
 }
 
 const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -100,7 +141,14 @@ export class PodConfigurator {
     return `${JSON.stringify(volume.source)}@${found.state === 'present' ? found.object.metadata.resourceVersion : 'absent'}`;
   }
 
-  prepare(pod: KubeObject, dir: string): Preparation {
+  async prepare(pod: KubeObject, dir: string): Promise<Preparation> {
+    const choice = podRuntime(pod, this.options.defaultRuntimeClass?.() ?? FALLBACK_RUNTIME_CLASS);
+    if (choice.kind === 'unknown') {
+      const message = `RuntimeClass "${choice.name}" is not handled by this node (it runs runc and process)`;
+      this.once(pod, 'FailedCreatePodSandBox', message);
+      return { kind: 'waiting', waiting: Object.fromEntries(this.containerNames(pod).map((n) => [n, { reason: 'CreateContainerConfigError', message }])) };
+    }
+    const runtime = choice.runtime;
     const namespace = pod.metadata.namespace ?? 'default';
     const lookup = this.lookupFor(pod);
     const containers = (isObject(pod.spec) && Array.isArray(pod.spec.containers) ? pod.spec.containers : []).filter(isObject);
@@ -142,6 +190,40 @@ export class PodConfigurator {
     }
     if (pending || Object.keys(waiting).length > 0 || plan.kind === 'failed') return { kind: 'waiting', waiting };
 
+    // runc: the images, then each container's process from its image and spec.
+    const runc = new Map<string, ContainerRunSpec>();
+    if (runtime === 'runc') {
+      const ensure = this.options.ensureImage ?? (this.options.images ? storeOnlyImages(this.options.images) : undefined);
+      if (!ensure) throw new Error('this agent has no image store: it cannot run pods under runc');
+      const mounts = new Map(plan.containers.map((c) => [c.container, c.links.map((link): ContainerMount => ({
+        destination: link.mountPath,
+        source: link.target,
+        type: 'bind',
+        // ConfigMap and Secret volumes are read-only in a container, as in Kubernetes.
+        readOnly: volumes.find((v) => v.name === link.volume)?.kind !== 'emptyDir' || this.mountReadOnly(pod, String(c.container), link.mountPath),
+      }))]));
+      for (const container of containers) {
+        const name = String(container.name);
+        const image = await ensure(pod, container);
+        if (image.kind === 'waiting') {
+          waiting[name] = { reason: image.reason, message: image.message };
+          this.once(pod, image.reason === 'ErrImageNeverPull' ? 'ErrImageNeverPull' : 'Failed', image.message);
+          continue;
+        }
+        try {
+          const built = runcContainerSpec(pod, container, resolvedImage(image.image, image.layerDirs), env.get(name) ?? {});
+          const own = mounts.get(name) ?? [];
+          if (own.length) built.mounts = own;
+          runc.set(name, built);
+        } catch (error) {
+          if (!(error instanceof CommandError)) throw error;
+          waiting[name] = { reason: error.reason, message: error.message };
+          this.once(pod, 'Failed', `Error: ${error.message}`);
+        }
+      }
+      if (Object.keys(waiting).length > 0) return { kind: 'waiting', waiting };
+    }
+
     // Everything resolved: now the disk.
     const written = new Map<string, string>();
     for (const volume of volumes) {
@@ -154,12 +236,26 @@ export class PodConfigurator {
     }
     this.written.set(pod.metadata.uid!, written);
     buildContainerRoots(dir, plan.containers);
+    if (runtime === 'runc') return { kind: 'ready', env, runtime, containers: runc };
     for (const mounts of plan.containers) {
       // Only where there is something to find under it: a container with mounts.
       if (mounts.links.length === 0) continue;
       env.set(mounts.container, { [CONTAINER_ROOT_ENV]: mounts.root, ...env.get(mounts.container) });
     }
-    return { kind: 'ready', env };
+    return { kind: 'ready', env, runtime };
+  }
+
+  private containerNames(pod: KubeObject): string[] {
+    const containers = isObject(pod.spec) && Array.isArray(pod.spec.containers) ? pod.spec.containers : [];
+    return containers.filter(isObject).map((c) => String(c.name));
+  }
+
+  /** A volumeMount's own readOnly. */
+  private mountReadOnly(pod: KubeObject, container: string, mountPath: string): boolean {
+    const containers = isObject(pod.spec) && Array.isArray(pod.spec.containers) ? pod.spec.containers.filter(isObject) : [];
+    const mounts = containers.find((c) => c.name === container)?.volumeMounts;
+    const found = (Array.isArray(mounts) ? mounts.filter(isObject) : []).find((m) => typeof m.mountPath === 'string' && path.posix.resolve('/', m.mountPath) === mountPath);
+    return found?.readOnly === true;
   }
 
   /**

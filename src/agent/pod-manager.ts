@@ -19,11 +19,18 @@ import {
   podDir,
   type PodRunSpec,
   readRunState,
+  releasePodRuntime,
   stopSupervisor,
   writeRunSpec,
 } from './pods/launch.js';
 import { containerProbeSpecs, probeEvents } from './pods/probe-spec.js';
-import { readRunSpec } from './pods/run-spec.js';
+import { readRunSpec, type ContainerRunSpec } from './pods/run-spec.js';
+import { ImageStore } from '../images/store.js';
+import { type EnsureImage, FALLBACK_RUNTIME_CLASS } from './pod-config.js';
+import { podHostname, podRuntime } from './container-spec.js';
+import { RUNC_STATE_DIR, splitRuncContainerId } from './pods/runtime/names.js';
+import { runcDelete, runcList } from './pods/runtime/runc.js';
+import { cleanupRuncPod } from './pods/runtime/runc-container.js';
 
 /**
  * The agent's half of running pods: it watches the pods bound to its node, starts a supervisor
@@ -45,6 +52,10 @@ export interface PodManagerOptions {
   /** The agent's current API client (it moves between servers). */
   client: () => ApiClient;
   logger: Logger;
+  /** The cluster's default-runtime-class (pods without runtimeClassName); default process. */
+  defaultRuntimeClass?: () => string;
+  /** Makes a runc container's image present (pulling per policy); default: the node's store only. */
+  ensureImage?: EnsureImage;
 }
 
 const RECONCILE_MS = 250;
@@ -78,13 +89,37 @@ function followingClient(current: () => ApiClient): ApiClient {
  * downward API, its root for volumes: see pod-config.ts); HOSTNAME is the pod's name, as in a
  * Kubernetes container, and the container's own env wins over it.
  */
-export function runSpecFor(pod: KubeObject, fencingFile: string, env: ReadonlyMap<string, Record<string, string>>): PodRunSpec {
+export function runSpecFor(
+  pod: KubeObject,
+  fencingFile: string,
+  env: ReadonlyMap<string, Record<string, string>>,
+  runc?: { runcRoot: string; containers: ReadonlyMap<string, ContainerRunSpec> },
+): PodRunSpec {
   const spec = (pod.spec ?? {}) as {
     containers?: ContainerLike[];
     restartPolicy?: string;
     terminationGracePeriodSeconds?: number;
   };
   const restartPolicy = spec.restartPolicy === 'Never' || spec.restartPolicy === 'OnFailure' ? spec.restartPolicy : 'Always';
+  if (runc) {
+    return {
+      uid: pod.metadata.uid!,
+      namespace: pod.metadata.namespace ?? 'default',
+      name: pod.metadata.name!,
+      containers: (spec.containers ?? []).map((c) => {
+        const built = runc.containers.get(c.name);
+        if (!built) throw new Error(`container ${c.name} has no run spec`);
+        return { ...built, ...withProbes(c) };
+      }),
+      restartPolicy,
+      terminationGracePeriodSeconds: spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,
+      atMostOne: isAtMostOne(pod),
+      fencingFile,
+      runtime: 'runc',
+      hostname: podHostname(pod),
+      runcRoot: runc.runcRoot,
+    };
+  }
   return {
     uid: pod.metadata.uid!,
     namespace: pod.metadata.namespace ?? 'default',
@@ -113,6 +148,9 @@ function withProbes(container: unknown): { probes?: ReturnType<typeof containerP
 export class PodManager {
   readonly podsDir: string;
   readonly fencingFile: string;
+  /** runc's state directory, `<data-dir>/agent/runc`. */
+  readonly runcRoot: string;
+  readonly images: ImageStore;
   private readonly caFile: string;
   private readonly client: ApiClient;
   private readonly pods: Informer;
@@ -141,13 +179,24 @@ export class PodManager {
     this.podsDir = path.join(options.agentDir, 'pods');
     this.fencingFile = path.join(options.agentDir, 'fencing.json');
     this.caFile = path.join(options.agentDir, 'node-ca.crt');
+    this.runcRoot = path.join(options.agentDir, RUNC_STATE_DIR);
     this.logger = options.logger.child({ component: 'pods' });
+    this.images = new ImageStore(path.join(options.agentDir, 'image-store'), { logger: this.logger });
     fs.mkdirSync(this.podsDir, { recursive: true, mode: 0o700 });
     writeFileAtomic(this.caFile, options.nodeCaPem, 0o644);
     this.client = followingClient(options.client);
     this.events = new EventRecorder(this.client, 'drover-agent', options.nodeName, this.logger);
     const kick = (): void => this.kick();
-    this.config = new PodConfigurator({ client: this.client, nodeIp: options.nodeIp, events: this.events, logger: this.logger, kick });
+    this.config = new PodConfigurator({
+      client: this.client,
+      nodeIp: options.nodeIp,
+      events: this.events,
+      logger: this.logger,
+      kick,
+      images: this.images,
+      ...(options.ensureImage ? { ensureImage: options.ensureImage } : {}),
+      ...(options.defaultRuntimeClass ? { defaultRuntimeClass: options.defaultRuntimeClass } : {}),
+    });
     this.pods = new Informer(this.client, PODS, undefined, kick, this.logger, { fieldSelector: `spec.nodeName=${options.nodeName}` });
     this.nodes = new Informer(this.client, NODES, undefined, () => undefined, this.logger);
   }
@@ -156,6 +205,7 @@ export class PodManager {
     this.running = true;
     const adopted = listPodDirs(this.podsDir).filter((dir) => liveSupervisor(dir) !== undefined);
     if (adopted.length) this.logger.info({ pods: adopted.length }, 're-attached to pods still running from before this agent started');
+    void this.reapRuncLeftovers().catch((error: unknown) => this.logger.warn({ err: error }, 'cannot reap leftover runc containers'));
     await Promise.all([this.pods.start(), this.nodes.start()]);
     this.schedule();
   }
@@ -166,6 +216,29 @@ export class PodManager {
     this.pods.stop();
     this.nodes.stop();
     this.config.stop();
+  }
+
+  /**
+   * runc containers whose pod dir is gone (the agent crashed between removing a pod's containers
+   * and its dir, or a dir was removed by hand): killed and deleted, with their cgroups.
+   */
+  private async reapRuncLeftovers(): Promise<void> {
+    if (!fs.existsSync(this.runcRoot)) return;
+    const byPod = new Map<string, string[]>();
+    for (const state of await runcList(this.runcRoot)) {
+      const split = splitRuncContainerId(state.id);
+      if (!split || fs.existsSync(path.join(this.podsDir, split.podUid, 'pod.json'))) continue;
+      byPod.set(split.podUid, [...(byPod.get(split.podUid) ?? []), split.container]);
+    }
+    for (const [uid, names] of byPod) {
+      this.logger.warn({ uid, containers: names }, 'removing runc containers of a pod that is gone');
+      await cleanupRuncPod(path.join(this.podsDir, uid), { uid, runcRoot: this.runcRoot, containers: names.map((name) => ({ name })) as ContainerRunSpec[] }).catch(
+        async (error: unknown) => {
+          this.logger.warn({ err: error, uid }, 'cannot clean up a leftover pod; deleting its containers');
+          for (const name of names) await runcDelete(this.runcRoot, `${uid}_${name}`).catch(() => undefined);
+        },
+      );
+    }
   }
 
   /** Called by the agent after each renewal the server confirmed, with when it was sent. */
@@ -305,13 +378,21 @@ export class PodManager {
 
   private async startPod(pod: KubeObject, dir: string): Promise<void> {
     const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
-    const prepared = this.config.prepare(pod, dir);
+    // Images may take a while (unpacking): say ContainerCreating meanwhile.
+    const runtime = podRuntime(pod, this.options.defaultRuntimeClass?.() ?? FALLBACK_RUNTIME_CLASS);
+    if (runtime.kind === 'ok' && runtime.runtime === 'runc' && !getPath(pod, ['status', 'containerStatuses'])) await this.report(pod, undefined);
+    const prepared = await this.config.prepare(pod, dir);
     if (prepared.kind === 'waiting') {
       // Not created yet (an object or key it needs is missing): the next pass tries again.
       await this.report(pod, undefined, prepared.waiting);
       return;
     }
-    const spec = runSpecFor(pod, this.fencingFile, prepared.env);
+    const spec = runSpecFor(
+      pod,
+      this.fencingFile,
+      prepared.env,
+      prepared.runtime === 'runc' ? { runcRoot: this.runcRoot, containers: prepared.containers ?? new Map() } : undefined,
+    );
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
     writeRunSpec(dir, spec);
     let pid: number;
@@ -350,6 +431,7 @@ export class PodManager {
     } catch (error) {
       if (!(error instanceof ApiError && (error.code === 404 || error.code === 409))) throw error;
     }
+    await releasePodRuntime(dir);
     fs.rmSync(dir, { recursive: true, force: true });
     this.reported.delete(pod.metadata.uid!);
     this.announced.delete(pod.metadata.uid!);
@@ -369,6 +451,7 @@ export class PodManager {
       // unreadable spec: stop with the default grace
     }
     await stopSupervisor(dir, grace * 1000);
+    await releasePodRuntime(dir);
     fs.rmSync(dir, { recursive: true, force: true });
     this.reported.delete(path.basename(dir));
     this.announced.delete(path.basename(dir));

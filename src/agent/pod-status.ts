@@ -67,8 +67,8 @@ export function podStatusFrom({ pod, state, nodeIp, now, waiting }: PodStatusInp
       ready: (run?.ready ?? running) && running && !state?.finished,
       restartCount: run?.restartCount ?? 0,
       image: spec.image ?? '',
-      imageID: '',
-      ...(run && 'running' in run.state ? { containerID: `drover://${run.state.running.pid}` } : {}),
+      imageID: run?.imageId ?? '',
+      ...(run && 'running' in run.state ? { containerID: run.containerId ?? `drover://${run.state.running.pid}` } : {}),
       started: (run?.started ?? running) && running,
     };
   });

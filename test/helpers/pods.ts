@@ -1,6 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { killPodProcesses, listPodDirs } from '../../src/agent/pods/launch.js';
+import { readRunSpec } from '../../src/agent/pods/run-spec.js';
+import { cgroupPids, removeCgroup } from '../../src/agent/pods/runtime/cgroups.js';
+import { unmountAllUnder } from '../../src/agent/pods/runtime/host-mounts.js';
+import { cgroupsPath, podCgroupPath, RUNC_STATE_DIR, runcContainerId } from '../../src/agent/pods/runtime/names.js';
 
 /**
  * How long a test lets launchSupervisor() wait for a supervisor started from the TypeScript
@@ -18,5 +23,31 @@ export function reapPods(dataDir: string): number {
   if (!fs.existsSync(podsDir)) return 0;
   const dirs = listPodDirs(podsDir);
   for (const dir of dirs) killPodProcesses(dir);
+  for (const dir of dirs) reapRuncPod(dir, path.join(dataDir, 'agent', RUNC_STATE_DIR));
   return dirs.length;
+}
+
+/**
+ * What a runc pod left on the host, removed synchronously (a test's teardown, even after a
+ * failure): its containers (killed through their cgroups, then `runc delete --force`), every
+ * mount under its dir (root file systems, pinned namespaces, /dev/shm) and its cgroups.
+ */
+export function reapRuncPod(dir: string, runcRoot: string): void {
+  let spec;
+  try {
+    spec = readRunSpec(dir);
+  } catch {
+    return;
+  }
+  if (spec.runtime !== 'runc') return;
+  const deadline = Date.now() + 5000;
+  for (const container of spec.containers) {
+    const cgroup = cgroupsPath(spec.uid, container.name);
+    // killPodProcesses sent SIGKILL; wait (bounded) until the cgroup is empty so rmdir succeeds.
+    while (cgroupPids(cgroup).length > 0 && Date.now() < deadline) spawnSync('sleep', ['0.05']);
+    spawnSync('runc', ['--root', spec.runcRoot ?? runcRoot, 'delete', '--force', runcContainerId(spec.uid, container.name)], { timeout: 15_000 });
+    removeCgroup(cgroup);
+  }
+  unmountAllUnder(dir);
+  removeCgroup(podCgroupPath(spec.uid));
 }

@@ -3,7 +3,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { supervisorEnvironment } from './environment.js';
-import { SUPERVISOR_LOG_FILE, readRunState, supervisorAlive } from './run-spec.js';
+import { SUPERVISOR_LOG_FILE, readRunSpec, readRunState, supervisorAlive } from './run-spec.js';
+import { cleanupRuncPod, killRuncPod } from './runtime/runc-container.js';
+import { unmountAllUnder } from './runtime/host-mounts.js';
 
 /**
  * The agent's side of the pod runtime: start a pod's supervisor, find it again after an agent
@@ -165,6 +167,13 @@ export function killPodProcesses(dir: string): void {
       // already gone
     }
   }
+  try {
+    // runc containers are not in their runc process' group: kill them through their cgroups.
+    const spec = readRunSpec(dir);
+    if (spec.runtime === 'runc') killRuncPod(spec);
+  } catch {
+    // no readable pod.json: nothing ran under runc from it
+  }
   for (const pid of containerGroups(dir)) {
     if (pid === process.pid || pid === process.ppid) continue;
     try {
@@ -209,4 +218,20 @@ export function listPodDirs(podsDir: string): string[] {
   } catch {
     return [];
   }
+}
+
+/**
+ * What a stopped pod holds on the host besides its dir: under runc its containers, root file
+ * systems, sandbox namespaces, /dev/shm and cgroups. Call before removing the pod dir (removing
+ * it with mounts inside would reach into them).
+ */
+export async function releasePodRuntime(dir: string): Promise<void> {
+  let spec;
+  try {
+    spec = readRunSpec(dir);
+  } catch {
+    spec = undefined;
+  }
+  if (spec?.runtime === 'runc') await cleanupRuncPod(dir, spec);
+  unmountAllUnder(dir);
 }

@@ -155,7 +155,7 @@ export type ContainerRunState =
       terminated: {
         exitCode: number;
         signal?: string;
-        /** Completed | Error | Fenced | Killed */
+        /** Completed | Error | Fenced | Killed | OOMKilled */
         reason: string;
         message?: string;
         startedAt: string;
@@ -168,6 +168,10 @@ export interface ContainerRunStatus {
   state: ContainerRunState;
   lastState?: ContainerRunState;
   restartCount: number;
+  /** runc: `runc://<pod uid>_<name>` (the container status' containerID). */
+  containerId?: string;
+  /** runc: the image's repo digest (`name@sha256:…`), the container status' imageID. */
+  imageId?: string;
   /** Running, started and passing its readiness probe (absent: written by a supervisor without probes). */
   ready?: boolean;
   /** Running and past its startup probe. */

@@ -15,7 +15,7 @@ import {
   type FencingState,
   type PeerControlPlaneAnswer,
 } from './fencing.js';
-import { containerEnvironment } from './environment.js';
+import { containerEnvironment, supervisorEnvironment } from './environment.js';
 import { InstanceLogWriter, pruneInstanceLogs } from './logs.js';
 import { planExec } from './probe-handlers.js';
 import { execPlan } from './runtime/exec.js';
@@ -36,6 +36,10 @@ import {
   type PodRunSpec,
   type PodRunState,
 } from './run-spec.js';
+import { podCgroupPath } from './runtime/names.js';
+import { removeCgroup } from './runtime/cgroups.js';
+import { RuncContainer } from './runtime/runc-container.js';
+import { teardownSandbox } from './runtime/sandbox.js';
 
 /**
  * One pod's supervisor: starts its containers as process groups, restarts them per restartPolicy
@@ -111,9 +115,22 @@ interface ContainerRunner {
   probes?: ContainerProbes;
   /** SIGKILL after a failed liveness or startup probe's grace period. */
   probeKillTimer?: NodeJS.Timeout;
+  /** Under runc: the container's bundle, cgroup and runc calls. */
+  runc?: RuncContainer;
+  /** Under runc: its bundle is being made (nothing to signal yet). */
+  creating?: boolean;
 }
 
 const SIGNAL_NUMBERS = os.constants.signals as Record<string, number>;
+const SIGNAL_NAMES = new Map(Object.entries(SIGNAL_NUMBERS).map(([name, n]) => [n, name as NodeJS.Signals]));
+
+/** An image's repo digest, as kubelet shows imageID: the name without its tag, `@`, the digest. */
+function imageId(ref: string, digest: string): string {
+  const slash = ref.lastIndexOf('/');
+  const colon = ref.lastIndexOf(':');
+  const name = ref.includes('@') ? ref.slice(0, ref.indexOf('@')) : colon > slash ? ref.slice(0, colon) : ref;
+  return `${name}@${digest}`;
+}
 
 function nowIso(): string {
   return new Date().toISOString();
@@ -174,6 +191,10 @@ export class PodSupervisor {
         return { spec, status: before, nextBackoffMs: BACKOFF_INITIAL_MS, done: true };
       }
       const ran = before !== undefined && !('waiting' in before.state && before.state.waiting.reason === 'ContainerCreating');
+      const runc =
+        this.spec.runtime === 'runc'
+          ? new RuncContainer(this.dir, this.spec, spec, (message, details) => this.logger.warn({ container: spec.name, ...details }, message))
+          : undefined;
       return {
         spec,
         status: {
@@ -181,9 +202,12 @@ export class PodSupervisor {
           state: { waiting: { reason: 'ContainerCreating' } },
           restartCount: before ? before.restartCount + (ran ? 1 : 0) : 0,
           ...(before?.probes ? { probes: before.probes } : {}),
+          ...(runc ? { containerId: `runc://${runc.id}` } : {}),
+          ...(spec.image ? { imageId: imageId(spec.image.ref, spec.image.digest) } : {}),
         },
         nextBackoffMs: BACKOFF_INITIAL_MS,
         done: false,
+        ...(runc ? { runc } : {}),
       };
     });
     if (wasFenced) {
@@ -240,8 +264,8 @@ export class PodSupervisor {
       clearTimeout(runner.restartTimer);
       if (runner.child) {
         runner.killedBy = 'stop';
-        killGroup(runner.child.pid, 'SIGTERM');
-      } else {
+        this.signalStop(runner);
+      } else if (!runner.creating) {
         runner.done = true;
       }
     }
@@ -250,7 +274,7 @@ export class PodSupervisor {
       for (const runner of this.runners) {
         if (runner.child) {
           this.logger.warn({ container: runner.spec.name, pid: runner.child.pid, graceMs }, 'container outlived its grace period; killing it');
-          killGroup(runner.child.pid, 'SIGKILL');
+          this.killRunner(runner);
         }
       }
     }, Math.min(graceMs, 2_147_483_647));
@@ -260,7 +284,26 @@ export class PodSupervisor {
 
   /** Kill every container group at once (the supervisor cannot go on supervising them). */
   killAll(): void {
-    for (const runner of this.runners) killGroup(runner.child?.pid, 'SIGKILL');
+    for (const runner of this.runners) this.killRunner(runner);
+  }
+
+  /** Ask a container to stop: SIGTERM to its group, or under runc its stop signal through runc. */
+  private signalStop(runner: ContainerRunner): void {
+    if (!runner.runc) {
+      killGroup(runner.child?.pid, 'SIGTERM');
+      return;
+    }
+    const { runc } = runner;
+    runc.stop().catch((error: unknown) => {
+      this.logger.warn({ err: error, container: runner.spec.name }, 'cannot signal the container through runc; killing it');
+      runc.kill();
+    });
+  }
+
+  /** SIGKILL a container: its process group, or under runc every process of its cgroup. */
+  private killRunner(runner: ContainerRunner): void {
+    if (runner.runc) runner.runc.kill();
+    killGroup(runner.child?.pid, 'SIGKILL');
   }
 
   private isTerminal(): boolean {
@@ -276,6 +319,46 @@ export class PodSupervisor {
   }
 
   private startContainer(runner: ContainerRunner): void {
+    if (runner.runc) {
+      void this.startRuncContainer(runner, runner.runc);
+      return;
+    }
+    this.startProcessContainer(runner);
+  }
+
+  /** Under runc: a fresh bundle, then the foreground `runc run`, supervised like any process. */
+  private async startRuncContainer(runner: ContainerRunner, runc: RuncContainer): Promise<void> {
+    runner.creating = true;
+    try {
+      await runc.prepare();
+    } catch (error) {
+      runner.creating = false;
+      this.createFailed(runner, `cannot create the container: ${(error as Error).message}`);
+      return;
+    }
+    runner.creating = false;
+    if (this.isTerminal() || this.stopping) {
+      runner.done = true;
+      await runc.cleanup().catch((error: unknown) => this.logger.warn({ err: error, container: runner.spec.name }, 'cannot clean up the container'));
+      this.maybeFinish();
+      return;
+    }
+    const { file, args, cwd } = runc.spawnArgs();
+    let child: ChildProcess;
+    try {
+      child = spawn(file, args, { cwd, env: supervisorEnvironment(), detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    } catch (error) {
+      this.createFailed(runner, (error as Error).message);
+      return;
+    }
+    if (child.pid === undefined) {
+      child.once('error', (error) => this.createFailed(runner, error.message));
+      return;
+    }
+    this.attachChild(runner, child);
+  }
+
+  private startProcessContainer(runner: ContainerRunner): void {
     const { spec } = runner;
     const argv = [...spec.command, ...spec.args];
     const cwd = spec.workingDir ?? path.join(this.dir, WORK_DIR);
@@ -298,8 +381,14 @@ export class PodSupervisor {
       child.once('error', (error) => this.createFailed(runner, error.message));
       return;
     }
+    this.attachChild(runner, child);
+  }
+
+  /** A container's main process is spawned: its log, its state, and what follows its exit. */
+  private attachChild(runner: ContainerRunner, child: ChildProcess): void {
+    const { spec } = runner;
     const instance = runner.status.restartCount;
-    const pid = child.pid;
+    const pid = child.pid!;
     restorePriority(pid);
     runner.child = child;
     runner.killedBy = undefined;
@@ -337,7 +426,20 @@ export class PodSupervisor {
         clearTimeout(drainTimer);
         runner.log?.close();
         runner.log = undefined;
-        this.containerExited(runner, code, signal, finishedAt);
+        if (!runner.runc) {
+          this.containerExited(runner, code, signal, finishedAt);
+          return;
+        }
+        // runc exits with the container's status: 128+n when a signal ended it.
+        const status = code ?? 128 + (signal ? (SIGNAL_NUMBERS[signal] ?? 0) : 0);
+        const bySignal = status > 128 ? (SIGNAL_NAMES.get(status - 128) ?? null) : null;
+        void runner.runc
+          .cleanup()
+          .catch((error: unknown) => {
+            this.logger.warn({ err: error, container: spec.name }, 'cannot clean up the exited container');
+            return { oomKilled: false };
+          })
+          .then(({ oomKilled }) => this.containerExited(runner, status, bySignal, finishedAt, oomKilled));
       };
       // 'close' follows 'exit' once the output pipes are drained.
       const drainTimer = setTimeout(finalize, OUTPUT_DRAIN_MS);
@@ -368,7 +470,7 @@ export class PodSupervisor {
     return delay;
   }
 
-  private containerExited(runner: ContainerRunner, code: number | null, signal: NodeJS.Signals | null, finishedAt: string): void {
+  private containerExited(runner: ContainerRunner, code: number | null, signal: NodeJS.Signals | null, finishedAt: string, oomKilled = false): void {
     const pid = runner.child?.pid;
     runner.child = undefined;
     runner.probes?.stop();
@@ -377,7 +479,15 @@ export class PodSupervisor {
     runner.probes = undefined;
     const exitCode = code ?? 128 + (signal ? (SIGNAL_NUMBERS[signal] ?? 0) : 0);
     const reason =
-      runner.killedBy === 'fence' ? 'Fenced' : exitCode === 0 ? 'Completed' : runner.killedBy === 'stop' && signal === 'SIGKILL' ? 'Killed' : 'Error';
+      runner.killedBy === 'fence'
+        ? 'Fenced'
+        : oomKilled && exitCode !== 0
+          ? 'OOMKilled'
+          : exitCode === 0
+            ? 'Completed'
+            : runner.killedBy === 'stop' && signal === 'SIGKILL'
+              ? 'Killed'
+              : 'Error';
     const terminated: ContainerRunState = {
       terminated: { exitCode, ...(signal ? { signal } : {}), reason, startedAt: runner.startedAt ?? finishedAt, finishedAt },
     };
@@ -435,9 +545,9 @@ export class PodSupervisor {
     const graceMs = Math.max(0, graceSeconds ?? this.spec.terminationGracePeriodSeconds) * 1000;
     this.logger.warn({ container: runner.spec.name, probe: kind, message, graceMs }, 'probe failed; killing the container');
     runner.killedBy = 'probe';
-    killGroup(child.pid, 'SIGTERM');
+    this.signalStop(runner);
     runner.probeKillTimer = setTimeout(() => {
-      if (runner.child === child) killGroup(child.pid, 'SIGKILL');
+      if (runner.child === child) this.killRunner(runner);
     }, Math.min(graceMs, 2_147_483_647));
   }
 
@@ -458,9 +568,20 @@ export class PodSupervisor {
     this.finishReason = reason;
     this.outage = undefined;
     this.peerAgent.destroy();
+    if (this.spec.runtime === 'runc') this.releaseSandbox();
     this.writeState();
     this.logger.info({ reason }, 'pod finished');
     this.options.onFinished(reason);
+  }
+
+  /** Nothing will run in the pod again: its namespaces, /dev/shm and cgroup go (the pod dir stays for its logs). */
+  private releaseSandbox(): void {
+    try {
+      teardownSandbox(this.dir);
+      removeCgroup(podCgroupPath(this.spec.uid));
+    } catch (error) {
+      this.logger.warn({ err: error }, 'cannot release the pod sandbox; the agent removes it with the pod');
+    }
   }
 
   // --- fencing ---
@@ -582,7 +703,7 @@ export class PodSupervisor {
       clearTimeout(runner.restartTimer);
       if (runner.child) {
         runner.killedBy = 'fence';
-        killGroup(runner.child.pid, 'SIGKILL');
+        this.killRunner(runner);
         runner.status.state = {
           terminated: {
             exitCode: 128 + (SIGNAL_NUMBERS.SIGKILL ?? 9),

@@ -44,11 +44,14 @@ export function namespacesDir(podDir: string): string {
   return path.join(podDir, NAMESPACES_DIR);
 }
 
-/** runc's `linux.cgroupsPath` (relative to each hierarchy's root). */
+/**
+ * runc's `linux.cgroupsPath`: absolute, from each hierarchy's root (a relative one would be taken
+ * from the cgroup of whoever runs runc, which differs between a service and a shell).
+ */
 export function cgroupsPath(podUid: string, container: string): string {
-  return `${CGROUP_ROOT}/${podUid}/${container}`;
+  return `/${CGROUP_ROOT}/${podUid}/${container}`;
 }
 
 export function podCgroupPath(podUid: string): string {
-  return `${CGROUP_ROOT}/${podUid}`;
+  return `/${CGROUP_ROOT}/${podUid}`;
 }

@@ -1,0 +1,127 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { ContainerRunSpec, PodRunSpec } from '../run-spec.js';
+import { killCgroup, oomKills, removeCgroup } from './cgroups.js';
+import { unmountAllUnder } from './host-mounts.js';
+import { bundleDir, cgroupsPath, containerDir, podCgroupPath, RUNC_BINARY, runcContainerId } from './names.js';
+import { buildOciConfig } from './oci-spec.js';
+import { makeRootfs, removeRootfs, rootfsPaths, type RootfsKind } from './rootfs.js';
+import { runcDelete, runcKill, runcRunArgs } from './runc.js';
+import { ensureSandbox, teardownSandbox } from './sandbox.js';
+
+/**
+ * One container under runc, as the supervisor drives it: `prepare` makes a fresh bundle (root
+ * file system, config.json) in the pod's sandbox, `spawnArgs` is the foreground `runc run` the
+ * supervisor spawns like any process (runc passes stdio through, forwards signals and exits with
+ * the container's status), `stop` signals it through runc, `kill` kills every process of its
+ * cgroup at once (the fence, the end of a grace period), `cleanup` reads whether the OOM killer
+ * struck and removes the container, its mount and its cgroup.
+ */
+
+export type Warn = (message: string, details: Record<string, unknown>) => void;
+
+export class RuncContainer {
+  readonly id: string;
+  readonly bundle: string;
+  readonly cgroup: string;
+  readonly root: string;
+  private rootfsKind: RootfsKind | undefined;
+
+  constructor(
+    private readonly podDir: string,
+    private readonly spec: PodRunSpec,
+    readonly container: ContainerRunSpec,
+    private readonly warn: Warn,
+  ) {
+    if (!spec.runcRoot) throw new Error(`pod ${spec.namespace}/${spec.name} runs under runc but has no runc root`);
+    this.root = spec.runcRoot;
+    this.id = runcContainerId(spec.uid, container.name);
+    this.bundle = bundleDir(podDir, container.name);
+    this.cgroup = cgroupsPath(spec.uid, container.name);
+  }
+
+  get rootfs(): RootfsKind | undefined {
+    return this.rootfsKind;
+  }
+
+  /** A fresh bundle for the next instance; what an earlier instance left (after a crash) is removed first. */
+  async prepare(): Promise<void> {
+    if (fs.existsSync(path.join(this.root, this.id))) await runcDelete(this.root, this.id);
+    const image = this.container.image;
+    if (!image) throw new Error(`container ${this.container.name} has no image`);
+    const sandbox = ensureSandbox(this.podDir, this.spec.hostname ?? this.spec.name);
+    fs.mkdirSync(this.bundle, { recursive: true, mode: 0o700 });
+    this.rootfsKind = makeRootfs(rootfsPaths(containerDir(this.podDir, this.container.name), this.bundle), image.layerDirs, this.warn);
+    const config = buildOciConfig({
+      spec: this.spec,
+      container: this.container,
+      rootfs: 'rootfs',
+      namespaces: { ipc: sandbox.ipc, uts: sandbox.uts },
+      cgroupsPath: this.cgroup,
+      shmPath: sandbox.shm,
+      podFiles: sandbox.files,
+    });
+    fs.writeFileSync(path.join(this.bundle, 'config.json'), JSON.stringify(config), { mode: 0o600 });
+  }
+
+  spawnArgs(): { file: string; args: string[]; cwd: string } {
+    return { file: RUNC_BINARY, args: runcRunArgs(this.root, this.bundle, this.id), cwd: this.bundle };
+  }
+
+  /** The container's stop signal (its image's StopSignal, else SIGTERM) to its init, through runc. */
+  async stop(): Promise<void> {
+    const signal = this.container.image?.config.stopSignal || 'SIGTERM';
+    await runcKill(this.root, this.id, signal.startsWith('SIG') || /^\d+$/.test(signal) ? signal : `SIG${signal}`);
+  }
+
+  /** SIGKILL every process in the container now (through its cgroup), then through runc too. */
+  kill(): void {
+    killCgroup(this.cgroup);
+    void runcKill(this.root, this.id, 'KILL', true).catch(() => undefined);
+  }
+
+  /** After `runc run` has exited: was it the OOM killer, then remove container, mount and cgroup. */
+  async cleanup(): Promise<{ oomKilled: boolean }> {
+    const oomKilled = oomKills(this.cgroup) > 0;
+    try {
+      await runcDelete(this.root, this.id);
+    } finally {
+      removeRootfs(rootfsPaths(containerDir(this.podDir, this.container.name), this.bundle));
+      removeCgroup(this.cgroup);
+    }
+    return { oomKilled };
+  }
+}
+
+/**
+ * Everything a runc pod holds on the host, removed: its containers (killed first), their root
+ * file systems, the sandbox's namespaces and /dev/shm, the pod's cgroups, and any mount left
+ * under the pod dir. Safe to call on a pod with none of it; the pod dir may then be removed.
+ */
+export async function cleanupRuncPod(podDir: string, spec: Pick<PodRunSpec, 'uid' | 'runcRoot' | 'containers'>): Promise<void> {
+  const errors: string[] = [];
+  for (const container of spec.containers) {
+    const cgroup = cgroupsPath(spec.uid, container.name);
+    killCgroup(cgroup);
+    if (spec.runcRoot) await runcDelete(spec.runcRoot, runcContainerId(spec.uid, container.name)).catch((e: Error) => errors.push(e.message));
+    try {
+      removeRootfs(rootfsPaths(containerDir(podDir, container.name), bundleDir(podDir, container.name)));
+    } catch (error) {
+      errors.push((error as Error).message);
+    }
+    removeCgroup(cgroup);
+  }
+  try {
+    teardownSandbox(podDir);
+    unmountAllUnder(podDir);
+  } catch (error) {
+    errors.push((error as Error).message);
+  }
+  removeCgroup(podCgroupPath(spec.uid));
+  if (errors.length) throw new Error(`cleaning up pod ${spec.uid}: ${errors.join('; ')}`);
+}
+
+/** Kill a runc pod's containers through their cgroups, synchronously (a dead supervisor's leftovers). */
+export function killRuncPod(spec: Pick<PodRunSpec, 'uid' | 'containers'>): void {
+  for (const container of spec.containers) killCgroup(cgroupsPath(spec.uid, container.name));
+}

@@ -1,0 +1,230 @@
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { buildTestImage } from '../helpers/images.js';
+import { execIn, importTestImage, nodeLeftovers, podLeftovers } from '../helpers/containers.js';
+import { MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
+import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { listPods, waitForReadyPods } from '../helpers/workloads.js';
+
+/**
+ * Containers under runc with a real server, its own agent and kubectl: the image's default
+ * command runs as PID 1 in its own root file system with the pod's hostname; securityContext and
+ * memory limits are enforced by the kernel; bad securityContext is refused at admission; nothing
+ * is left on the host after the pods go.
+ */
+
+const WEB = 'drover.test/web:1';
+const USER_IMAGE = 'drover.test/as-user:1';
+
+interface RawPod {
+  metadata: { name: string; uid: string };
+  status?: {
+    phase?: string;
+    containerStatuses?: {
+      restartCount: number;
+      imageID?: string;
+      containerID?: string;
+      state?: Record<string, { reason?: string; message?: string }>;
+      lastState?: { terminated?: { reason?: string; exitCode?: number } };
+    }[];
+  };
+}
+
+describe('containers under runc', { concurrency: false }, () => {
+  let server: ServerProcess;
+  let work: string;
+  const kubectl = (args: string[], input?: string) => runKubectl(MODERN_KUBECTL, server.kubeconfig, path.join(work, 'cache'), args, input ? { input } : {});
+
+  async function pod(name: string): Promise<RawPod> {
+    const res = await request(server, 'GET', `/api/v1/namespaces/default/pods/${name}`);
+    assert.equal(res.status, 200, res.text);
+    return res.json as RawPod;
+  }
+
+  function podYaml(name: string, container: string, extra = ''): string {
+    return `apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+spec:
+  runtimeClassName: runc
+  terminationGracePeriodSeconds: 1
+${extra}  containers:
+${container}`;
+  }
+
+  before(async () => {
+    work = tempDir('containers');
+    server = await startServer({ embeddedAgent: true });
+    await importTestImage(
+      server.dataDir,
+      buildTestImage({ name: WEB, entrypoint: ['/bin/sleep'], cmd: ['1000000'], files: { '/marker.txt': 'from the image\n' }, env: ['GREETING=image'] }),
+      work,
+    );
+    await importTestImage(server.dataDir, buildTestImage({ name: USER_IMAGE, user: 'user', cmd: ['sleep', '1000000'] }), work);
+  });
+
+  after(async () => {
+    const dataDir = server?.dataDir;
+    await cleanup(work);
+    if (dataDir) assert.deepEqual(nodeLeftovers(dataDir), [], 'the node holds no mount and no runc container after teardown');
+  });
+
+  it('a deployment without a command runs the image Entrypoint+Cmd as PID 1, in the image root, named after the pod', async () => {
+    const applied = await kubectl(
+      ['apply', '-f', '-'],
+      `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      runtimeClassName: runc
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: web
+        image: ${WEB}
+`,
+    );
+    assert.equal(applied.code, 0, applied.stderr);
+    const [ready] = await waitForReadyPods(server, 'app=web', 1, 60_000);
+    const uid = ready!.uid;
+    const status = (await pod(ready!.name)).status!.containerStatuses![0]!;
+    assert.match(status.containerID ?? '', new RegExp(`^runc://${uid}_web$`));
+    assert.match(status.imageID ?? '', /^drover\.test\/web@sha256:[0-9a-f]{64}$/);
+
+    const cmdline = await execIn(server.dataDir, uid, 'web', ['cat', '/proc/1/cmdline']);
+    assert.equal(cmdline.code, 0, cmdline.stderr);
+    assert.deepEqual(cmdline.stdout.split('\0').filter(Boolean), ['/bin/sleep', '1000000'], 'PID 1 is the image Entrypoint + Cmd');
+    const hostname = await execIn(server.dataDir, uid, 'web', ['hostname']);
+    assert.equal(hostname.stdout.trim(), ready!.name);
+    const marker = await execIn(server.dataDir, uid, 'web', ['cat', '/marker.txt']);
+    assert.equal(marker.stdout, 'from the image\n', 'the root file system is the image');
+    const root = await execIn(server.dataDir, uid, 'web', ['ls', '/']);
+    assert.doesNotMatch(root.stdout, /^(work|boot|lib64)$/m, 'the host root is not visible');
+    const env = await execIn(server.dataDir, uid, 'web', ['env']);
+    assert.match(env.stdout, /^GREETING=image$/m);
+    assert.match(env.stdout, new RegExp(`^HOSTNAME=${ready!.name}$`, 'm'));
+    const pids = await execIn(server.dataDir, uid, 'web', ['sh', '-c', 'ls /proc | grep -c "^[0-9]"']);
+    assert.ok(Number(pids.stdout.trim()) <= 4, `its own PID namespace: ${pids.stdout}`);
+
+    const deleted = await kubectl(['delete', 'deployment', 'web', '--wait=false']);
+    assert.equal(deleted.code, 0, deleted.stderr);
+    await eventually(async () => ((await listPods(server, 'app=web')).length === 0 ? true : undefined), 'web pods gone', 60_000);
+    await eventually(() => (podLeftovers(server.dataDir, uid).length === 0 ? true : undefined), `no leftovers of pod ${uid}`, 30_000).catch(() => {
+      assert.fail(`pod ${uid} left: ${podLeftovers(server.dataDir, uid).join(', ')}`);
+    });
+  });
+
+  it('the image user by name; runAsUser, readOnlyRootFilesystem and capabilities are enforced', async () => {
+    const byName = await kubectl(['apply', '-f', '-'], podYaml('as-user', `  - name: main\n    image: ${USER_IMAGE}\n`));
+    assert.equal(byName.code, 0, byName.stderr);
+    const locked = await kubectl(
+      ['apply', '-f', '-'],
+      podYaml(
+        'locked',
+        `  - name: main
+    image: ${WEB}
+    securityContext:
+      runAsUser: 4242
+      runAsGroup: 4343
+      readOnlyRootFilesystem: true
+      allowPrivilegeEscalation: false
+      capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}
+`,
+      ),
+    );
+    assert.equal(locked.code, 0, locked.stderr);
+    const running = await eventually(
+      async () => {
+        const pods = await listPods(server);
+        const found = ['as-user', 'locked'].map((n) => pods.find((p) => p.name === n && p.ready));
+        return found.every(Boolean) ? found : undefined;
+      },
+      'as-user and locked running',
+      60_000,
+    );
+    const [asUser, lockedPod] = running as { uid: string }[];
+    assert.equal((await execIn(server.dataDir, asUser!.uid, 'main', ['id', '-u'])).stdout.trim(), '1000', "the image's User 'user' from its /etc/passwd");
+
+    const id = await execIn(server.dataDir, lockedPod!.uid, 'main', ['id']);
+    assert.match(id.stdout, /uid=4242 gid=4343/);
+    const write = await execIn(server.dataDir, lockedPod!.uid, 'main', ['touch', '/new-file']);
+    assert.notEqual(write.code, 0);
+    assert.match(write.stderr, /Read-only file system/);
+    const status = await execIn(server.dataDir, lockedPod!.uid, 'main', ['cat', '/proc/1/status']);
+    assert.match(status.stdout, /^CapBnd:\s+0000000000000400$/m, 'only CAP_NET_BIND_SERVICE in the bounding set');
+    assert.match(status.stdout, /^NoNewPrivs:\s+1$/m);
+    assert.match(status.stdout, /^Seccomp:\s+2$/m, 'the default seccomp filter is on');
+    const rootStatus = await execIn(server.dataDir, asUser!.uid, 'main', ['cat', '/proc/1/status']);
+    assert.match(rootStatus.stdout, /^CapBnd:\s+00000000a80425fb$/m, 'the default 14 capabilities');
+    for (const name of ['as-user', 'locked']) assert.equal((await kubectl(['delete', 'pod', name, '--wait=false'])).code, 0);
+  });
+
+  it('a container over its memory limit is OOMKilled and restarted', async () => {
+    const applied = await kubectl(
+      ['apply', '-f', '-'],
+      podYaml(
+        'hog',
+        `  - name: hog
+    image: ${WEB}
+    command: [dd, if=/dev/zero, of=/dev/null, bs=64M]
+    resources: {limits: {memory: 24Mi}}
+`,
+      ),
+    );
+    assert.equal(applied.code, 0, applied.stderr);
+    const hog = await eventually(
+      async () => {
+        const found = await pod('hog');
+        const status = found.status?.containerStatuses?.[0];
+        return status && status.restartCount >= 1 && status.lastState?.terminated?.reason === 'OOMKilled' ? status : undefined;
+      },
+      'hog OOMKilled and restarted',
+      60_000,
+    );
+    assert.equal(hog.lastState!.terminated!.exitCode, 137);
+    assert.equal((await kubectl(['delete', 'pod', 'hog', '--wait=false'])).code, 0);
+  });
+
+  it('a bad securityContext or resources is refused at admission with the field', async () => {
+    const bad = await kubectl(
+      ['apply', '-f', '-'],
+      podYaml('bad', `  - name: main\n    image: ${WEB}\n    securityContext:\n      capabilities: {add: [NOT_A_CAP]}\n      runAsUser: -1\n`),
+    );
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /spec\.containers\[0\]\.securityContext\.capabilities\.add\[0\]: Unsupported value: "NOT_A_CAP"/);
+    assert.match(bad.stderr, /spec\.containers\[0\]\.securityContext\.runAsUser: Invalid value: -1/);
+    const res = await request(server, 'POST', '/api/v1/namespaces/default/pods', {
+      body: {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: 'bad2' },
+        spec: { runtimeClassName: 'runc', containers: [{ name: 'c', image: WEB, securityContext: { privileged: true, allowPrivilegeEscalation: false }, resources: { limits: { memory: 'lots' } } }] },
+      },
+    });
+    assert.equal(res.status, 422, res.text);
+    const causes = (res.json as { details: { causes: { field: string }[] } }).details.causes.map((c) => c.field);
+    assert.deepEqual(causes.sort(), ['spec.containers[0].resources.limits[memory]', 'spec.containers[0].securityContext.allowPrivilegeEscalation']);
+  });
+
+  it('an image the node does not have: the pod says why and where it looked', async () => {
+    const applied = await kubectl(['apply', '-f', '-'], podYaml('missing', `  - name: main\n    image: drover.test/absent:1\n    imagePullPolicy: Never\n`));
+    assert.equal(applied.code, 0, applied.stderr);
+    const waiting = await eventually(
+      async () => {
+        const state = (await pod('missing')).status?.containerStatuses?.[0]?.state?.waiting;
+        return state?.reason === 'ErrImageNeverPull' ? state : undefined;
+      },
+      'missing image reported',
+      30_000,
+    );
+    assert.match(waiting.message ?? '', /Container image "drover\.test\/absent:1" is not present with pull policy of Never/);
+    assert.equal((await kubectl(['delete', 'pod', 'missing', '--wait=false'])).code, 0);
+  });
+});
