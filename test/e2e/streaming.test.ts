@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import tls from 'node:tls';
 import { after, before, describe, it } from 'node:test';
 import { WebSocket } from 'ws';
 import { cleanupAgents, freePort, registerNode } from '../helpers/agent.js';
@@ -215,6 +216,40 @@ describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
     }, `kubectl port-forward listening (${client.name})`, 30_000);
     return { child, localPort, output: () => output };
   }
+
+  it('a SPDY client that sends garbage after the upgrade loses its connection, nothing else', async () => {
+    for (const garbage of [
+      // SYN_STREAM whose header block is not zlib
+      Buffer.concat([Buffer.from([0x80, 3, 0, 1, 0, 0, 0, 14, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0]), Buffer.from('nozlib')]),
+      // a frame claiming 16 MiB
+      Buffer.from([0x80, 3, 0, 1, 0, 0xff, 0xff, 0xff]),
+      // data for a stream never opened, then SPDY/2
+      Buffer.from([0, 0, 0, 9, 0, 0, 0, 1, 0x41, 0x80, 2, 0, 1, 0, 0, 0, 0]),
+    ]) {
+      const closed = await new Promise<string>((resolve, reject) => {
+        const socket = tls.connect({ host: '127.0.0.1', port: server.port, ca: server.caPem, servername: 'localhost' }, () => {
+          socket.write(
+            `POST /api/v1/namespaces/default/pods/shell/exec?command=true&stdout=true&container=main HTTP/1.1\r\nHost: 127.0.0.1\r\n` +
+              `Authorization: Bearer ${server.token}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n`,
+          );
+        });
+        let seen = '';
+        socket.on('data', (c: Buffer) => {
+          seen += c.toString('latin1');
+          if (seen.startsWith('HTTP/1.1 101') && seen.includes('\r\n\r\n') && !seen.includes('sent')) {
+            seen += 'sent';
+            socket.write(garbage);
+          }
+        });
+        socket.on('error', () => undefined);
+        socket.on('close', () => resolve(seen));
+        setTimeout(() => reject(new Error(`the server kept the connection: ${seen}`)), 20_000).unref();
+      });
+      assert.match(closed, /^HTTP\/1\.1 101 Switching Protocols/);
+    }
+    const still = await kubectl(['exec', 'shell', '-c', 'main', '--', 'echo', 'alive']);
+    assert.equal(still.stdout, 'alive\n', still.stderr);
+  });
 
   it('a command whose client goes away is ended with it', async () => {
     const marker = String(100_000 + Math.floor(Math.random() * 800_000));

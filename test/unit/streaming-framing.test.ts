@@ -231,8 +231,9 @@ describe('SPDY/3.1 sessions', () => {
     session.close();
   });
 
-  it('ends the session on a frame of another version, or one too large', async () => {
-    for (const bad of [Buffer.from([0x80, 2, 0, 1, 0, 0, 0, 0]), Buffer.from([0x80, 3, 0, 1, 0, 0xff, 0xff, 0xff])]) {
+  it('ends the session on a frame of another version, one too large, or a header block that is not zlib', async () => {
+    const notZlib = Buffer.concat([Buffer.from([0x80, 3, 0, 1, 0, 0, 0, 14, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0]), Buffer.from('nozlib')]);
+    for (const bad of [Buffer.from([0x80, 2, 0, 1, 0, 0, 0, 0]), Buffer.from([0x80, 3, 0, 1, 0, 0xff, 0xff, 0xff]), notZlib]) {
       const client = new TestClient();
       const session = new SpdySession(client.transport);
       let closed = false;

@@ -124,9 +124,13 @@ class HeaderZlib {
   /** Runs one block through, ending with a sync flush, and returns what came out. */
   run(input: Buffer): Promise<Buffer> {
     return new Promise((resolve, reject) => {
-      if (this.failed) return reject(this.failed);
+      if (this.failed) return reject(new SpdyProtocolError(`header block: ${this.failed.message}`));
+      // A block that is not zlib fails the stream, and the flush then never calls back.
+      const onError = (error: Error): void => reject(new SpdyProtocolError(`header block: ${error.message}`));
+      this.stream.once('error', onError);
       this.stream.write(input);
       this.stream.flush(zlib.constants.Z_SYNC_FLUSH, () => {
+        this.stream.off('error', onError);
         if (this.failed) return reject(new SpdyProtocolError(`header block: ${this.failed.message}`));
         const chunks: Buffer[] = [];
         let size = 0;
