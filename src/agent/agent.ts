@@ -4,6 +4,8 @@ import type { KubeObject } from '../apiserver/objects.js';
 import { shutdownTimings } from '../config/timings.js';
 import type { Taint } from '../node-protocol/taints.js';
 import type { Logger } from '../logging/logger.js';
+import type { GcPolicy } from '../images/gc.js';
+import { type NodeImages, startNodeImages } from '../images/node-images.js';
 import type { AgentMetrics } from '../metrics/metrics.js';
 import { EMPTY_REGISTRIES, loadRegistries, type RegistriesConfig } from '../images/registry/registries.js';
 import { JoinError } from './bootstrap.js';
@@ -44,6 +46,8 @@ export interface AgentOptions {
   supervisorMetrics: boolean;
   /** registries.yaml (K3s's format): where this node pulls images from; unset or missing = no mirrors. */
   privateRegistry?: string;
+  /** Image garbage collection thresholds (this node's image-gc-high/low-threshold settings). */
+  imageGc?: GcPolicy;
   /** This agent's effective settings, published for `drover config drift` (standalone agents). */
   publishedConfig?: Record<string, string>;
   /**
@@ -82,6 +86,8 @@ export class Agent {
   private metrics: AgentMetrics | undefined;
   /** This node's registries.yaml, read once at start (as K3s does: a change needs a restart). */
   readonly registries: RegistriesConfig;
+  /** The node's image store: archives in <data-dir>/agent/images imported, images garbage-collected. */
+  private images: NodeImages | undefined;
 
   constructor(private readonly options: AgentOptions) {
     this.agentDir = path.join(options.dataDir, 'agent');
@@ -154,6 +160,7 @@ export class Agent {
     }
     this.renewal.start();
     const timings = this.registration.timings;
+    this.images = await startNodeImages({ agentDir: this.agentDir, logger: this.logger, gc: this.options.imageGc ?? { highThresholdPercent: 85, lowThresholdPercent: 80 } });
     this.pods = new PodManager({
       nodeName: this.options.nodeName,
       nodeIp: this.registration.nodeIp(),
@@ -226,6 +233,7 @@ export class Agent {
       this.pods?.beginDrain();
       await this.pods?.stopAll(Math.max(500, drainDeadline - Date.now()));
       this.pods?.stop();
+      this.images?.stop();
       this.renewal.stop();
       if (this.registered()) {
         await this.renewal.release();

@@ -12,12 +12,14 @@ export interface NodeSettings {
   shutdownGracePeriodMs: number;
   supervisorMetrics: boolean;
   privateRegistry: string;
+  imageGcHighThreshold: number;
+  imageGcLowThreshold: number;
 }
 
 /** The part of AgentOptions that comes from the node's own settings (never from another server). */
 export function agentOptionsOf(
   settings: NodeSettings,
-): Pick<AgentOptions, 'nodeName' | 'labels' | 'taints' | 'agentPort' | 'nodeIp' | 'shutdownGracePeriodMs' | 'supervisorMetrics' | 'privateRegistry'> {
+): Pick<AgentOptions, 'nodeName' | 'labels' | 'taints' | 'agentPort' | 'nodeIp' | 'shutdownGracePeriodMs' | 'supervisorMetrics' | 'privateRegistry' | 'imageGc'> {
   return {
     nodeName: settings.nodeName,
     labels: labelRecord(settings.nodeLabels),
@@ -27,5 +29,6 @@ export function agentOptionsOf(
     shutdownGracePeriodMs: settings.shutdownGracePeriodMs,
     supervisorMetrics: settings.supervisorMetrics,
     privateRegistry: settings.privateRegistry,
+    imageGc: { highThresholdPercent: settings.imageGcHighThreshold, lowThresholdPercent: settings.imageGcLowThreshold },
   };
 }

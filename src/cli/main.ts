@@ -7,6 +7,7 @@ import { DROVER_VERSION, versionInfo } from '../version.js';
 import { clusterConfigSet, configDrift, defaultKubeconfig, nodeForget, tokenShow } from './admin.js';
 import { fail, resolveFrom, runAgent, runServer } from './run.js';
 import { secretsEncryptRotateKeys, secretsEncryptStatus } from './secrets-encrypt.js';
+import { addImageCommands } from './images.js';
 import { addKubeconfigCommand } from './users.js';
 
 /**
@@ -112,5 +113,6 @@ clusterConfig
   .action(clusterConfigSet);
 
 addKubeconfigCommand(program);
+addImageCommands(program);
 
 await program.parseAsync(process.argv);

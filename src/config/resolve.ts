@@ -287,8 +287,20 @@ function tokenFromFile(config: ResolvedConfig, resolved: Map<string, ResolvedSet
 
 /** Rules across settings, each naming every key involved. */
 function combinationProblems(config: ResolvedConfig): string[] {
-  if (config.isFor('server')) return serverProblems(config);
-  if (config.isFor('agent')) return agentProblems(config);
+  if (config.isFor('server')) return [...serverProblems(config), ...nodeProblems(config)];
+  if (config.isFor('agent')) return [...agentProblems(config), ...nodeProblems(config)];
+  return [];
+}
+
+/** Rules on node-scoped settings that servers and agents share. */
+function nodeProblems(config: ResolvedConfig<'server'> | ResolvedConfig<'agent'>): string[] {
+  const c = config as ResolvedConfig<'agent'>;
+  const high = c.get('image-gc-high-threshold');
+  const low = c.get('image-gc-low-threshold');
+  // As the kubelet: the low threshold is where collection stops, so it must lie below where it starts.
+  if (low >= high) {
+    return [`image-gc-low-threshold ${low} (${c.source('image-gc-low-threshold')}) must be below image-gc-high-threshold ${high} (${c.source('image-gc-high-threshold')})`];
+  }
   return [];
 }
 

@@ -19,7 +19,7 @@ import type { Taint } from '../node-protocol/taints.js';
 
 export type Command = 'server' | 'agent';
 export type Scope = 'cluster' | 'node';
-export type SettingType = 'string' | 'bool' | 'port' | 'count' | 'duration' | 'enum' | 'list' | 'labels' | 'taints';
+export type SettingType = 'string' | 'bool' | 'port' | 'count' | 'percent' | 'duration' | 'enum' | 'list' | 'labels' | 'taints';
 
 export interface Setting {
   name: string;
@@ -369,6 +369,22 @@ const TABLE = [
     default: false,
   },
   {
+    name: 'image-gc-high-threshold',
+    type: 'percent',
+    help: 'disk usage (percent of the filesystem holding the image store) at which images no pod on this node uses are removed, least recently used first (100 turns image garbage collection off; kubelet: 85)',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: 85,
+  },
+  {
+    name: 'image-gc-low-threshold',
+    type: 'percent',
+    help: 'disk usage image garbage collection frees down to, once it runs (below image-gc-high-threshold; kubelet: 80)',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: 80,
+  },
+  {
     name: 'log-level',
     type: 'enum',
     help: 'log verbosity',
@@ -409,6 +425,7 @@ interface ValueByType {
   bool: boolean;
   port: number;
   count: number;
+  percent: number;
   duration: number;
   enum: string;
   list: string[];

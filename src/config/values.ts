@@ -31,6 +31,8 @@ export function expectedType(setting: Setting): string {
       return 'a port number (0-65535)';
     case 'count':
       return 'a whole number of at least 1';
+    case 'percent':
+      return 'a whole percentage (0-100)';
     case 'duration':
       return 'a duration such as 500ms, 4s or 1m30s';
     case 'enum':
@@ -90,6 +92,13 @@ export function parseText(setting: Setting, text: string): unknown {
       }
       return count;
     }
+    case 'percent': {
+      const percent = Number(text.trim().replace(/%$/, ''));
+      if (!/^\d+%?$/.test(text.trim()) || percent > 100) {
+        throw new ValueError(expectedType(setting), `expected a whole percentage (0-100), got "${text}"`);
+      }
+      return percent;
+    }
     case 'duration':
       try {
         return parseDuration(text);
@@ -129,6 +138,10 @@ export function parseYamlValue(setting: Setting, value: unknown): unknown {
       return wrong();
     case 'count':
       if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 1) return value;
+      if (typeof value === 'string') return parseText(setting, value);
+      return wrong();
+    case 'percent':
+      if (typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= 100) return value;
       if (typeof value === 'string') return parseText(setting, value);
       return wrong();
     case 'duration':

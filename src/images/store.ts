@@ -19,6 +19,7 @@ import { isSha256Digest, parseImageRef } from './reference.js';
  *   layers/<hex>/fs        a layer unpacked, keyed by its diff id; layers/<hex>/layer.json says
  *                          what it deletes from the layers below and whether overlayfs can use it
  *   tmp/                   downloads and unpacks in progress (renamed into place when complete)
+ *   leases/                what imports and pulls in progress wrote but have not named yet
  *
  * Blobs are checked on write and on read (blobs.ts). A name points at a manifest or an index; an
  * index is resolved to this platform's manifest. Layers are shared by every image that has them.
@@ -97,6 +98,9 @@ export class ImageStore {
   private readonly refsDir: string;
   private readonly layersDir: string;
   private readonly tmpDir: string;
+  private readonly leasesDir: string;
+  /** The lease files of this object's imports and pulls in progress. */
+  private readonly leases = new Set<string>();
   private readonly logger: Logger | undefined;
   private readonly overlayMarks: boolean;
   /** Unpacks in progress in this process, so concurrent callers share one. */
@@ -108,9 +112,9 @@ export class ImageStore {
     this.refsDir = path.join(root, 'refs');
     this.layersDir = path.join(root, 'layers');
     this.tmpDir = path.join(root, 'tmp');
+    this.leasesDir = path.join(root, 'leases');
     this.logger = options.logger;
     this.overlayMarks = options.overlayMarks ?? process.getuid?.() === 0;
-    fs.mkdirSync(root, { recursive: true, mode: 0o700 });
   }
 
   /** The store of a node's data dir: `<data-dir>/agent/image-store`. */
@@ -127,11 +131,56 @@ export class ImageStore {
   /** Writes a blob whose digest is known; refused (and nothing kept) when the content does not match. */
   async putBlob(digest: string, content: Readable | NodeJS.ReadableStream, what?: string): Promise<void> {
     await this.blobs.ingest(content, digest, what ?? `blob ${digest}`);
+    this.leased(digest);
   }
 
   /** Writes a blob whose digest is learned from its content. */
-  ingestBlob(content: Readable | NodeJS.ReadableStream): Promise<{ digest: string; size: number }> {
-    return this.blobs.ingest(content);
+  async ingestBlob(content: Readable | NodeJS.ReadableStream): Promise<{ digest: string; size: number }> {
+    const written = await this.blobs.ingest(content);
+    this.leased(written.digest);
+    return written;
+  }
+
+  /**
+   * Runs `work` (an import, a pull) under a lease: every blob this store object writes meanwhile
+   * is listed in a file under `leases/`, and a sweep in any process keeps what a live process's
+   * lease lists, so content is safe between being written and being named.
+   */
+  async withLease<T>(work: () => Promise<T>): Promise<T> {
+    fs.mkdirSync(this.leasesDir, { recursive: true, mode: 0o700 });
+    const file = path.join(this.leasesDir, `lease-${process.pid}-${randomBytes(6).toString('hex')}`);
+    fs.writeFileSync(file, '', { mode: 0o600 });
+    this.leases.add(file);
+    try {
+      return await work();
+    } finally {
+      this.leases.delete(file);
+      fs.rmSync(file, { force: true });
+    }
+  }
+
+  private leased(digest: string): void {
+    for (const file of this.leases) fs.appendFileSync(file, `${digest}\n`);
+  }
+
+  /** Digests held by the leases of live processes; the leases of dead ones are removed. */
+  private leasedDigests(): string[] {
+    const digests: string[] = [];
+    for (const name of readdirOrEmpty(this.leasesDir)) {
+      const file = path.join(this.leasesDir, name);
+      const pid = Number(/^lease-(\d+)-/.exec(name)?.[1]);
+      if (!Number.isInteger(pid)) continue;
+      if (pid !== process.pid && !processAlive(pid)) {
+        fs.rmSync(file, { force: true });
+        continue;
+      }
+      try {
+        digests.push(...fs.readFileSync(file, 'utf8').split('\n').filter(isSha256Digest));
+      } catch {
+        // released just now
+      }
+    }
+    return digests;
   }
 
   /** Where a blob lives (read it through readBlob or layers, which verify it). */
@@ -382,18 +431,18 @@ export class ImageStore {
 
   /** Imports an OCI image-layout or `docker save` archive (tar, gzip or not). */
   importArchive(file: string, options: ImportOptions = {}): Promise<ArchiveImport> {
-    return importArchive(this, file, options);
+    return this.withLease(() => importArchive(this, file, options));
   }
 
   /**
    * Removes every blob and unpacked layer no name (and none of `keep`, digests of images pods
-   * use) reaches. Content younger than `graceMs` is spared: it may belong to an import or pull
-   * in progress in another process that has not named it yet.
+   * use, nor a live process's lease) reaches. Content younger than `graceMs` is spared too: an
+   * import or pull that holds no lease may not have named it yet.
    */
   async sweep(keep: readonly string[] = [], graceMs = 15 * 60_000): Promise<SweepResult> {
     const liveBlobs = new Set<string>();
     const liveLayers = new Set<string>();
-    const roots = [...this.records().map((r) => r.digest), ...keep.filter(isSha256Digest)];
+    const roots = [...this.records().map((r) => r.digest), ...keep.filter(isSha256Digest), ...this.leasedDigests()];
     const visit = async (digest: string): Promise<void> => {
       if (liveBlobs.has(digest)) return;
       liveBlobs.add(digest);

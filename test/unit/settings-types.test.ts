@@ -55,6 +55,8 @@ const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
   privateRegistry: true,
   shutdownGracePeriodMs: true,
   supervisorMetrics: true,
+  imageGcHighThreshold: true,
+  imageGcLowThreshold: true,
   logLevel: true,
 };
 
@@ -71,6 +73,8 @@ const AGENT_FIELDS: Record<keyof AgentSettings, true> = {
   privateRegistry: true,
   shutdownGracePeriodMs: true,
   supervisorMetrics: true,
+  imageGcHighThreshold: true,
+  imageGcLowThreshold: true,
   logLevel: true,
 };
 
@@ -155,5 +159,31 @@ describe('service-account-issuer', () => {
         return true;
       });
     }
+  });
+});
+
+describe('image-gc-high-threshold and image-gc-low-threshold', () => {
+  const agentFlags = { server: 'https://127.0.0.1:6443', token: 'K10::server:abc' };
+  it('default to the kubelet’s 85 and 80, take whole percentages, and reach the agent’s options', () => {
+    const defaults = resolve('agent', agentFlags).values;
+    assert.deepEqual([defaults.imageGcHighThreshold, defaults.imageGcLowThreshold], [85, 80]);
+    const set = resolve('server', { 'image-gc-high-threshold': '100', 'image-gc-low-threshold': '0%' }).values;
+    assert.deepEqual([set.imageGcHighThreshold, set.imageGcLowThreshold], [100, 0]);
+  });
+
+  it('refuses what is not a percentage, and a low threshold not below the high one', () => {
+    for (const value of ['101', '-1', '50.5', 'half']) {
+      assert.throws(() => resolve('agent', { ...agentFlags, 'image-gc-high-threshold': value }), (error: Error & { problems?: string[] }) => {
+        assert.match(error.problems?.join('\n') ?? '', /--image-gc-high-threshold: expected a whole percentage \(0-100\)/);
+        return true;
+      });
+    }
+    assert.throws(() => resolve('server', { 'image-gc-high-threshold': '70', 'image-gc-low-threshold': '70' }), (error: Error & { problems?: string[] }) => {
+      assert.match(
+        error.problems?.join('\n') ?? '',
+        /image-gc-low-threshold 70 \(flag:--image-gc-low-threshold\) must be below image-gc-high-threshold 70 \(flag:--image-gc-high-threshold\)/,
+      );
+      return true;
+    });
   });
 });
