@@ -80,31 +80,35 @@ export function presentsClientCertificate(req: IncomingMessage): boolean {
   return Boolean(socket.getPeerCertificate(false)?.raw);
 }
 
-interface Judged {
-  fingerprint: string;
-  parsed: ParsedCertificate | { refused: string };
-}
-
 export class X509Authenticator implements Authenticator {
-  /** Each connection's certificate is parsed once (a connection carries many requests). */
-  private readonly judged = new WeakMap<object, Judged>();
+  /**
+   * Each connection's certificate, read and parsed once: a connection carries many requests, and
+   * reading the peer certificate from TLS (Node builds an object of it, with three fingerprints)
+   * cost more than the rest of a certificate user's authentication.
+   */
+  private readonly judged = new WeakMap<object, ParsedCertificate | { refused: string }>();
 
   constructor(private readonly now: () => number = Date.now) {}
 
   authenticate(req: IncomingMessage): UserInfo | undefined {
     const socket = req.socket as Partial<TLSSocket>;
-    if (typeof socket.getPeerCertificate !== 'function' || !socket.authorized) return undefined;
-    const peer = socket.getPeerCertificate(false);
-    if (!peer?.raw) return undefined;
+    // A plain socket has no `authorized`; a TLS one has it true only for a certificate TLS verified.
+    if (!socket.authorized) return undefined;
     let judged = this.judged.get(socket);
-    // Keyed by fingerprint too: a renegotiated connection may carry another certificate.
-    if (!judged || judged.fingerprint !== peer.fingerprint256) {
-      judged = { fingerprint: peer.fingerprint256, parsed: parse(peer.raw) };
+    if (!judged) {
+      if (typeof socket.getPeerCertificate !== 'function') return undefined;
+      const peer = socket.getPeerCertificate(false);
+      if (!peer?.raw) return undefined;
+      judged = parse(peer.raw);
+      // The certificate read here stays the connection's: no TLS 1.2 renegotiation may bring
+      // another one later (an attempt ends the connection). Go's TLS server, so kube-apiserver,
+      // never renegotiates either; TLS 1.3 has no renegotiation at all.
+      socket.disableRenegotiation?.();
       this.judged.set(socket, judged);
     }
-    if (!('identity' in judged.parsed)) return undefined;
+    if (!('identity' in judged)) return undefined;
     // Validity at this request, not only at the handshake: a keep-alive connection may outlive it.
-    const result = atTime(judged.parsed, this.now());
+    const result = atTime(judged, this.now());
     return 'user' in result ? result.user : undefined;
   }
 }

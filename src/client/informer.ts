@@ -19,6 +19,8 @@ export class Informer {
   private watch: WatchHandle | undefined;
   private stopped = false;
   private synced = false;
+  /** Between a successful list and the end of the watch that follows it. */
+  private following = false;
   private retryTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -28,10 +30,24 @@ export class Informer {
     private readonly onChange: ChangeHandler,
     private readonly logger: Logger,
     private readonly options: ListOptions = {},
+    /**
+     * What is kept of each object (and handed to onChange), as client-go's SetTransform: a cache
+     * that needs a few fields need not hold every object whole. The resourceVersion must stay.
+     */
+    private readonly transform: (obj: KubeObject) => KubeObject = (obj) => obj,
   ) {}
 
   get hasSynced(): boolean {
     return this.synced;
+  }
+
+  /**
+   * Listed, and the watch from that list not ended: the cache is as current as the watch's
+   * delivery. False before the first list, while re-listing after a watch ended (a compaction, a
+   * lost connection) and once stopped: a reader that must not act on old data reads the store then.
+   */
+  get current(): boolean {
+    return this.following && !this.stopped;
   }
 
   items(): KubeObject[] {
@@ -57,7 +73,8 @@ export class Informer {
     try {
       const { items, resourceVersion } = await this.client.list(this.ref, this.namespace, this.options);
       const seen = new Set<string>();
-      for (const obj of items) {
+      for (const listed of items) {
+        const obj = this.transform(listed);
         const key = cacheKey(obj);
         seen.add(key);
         const old = this.cache.get(key);
@@ -72,6 +89,7 @@ export class Informer {
         }
       }
       this.synced = true;
+      this.following = true;
       this.startWatch(resourceVersion);
     } catch (error) {
       this.logger.warn({ err: error, resource: this.ref.plural }, 'list failed; retrying');
@@ -82,7 +100,8 @@ export class Informer {
   private startWatch(resourceVersion: string): void {
     if (this.stopped) return;
     this.watch = this.client.watch(this.ref, this.namespace, resourceVersion, this.options, {
-      onEvent: (type, obj) => {
+      onEvent: (type, event) => {
+        const obj = this.transform(event);
         const key = cacheKey(obj);
         const old = this.cache.get(key);
         if (type === 'DELETED') this.cache.delete(key);
@@ -90,6 +109,7 @@ export class Informer {
         this.onChange(type, obj, old);
       },
       onClose: (error, expired) => {
+        this.following = false;
         if (this.stopped) return;
         if (error && !expired) this.logger.debug({ err: error, resource: this.ref.plural }, 'watch closed; re-listing');
         this.retryTimer = setTimeout(() => void this.relist(), expired ? 0 : 200);

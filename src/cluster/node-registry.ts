@@ -1,7 +1,7 @@
-import { createHash, randomBytes, scrypt as scryptCallback, timingSafeEqual } from 'node:crypto';
+import { randomBytes, scrypt as scryptCallback, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { promisify } from 'node:util';
-import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
+import { type Authenticator, presentedToken, tokenDigest, type UserInfo } from '../apiserver/auth.js';
 import { errors } from '../apiserver/errors.js';
 import { ConflictError, type Datastore, KeyExistsError, KeyNotFoundError, type Watch } from '../datastore/types.js';
 import { generateSecret } from '../security/tokens.js';
@@ -61,9 +61,8 @@ export interface AgentEndpoint {
   port: number;
 }
 
-function sha256(text: string): string {
-  return createHash('sha256').update(text).digest('hex');
-}
+/** The credential's digest as stored in its record: the same digest every token authenticator looks up. */
+const sha256 = tokenDigest;
 
 async function hashPassword(password: string, salt: Buffer): Promise<string> {
   return (await scrypt(password, salt, 32)).toString('hex');
@@ -233,9 +232,10 @@ export class NodeRegistry implements Authenticator {
   }
 
   authenticate(req: IncomingMessage): UserInfo | undefined {
-    const token = bearerToken(req);
+    // The digest the other token authenticators of the chain worked out already.
+    const token = presentedToken(req);
     if (!token) return undefined;
-    const nodeName = this.byTokenHash.get(sha256(token));
+    const nodeName = this.byTokenHash.get(token.digest);
     if (!nodeName) return undefined;
     return { name: `${NODE_USER_PREFIX}${nodeName}`, groups: [NODES_GROUP, 'system:authenticated'] };
   }

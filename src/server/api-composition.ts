@@ -114,6 +114,8 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   if (input.runsApi) {
     await reconcileDefaultRbac(client, logger);
     await rbac.start();
+    // ServiceAccount tokens are then checked against informers, not a read of the store each.
+    await serviceAccounts.authenticator.start();
   }
   // How this server proves itself to agents when it fetches a pod's logs from them.
   const logClient = await issueCertificate(identity.clientCa, { commonName: API_SERVER_CLIENT_NAME, usage: 'client' });

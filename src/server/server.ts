@@ -201,6 +201,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       nodeRegistry,
       nodeGraph,
       rbac,
+      serviceAccountAuthenticator: serviceAccounts.authenticator,
       api,
       encryption: atRest?.encryption,
       datastore,

@@ -17,7 +17,7 @@ import type { DataDirLock } from './lock.js';
  * agent's planned shutdown and drain (its node shows Down, and this server's controllers, if it
  * leads, are still there to create the replacements the drain waits for); the compaction timer
  * and this server's entry in the server directory; the controllers, then the controller lease
- * (released), and the node registry's, node graph's and RBAC cache's watches; the listener, requests in
+ * (released), and the node registry's, node graph's, RBAC cache's and token authenticator's watches; the listener, requests in
  * flight, then every connection; the datastore, the managed etcd member, the lock. Called any
  * number of times, it runs once.
  */
@@ -32,6 +32,8 @@ export interface ServerParts {
   nodeRegistry: NodeRegistry;
   nodeGraph: NodeConfigGraph;
   rbac: RbacCache;
+  /** Its informers of ServiceAccounts and bound objects. */
+  serviceAccountAuthenticator: { stop(): void };
   api: ApiServer;
   /** Secrets encryption at rest's key follower, when this server serves the API. */
   encryption: SecretsEncryption | undefined;
@@ -57,6 +59,7 @@ export function shutdownSequence(parts: ServerParts): () => Promise<void> {
       parts.nodeRegistry.stop();
       parts.nodeGraph.stop();
       parts.rbac.stop();
+      parts.serviceAccountAuthenticator.stop();
       await parts.api.close(timings.requestDrainMs);
       await parts.encryption?.stop();
       await parts.datastore.close();

@@ -4,11 +4,14 @@
  * refusals and bindings), and the ServiceAccount token authenticator over the in-memory store:
  * accepted tokens give kube's user; expired (a fake `now`), wrong-audience, deleted or re-created
  * account, deleted or re-created bound pod and Secret are refused; other tokens fall through to
- * the next authenticator of the chain.
+ * the next authenticator of the chain. Then the same authenticator with its informers started:
+ * no store read for a token seen lately, and still every refusal (deleted, re-created) once the
+ * watch delivers the change, while a token for an account created a moment ago works at once.
  *
  * Run: node --import tsx --test test/unit/service-account-auth.test.ts
  */
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { decodeJwt } from 'jose';
@@ -18,7 +21,7 @@ import type { TokenIssuer } from '../../src/apiserver/definition.js';
 import { ApiError } from '../../src/apiserver/errors.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { ResourceVerbs } from '../../src/apiserver/verbs/verbs.js';
-import { NAMESPACES, PODS, SECRETS, SERVICEACCOUNTS } from '../../src/client/types.js';
+import { type ApiClient, NAMESPACES, PODS, SECRETS, SERVICEACCOUNTS } from '../../src/client/types.js';
 import { ServiceAccountAuthenticator } from '../../src/cluster/service-account-authenticator.js';
 import {
   defaultApiAudiences,
@@ -29,6 +32,7 @@ import {
   signingKeyFromPem,
 } from '../../src/security/service-account-tokens.js';
 import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
+import { eventually } from '../helpers/server.js';
 
 const ISSUER = defaultIssuer();
 const API_AUDIENCES = defaultApiAudiences(ISSUER);
@@ -290,5 +294,109 @@ describe('the ServiceAccount token authenticator', () => {
     assert.equal(await chain.authenticate({ headers: {} } as IncomingMessage), undefined);
     const good = await tokenFor('ci', 'deployer');
     assert.equal((await chain.authenticate(request(good)))?.name, 'system:serviceaccount:ci:deployer');
+  });
+});
+
+describe('the ServiceAccount token authenticator with its informers started', () => {
+  let cached: ServiceAccountAuthenticator;
+  /** Reads of the store by the authenticator, by resource. */
+  const reads = new Map<string, number>();
+  const readsOf = (plural: string): number => reads.get(plural) ?? 0;
+  /** Answered without a turn of the event loop: verified lately, and every object in the cache with the token's UID. */
+  const fromCache = (authenticator: ServiceAccountAuthenticator, token: string): boolean => !(authenticator.authenticate(request(token)) instanceof Promise);
+
+  before(async () => {
+    // The real client, counting the authenticator's reads.
+    const counting: ApiClient = Object.create(api.client, {
+      get: {
+        value: (...args: Parameters<ApiClient['get']>) => {
+          reads.set(args[0].plural, readsOf(args[0].plural) + 1);
+          return api.client.get(...args);
+        },
+      },
+    }) as ApiClient;
+    cached = new ServiceAccountAuthenticator({ client: counting, keys: [key], issuers: [ISSUER], apiAudiences: API_AUDIENCES, logger: api.logger });
+    await api.client.create(NAMESPACES, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'cached' } });
+    await api.client.create(SERVICEACCOUNTS, 'cached', account('steady'));
+    await cached.start();
+    assert.ok(cached.following('serviceAccount'), 'the accounts are listed and watched');
+  });
+
+  after(() => {
+    cached.stop();
+  });
+
+  it('reads nothing from the store for a token seen lately whose account the cache holds, and answers without waiting', async () => {
+    const token = await tokenFor('cached', 'steady');
+    assert.equal((await cached.authenticate(request(token)))?.name, 'system:serviceaccount:cached:steady');
+    const before = readsOf('serviceaccounts');
+    for (let i = 0; i < 20; i++) {
+      const answer = cached.authenticate(request(token));
+      assert.ok(!(answer instanceof Promise), 'answered without waiting');
+      assert.equal(answer?.name, 'system:serviceaccount:cached:steady');
+    }
+    assert.equal(readsOf('serviceaccounts'), before, 'no read of the account per request');
+  });
+
+  it('a token of an account the cache does not hold yet works at once: the store is read', async () => {
+    const uid = randomUUID();
+    const claims = { issuer: ISSUER, namespace: 'cached', serviceAccount: { name: 'fresh', uid }, audiences: API_AUDIENCES, expirationSeconds: 3600 };
+    const token = (await issueServiceAccountToken(key, claims)).token;
+    assert.equal(await cached.authenticate(request(token)), undefined, 'no such account yet');
+    const before = readsOf('serviceaccounts');
+    // Written under the API with the token's UID, so nothing runs between the write and the
+    // request: the watch delivers it on a later turn of the event loop.
+    const object = { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'fresh', namespace: 'cached', uid, creationTimestamp: new Date().toISOString() } };
+    await api.datastore.create(api.store.key(saDef(), 'cached', 'fresh'), Buffer.from(JSON.stringify(object)));
+    const answer = cached.authenticate(request(token));
+    assert.ok(answer instanceof Promise, 'not in the cache yet: the store is read');
+    assert.equal((await answer)?.name, 'system:serviceaccount:cached:fresh');
+    assert.equal(readsOf('serviceaccounts'), before + 1);
+  });
+
+  it('refuses the token of a deleted account once the watch delivers the deletion, and after the account is created again (UID)', async () => {
+    await api.client.create(SERVICEACCOUNTS, 'cached', account('doomed'));
+    const token = await tokenFor('cached', 'doomed');
+    await eventually(() => fromCache(cached, token), 'the account in the cache');
+    await api.client.delete(SERVICEACCOUNTS, 'cached', 'doomed');
+    await eventually(async () => (await cached.authenticate(request(token))) === undefined, 'the deleted account’s token refused');
+    await assert.rejects(cached.authenticateToken(token), /serviceaccounts "doomed" not found/);
+    await api.client.create(SERVICEACCOUNTS, 'cached', account('doomed'));
+    const again = await tokenFor('cached', 'doomed');
+    // The re-created account's own token works at once; the old one never again, cached or not.
+    assert.equal((await cached.authenticate(request(again)))?.name, 'system:serviceaccount:cached:doomed');
+    await assert.rejects(cached.authenticateToken(token), /service account UID \(.*\) does not match claim/);
+    await eventually(() => fromCache(cached, again), 'the new account in the cache');
+    assert.equal(await cached.authenticate(request(token)), undefined);
+    await assert.rejects(cached.authenticateToken(token), /service account UID \(.*\) does not match claim/);
+  });
+
+  it('follows pods from the first pod-bound token on: a deleted or replaced pod ends its tokens', async () => {
+    const p = await api.client.create(PODS, 'cached', pod('bound', 'steady'));
+    const token = await tokenFor('cached', 'steady', { boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: 'bound' } });
+    assert.equal((await cached.authenticate(request(token)))?.extra?.['authentication.kubernetes.io/pod-uid']?.[0], p.metadata.uid);
+    await eventually(() => cached.following('pod') && fromCache(cached, token), 'the pod in the cache');
+    const before = readsOf('pods');
+    assert.ok(cached.authenticate(request(token)));
+    assert.equal(readsOf('pods'), before, 'no read of the pod per request');
+    await api.client.delete(PODS, 'cached', 'bound', { gracePeriodSeconds: 0 });
+    await eventually(async () => (await cached.authenticate(request(token))) === undefined, 'the deleted pod’s token refused');
+    await api.client.create(PODS, 'cached', pod('bound', 'steady'));
+    await assert.rejects(cached.authenticateToken(token), /pod UID \(.*\) does not match service account pod ref claim/);
+    assert.ok(!cached.following('node'), 'nodes are not followed for tokens not bound to one');
+    assert.ok(!cached.following('secret'));
+    assert.equal(readsOf('nodes'), 0);
+  });
+
+  it('once stopped, reads the store at every request again: a deletion is refused by the next request', async () => {
+    const stopped = new ServiceAccountAuthenticator({ client: api.client, keys: [key], issuers: [ISSUER], apiAudiences: API_AUDIENCES, logger: api.logger });
+    await stopped.start();
+    await api.client.create(SERVICEACCOUNTS, 'cached', account('brief'));
+    const token = await tokenFor('cached', 'brief');
+    await eventually(() => fromCache(stopped, token), 'the account in the cache');
+    stopped.stop();
+    assert.ok(!stopped.following('serviceAccount'));
+    await api.client.delete(SERVICEACCOUNTS, 'cached', 'brief');
+    await assert.rejects(stopped.authenticateToken(token), /serviceaccounts "brief" not found/);
   });
 });

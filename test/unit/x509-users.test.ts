@@ -1,6 +1,10 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import type { IncomingMessage } from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import tls from 'node:tls';
 import { webcrypto, X509Certificate } from 'node:crypto';
 import { describe, it } from 'node:test';
 import * as x509 from '@peculiar/x509';
@@ -136,6 +140,68 @@ describe('X509Authenticator', () => {
     assert.equal(authenticator.authenticate(requestWith(undefined, true)), undefined);
     // A plain socket (no TLS at all).
     assert.equal(authenticator.authenticate({ socket: {}, headers: {} } as unknown as IncomingMessage), undefined);
+  });
+
+  it('reads a connection’s certificate once, and refuses renegotiation on it from then on', async () => {
+    const cert = await issueCertificate(await ca(), { commonName: 'hana', usage: 'client' });
+    const req = requestWith(cert.certificatePem, true);
+    let reads = 0;
+    let renegotiationDisabled = 0;
+    const socket = req.socket as unknown as { getPeerCertificate: () => unknown; disableRenegotiation: () => void };
+    const read = socket.getPeerCertificate;
+    socket.getPeerCertificate = () => {
+      reads++;
+      return read();
+    };
+    socket.disableRenegotiation = () => void renegotiationDisabled++;
+    const authenticator = new X509Authenticator();
+    for (let i = 0; i < 5; i++) assert.equal(authenticator.authenticate(req)?.name, 'hana');
+    assert.equal(reads, 1, 'the certificate is read at the first request only');
+    assert.equal(renegotiationDisabled, 1, 'so no renegotiation may bring another one');
+  });
+
+  it('on a real TLS 1.2 connection: a renegotiation after the first request ends the connection', async () => {
+    const clientCa = await ca();
+    const serverCa = await createCertificateAuthority('test-server-ca');
+    const serving = await issueCertificate(serverCa, { commonName: 'server', subjectAltNames: ['127.0.0.1'], usage: 'server' });
+    const user = await issueCertificate(clientCa, { commonName: 'iris', organizations: ['ops'], usage: 'client' });
+    const authenticator = new X509Authenticator();
+    const server = https.createServer(
+      { cert: serving.certificatePem, key: serving.privateKeyPem, ca: clientCa.certificatePem, requestCert: true, rejectUnauthorized: false },
+      (req, res) => res.end(authenticator.authenticate(req)?.name ?? 'nobody'),
+    );
+    server.on('tlsClientError', () => undefined);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const socket = tls.connect({
+      host: '127.0.0.1',
+      port,
+      ca: serverCa.certificatePem,
+      cert: user.certificatePem,
+      key: user.privateKeyPem,
+      maxVersion: 'TLSv1.2',
+    });
+    try {
+      await once(socket, 'secureConnect');
+      let answer = '';
+      socket.on('data', (chunk: Buffer) => (answer += chunk.toString()));
+      socket.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n');
+      const deadline = Date.now() + 20_000;
+      while (!answer.includes('iris') && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.match(answer, /\r\n\r\niris$/, 'the certificate’s user');
+      const closed = once(socket, 'close');
+      const outcome = await new Promise<string>((resolve) => {
+        socket.on('error', () => resolve('error'));
+        socket.on('close', () => resolve('closed'));
+        if (!socket.renegotiate({ rejectUnauthorized: true }, (error) => resolve(error ? 'refused' : 'renegotiated'))) resolve('refused');
+      });
+      assert.notEqual(outcome, 'renegotiated');
+      await closed;
+    } finally {
+      socket.destroy();
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 
   it('judges expiry at every request, also on a connection already judged', async () => {
