@@ -53,10 +53,27 @@ function generateNameSuffix(): string {
   return suffix;
 }
 
+/** A write this store made: the datastore key and the revision it got (a delete's revision for a delete). */
+export type WriteListener = (key: string, revision: number) => void;
+
 export class ObjectStore implements KindStore {
   private readonly codec = new ObjectCodec();
+  private readonly writeListeners: WriteListener[] = [];
 
   constructor(private readonly datastore: Datastore) {}
+
+  /**
+   * Call `listener` after each write of this store commits, before the writer is answered: for
+   * caches fed by a watch, which must not answer from before a write this server acknowledged
+   * (the watch delivers it a turn of the event loop later).
+   */
+  onWrite(listener: WriteListener): void {
+    this.writeListeners.push(listener);
+  }
+
+  private wrote(key: string, revision: number): void {
+    for (const listener of this.writeListeners) listener(key, revision);
+  }
 
   keyPrefix(def: ResourceDefinition, namespace?: string): string {
     const base = `${REGISTRY_PREFIX}${def.storagePath}/`;
@@ -166,6 +183,7 @@ export class ObjectStore implements KindStore {
     if (options.dryRun) return obj;
     try {
       const kv = await this.datastore.create(this.key(def, namespace, meta.name!), this.codec.encode(def, obj));
+      this.wrote(kv.key, kv.modRevision);
       meta.resourceVersion = String(kv.modRevision);
       return obj;
     } catch (error) {
@@ -249,10 +267,12 @@ export class ObjectStore implements KindStore {
           // The last finalizer is gone from an object that was asked to go away, and no grace
           // period holds it (a pod still being stopped by its node stays until that node is done).
           const deleted = await this.datastore.delete(key, kv.modRevision);
+          this.wrote(key, deleted.modRevision);
           next.metadata.resourceVersion = String(deleted.modRevision);
           return next;
         }
         const written = await this.datastore.update(key, nextValue, kv.modRevision);
+        this.wrote(key, written.modRevision);
         next.metadata.resourceVersion = String(written.modRevision);
         this.codec.remember(def, key, next);
         return next;
@@ -310,6 +330,7 @@ export class ObjectStore implements KindStore {
       if (options.dryRun) return { object: current, removed: true };
       try {
         const deleted = await this.datastore.delete(key, kv.modRevision);
+        this.wrote(key, deleted.modRevision);
         current.metadata.resourceVersion = String(deleted.modRevision);
         return { object: current, removed: true };
       } catch (error) {
@@ -379,7 +400,7 @@ export class ObjectStore implements KindStore {
       const { items } = await this.datastore.list(this.keyPrefix(def, namespace));
       for (const kv of items) {
         try {
-          await this.datastore.delete(kv.key);
+          this.wrote(kv.key, (await this.datastore.delete(kv.key)).modRevision);
           deleted++;
         } catch (error) {
           if (!(error instanceof KeyNotFoundError)) throw error;

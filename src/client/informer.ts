@@ -21,6 +21,8 @@ export class Informer {
   private synced = false;
   /** Between a successful list and the end of the watch that follows it. */
   private following = false;
+  /** The resourceVersion of the last list, or of the last event delivered since. */
+  private delivered = 0;
   private retryTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -48,6 +50,14 @@ export class Informer {
    */
   get current(): boolean {
     return this.following && !this.stopped;
+  }
+
+  /**
+   * The revision the cache has caught up with: every change up to it has been delivered (client-go's
+   * LastSyncResourceVersion). 0 before the first list.
+   */
+  get revision(): number {
+    return this.delivered;
   }
 
   items(): KubeObject[] {
@@ -90,6 +100,7 @@ export class Informer {
       }
       this.synced = true;
       this.following = true;
+      this.delivered = Number(resourceVersion) || 0;
       this.startWatch(resourceVersion);
     } catch (error) {
       this.logger.warn({ err: error, resource: this.ref.plural }, 'list failed; retrying');
@@ -106,6 +117,8 @@ export class Informer {
         const old = this.cache.get(key);
         if (type === 'DELETED') this.cache.delete(key);
         else this.cache.set(key, obj);
+        const revision = Number(obj.metadata.resourceVersion);
+        if (revision > this.delivered) this.delivered = revision;
         this.onChange(type, obj, old);
       },
       onClose: (error, expired) => {

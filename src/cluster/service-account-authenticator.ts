@@ -17,7 +17,7 @@ import {
   verifyServiceAccountToken,
   type VerifyingKey,
 } from '../security/service-account-tokens.js';
-import { objectFacts, TOKEN_OBJECT_REFS, TokenObjectCache, type TokenObjectKind } from './service-account-objects.js';
+import { type LocalWrites, objectFacts, TOKEN_OBJECT_REFS, TokenObjectCache, type TokenObjectKind } from './service-account-objects.js';
 
 /**
  * The ServiceAccount token authenticator, as kube-apiserver's: a bearer token that is a JWT of
@@ -32,9 +32,10 @@ import { objectFacts, TOKEN_OBJECT_REFS, TokenObjectCache, type TokenObjectKind 
  * bench/authz.ts). The cache is trusted only to confirm: an object it holds with the token's UID.
  * An object it does not hold, holds with another UID, or cannot vouch for (not listed yet, its
  * watch re-listing) is read from the store, so an account created a moment ago authenticates at
- * once, and a stale entry can never refuse a good token. A deletion takes effect when its watch
- * event reaches this server: on the server that deleted it, before the next request on another
- * connection is read; on others, a few milliseconds later (docs/security.md#serviceaccount-tokens).
+ * once, and a stale entry can never refuse a good token. A deletion made through this server
+ * takes effect before its DELETE is answered (the store reports its writes: LocalWrites); one made
+ * through another server when its watch event arrives, milliseconds later
+ * (docs/security.md#serviceaccount-tokens).
  *
  * The signature check of a token already verified is reused for up to 10 s, never past its
  * expiry plus the leeway: it is most of the cost of a first request (bench/service-account-auth.ts)
@@ -57,6 +58,8 @@ export interface ServiceAccountAuthenticatorOptions {
   logger: Logger;
   /** Wall time; tests pass a fixed one. */
   now?: () => Date;
+  /** This server's own writes, so that the cache never answers from before one of them (a server passes its ObjectStore's). */
+  localWrites?: LocalWrites;
 }
 
 /** The user and what the token was good for (TokenReview reports the audiences). */
@@ -133,7 +136,7 @@ export class ServiceAccountAuthenticator implements Authenticator {
 
   constructor(private readonly options: ServiceAccountAuthenticatorOptions) {
     this.now = options.now ?? (() => new Date());
-    this.objects = new TokenObjectCache(options.client, options.logger);
+    this.objects = new TokenObjectCache(options.client, options.logger, options.localWrites);
   }
 
   /** Follows the accounts from now on; resolves after their first list (until then, and without it, the store is read). */

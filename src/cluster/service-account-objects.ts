@@ -16,9 +16,19 @@ import type { ObjectFacts } from '../security/service-account-rules.js';
  * and deletion timestamp of each object are kept (no Secret data, no pod specs).
  *
  * The cache answers only for a kind whose informer is current (listed, and its watch running);
- * otherwise, and for an object it does not hold, the caller reads the store. A deletion takes
- * effect when its watch event reaches this server (see ServiceAccountAuthenticator).
+ * otherwise, and for an object it does not hold, the caller reads the store. A change made
+ * through this server is known at once, before its writer is answered (ObjectStore.onWrite): the
+ * object is read from the store until the watch has delivered that write, a turn of the event
+ * loop later. A change made through another server takes effect when its watch event arrives.
  */
+
+/** This server's own writes, as its store reports them, and where each kind is stored. */
+export interface LocalWrites {
+  /** ObjectStore.onWrite: `listener` is called after each write commits, before the writer is answered. */
+  onWrite(listener: (key: string, revision: number) => void): void;
+  /** The datastore key prefix of a kind (ObjectStore.keyPrefix). */
+  prefix(ref: ResourceRef): string;
+}
 
 export type TokenObjectKind = 'serviceAccount' | 'secret' | 'pod' | 'node';
 
@@ -53,9 +63,19 @@ interface Followed {
   informer: Informer;
   /** The first list (resolves, failed or not: the informer keeps retrying). */
   started: Promise<void>;
-  /** Facts of each object the informer holds, by `namespace/name`: made once per change, not per request. */
+  /** Facts of each object the informer holds, by cacheKey: made once per change, not per request. */
   facts: Map<string, ObjectFacts>;
+  /** Where the kind is stored, when this server's writes are reported. */
+  prefix: string | undefined;
+  /** Objects this server wrote, by cacheKey: the revision, until the informer has delivered it. */
+  written: Map<string, number>;
 }
+
+/** `namespace/name`, or `name` for a cluster-scoped object: the datastore key after the kind's prefix. */
+const cacheKey = (namespace: string | undefined, name: string): string => (namespace === undefined ? name : `${namespace}/${name}`);
+
+/** Past this many writes not yet seen by the watch, those it has seen are swept out. */
+const WRITTEN_SWEEP = 1024;
 
 export class TokenObjectCache {
   private readonly followed = new Map<TokenObjectKind, Followed>();
@@ -66,7 +86,10 @@ export class TokenObjectCache {
   constructor(
     private readonly client: ApiClient,
     private readonly logger: Logger,
-  ) {}
+    private readonly localWrites?: LocalWrites,
+  ) {
+    localWrites?.onWrite((key, revision) => this.wrote(key, revision));
+  }
 
   /** Follows the accounts, and from now on each bound kind at first use; resolves after the accounts' first list. */
   start(): Promise<void> {
@@ -87,7 +110,28 @@ export class TokenObjectCache {
   cached(kind: TokenObjectKind, namespace: string | undefined, name: string): ObjectFacts | undefined {
     const followed = this.followed.get(kind) ?? this.follow(kind);
     if (!followed?.informer.current) return undefined;
-    return followed.facts.get(`${namespace ?? ''}/${name}`);
+    const key = cacheKey(namespace, name);
+    if (followed.written.size > 0) {
+      const revision = followed.written.get(key);
+      if (revision !== undefined) {
+        // Written through this server since the watch delivered it: the store knows better.
+        if (followed.informer.revision < revision) return undefined;
+        followed.written.delete(key);
+      }
+    }
+    return followed.facts.get(key);
+  }
+
+  /** A write this server made (ObjectStore.onWrite), before its writer is answered. */
+  private wrote(storageKey: string, revision: number): void {
+    for (const followed of this.followed.values()) {
+      if (followed.prefix === undefined || !storageKey.startsWith(followed.prefix)) continue;
+      followed.written.set(storageKey.slice(followed.prefix.length), revision);
+      if (followed.written.size > WRITTEN_SWEEP) {
+        for (const [key, at] of followed.written) if (at <= followed.informer.revision) followed.written.delete(key);
+      }
+      return;
+    }
   }
 
   /** Whether the kind's informer is current (for tests and the benchmark's warm-up). */
@@ -101,21 +145,26 @@ export class TokenObjectCache {
     if (existing) return existing;
     const ref = TOKEN_OBJECT_REFS[kind];
     const facts = new Map<string, ObjectFacts>();
+    const written = new Map<string, number>();
     const informer = new Informer(
       this.client,
       ref,
       undefined,
       (type, obj) => {
-        const key = `${obj.metadata.namespace ?? ''}/${obj.metadata.name ?? ''}`;
+        const key = cacheKey(obj.metadata.namespace, obj.metadata.name ?? '');
         if (type === 'DELETED') facts.delete(key);
         else facts.set(key, objectFacts(obj));
+        const at = written.get(key);
+        if (at !== undefined && Number(obj.metadata.resourceVersion) >= at) written.delete(key);
       },
       this.logger.child({ informer: ref.plural }),
       {},
       metadataOnly,
     );
-    const followed: Followed = { informer, started: informer.start(), facts };
+    // Set before the first list starts, so no write of this server falls between.
+    const followed: Followed = { informer, started: Promise.resolve(), facts, prefix: this.localWrites?.prefix(ref), written };
     this.followed.set(kind, followed);
+    followed.started = informer.start();
     return followed;
   }
 }

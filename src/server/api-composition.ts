@@ -99,6 +99,10 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
     dataDir: input.dataDir,
     joinSecret: identity.joinSecret,
     client,
+    localWrites: {
+      onWrite: (listener) => store.onWrite(listener),
+      prefix: (ref) => store.keyPrefix(registry.lookup(ref.group, ref.version, ref.plural)!),
+    },
     logger,
     issuer: settings.serviceAccountIssuer,
   });

@@ -6,6 +6,7 @@ import { LegacyTokensController } from '../controllers/legacy-tokens.js';
 import { ServiceAccountsController } from '../controllers/service-accounts.js';
 import { loadOrCreateServiceAccountKey } from '../cluster/service-account-key.js';
 import { ServiceAccountAuthenticator } from '../cluster/service-account-authenticator.js';
+import type { LocalWrites } from '../cluster/service-account-objects.js';
 import type { Datastore } from '../datastore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { ServerConfigError } from './errors.js';
@@ -32,6 +33,8 @@ export interface ServiceAccountSetupOptions {
   /** Unlocks the sealed key record (the cluster's join secret). */
   joinSecret: string;
   client: ApiClient;
+  /** The server's own writes (its ObjectStore's), which the token authenticator's cache must never be older than. */
+  localWrites?: LocalWrites;
   logger: Logger;
   /** The issuer (`iss`, the `service-account-issuer` setting); default K3s's `https://kubernetes.default.svc.cluster.local`. */
   issuer?: string;
@@ -77,6 +80,7 @@ export async function setUpServiceAccounts(options: ServiceAccountSetupOptions):
     issuers: [issuer],
     apiAudiences,
     logger: options.logger.child({ component: 'service-account-authenticator' }),
+    ...(options.localWrites ? { localWrites: options.localWrites } : {}),
   });
   let documents: IssuerDiscovery | undefined;
   let jwksUri = defaultJwksUri(issuer);

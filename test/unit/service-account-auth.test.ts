@@ -5,8 +5,9 @@
  * accepted tokens give kube's user; expired (a fake `now`), wrong-audience, deleted or re-created
  * account, deleted or re-created bound pod and Secret are refused; other tokens fall through to
  * the next authenticator of the chain. Then the same authenticator with its informers started:
- * no store read for a token seen lately, and still every refusal (deleted, re-created) once the
- * watch delivers the change, while a token for an account created a moment ago works at once.
+ * no store read for a token seen lately, and still every refusal (deleted, re-created): at once
+ * for a change made through this server's store, once the watch delivers it for one made under it
+ * (as another server's), while a token for an account created a moment ago works at once.
  *
  * Run: node --import tsx --test test/unit/service-account-auth.test.ts
  */
@@ -23,6 +24,7 @@ import type { KubeObject } from '../../src/apiserver/objects.js';
 import { ResourceVerbs } from '../../src/apiserver/verbs/verbs.js';
 import { type ApiClient, NAMESPACES, PODS, SECRETS, SERVICEACCOUNTS } from '../../src/client/types.js';
 import { ServiceAccountAuthenticator } from '../../src/cluster/service-account-authenticator.js';
+import type { LocalWrites } from '../../src/cluster/service-account-objects.js';
 import {
   defaultApiAudiences,
   defaultIssuer,
@@ -315,7 +317,12 @@ describe('the ServiceAccount token authenticator with its informers started', ()
         },
       },
     }) as ApiClient;
-    cached = new ServiceAccountAuthenticator({ client: counting, keys: [key], issuers: [ISSUER], apiAudiences: API_AUDIENCES, logger: api.logger });
+    // This server's own writes reported by its store, as a server wires it.
+    const localWrites: LocalWrites = {
+      onWrite: (listener) => api.store.onWrite(listener),
+      prefix: (ref) => api.store.keyPrefix(api.registry.lookup(ref.group, ref.version, ref.plural)!),
+    };
+    cached = new ServiceAccountAuthenticator({ client: counting, keys: [key], issuers: [ISSUER], apiAudiences: API_AUDIENCES, logger: api.logger, localWrites });
     await api.client.create(NAMESPACES, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'cached' } });
     await api.client.create(SERVICEACCOUNTS, 'cached', account('steady'));
     await cached.start();
@@ -354,12 +361,13 @@ describe('the ServiceAccount token authenticator with its informers started', ()
     assert.equal(readsOf('serviceaccounts'), before + 1);
   });
 
-  it('refuses the token of a deleted account once the watch delivers the deletion, and after the account is created again (UID)', async () => {
+  it('refuses the token of an account deleted through this server by the next request, before the watch delivers the deletion', async () => {
     await api.client.create(SERVICEACCOUNTS, 'cached', account('doomed'));
     const token = await tokenFor('cached', 'doomed');
     await eventually(() => fromCache(cached, token), 'the account in the cache');
     await api.client.delete(SERVICEACCOUNTS, 'cached', 'doomed');
-    await eventually(async () => (await cached.authenticate(request(token))) === undefined, 'the deleted account’s token refused');
+    // No turn of the event loop since the delete was answered: the cache still holds the account.
+    assert.equal(await cached.authenticate(request(token)), undefined);
     await assert.rejects(cached.authenticateToken(token), /serviceaccounts "doomed" not found/);
     await api.client.create(SERVICEACCOUNTS, 'cached', account('doomed'));
     const again = await tokenFor('cached', 'doomed');
@@ -371,6 +379,16 @@ describe('the ServiceAccount token authenticator with its informers started', ()
     await assert.rejects(cached.authenticateToken(token), /service account UID \(.*\) does not match claim/);
   });
 
+  it('refuses the token of an account deleted elsewhere (not through this server) once the watch delivers the deletion', async () => {
+    await api.client.create(SERVICEACCOUNTS, 'cached', account('remote'));
+    const token = await tokenFor('cached', 'remote');
+    await eventually(() => fromCache(cached, token), 'the account in the cache');
+    // Under the API, as another server's write reaches this one: through the datastore's watch only.
+    await api.datastore.delete(api.store.key(saDef(), 'cached', 'remote'));
+    await eventually(async () => (await cached.authenticate(request(token))) === undefined, 'the deleted account’s token refused');
+    await assert.rejects(cached.authenticateToken(token), /serviceaccounts "remote" not found/);
+  });
+
   it('follows pods from the first pod-bound token on: a deleted or replaced pod ends its tokens', async () => {
     const p = await api.client.create(PODS, 'cached', pod('bound', 'steady'));
     const token = await tokenFor('cached', 'steady', { boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: 'bound' } });
@@ -380,7 +398,7 @@ describe('the ServiceAccount token authenticator with its informers started', ()
     assert.ok(cached.authenticate(request(token)));
     assert.equal(readsOf('pods'), before, 'no read of the pod per request');
     await api.client.delete(PODS, 'cached', 'bound', { gracePeriodSeconds: 0 });
-    await eventually(async () => (await cached.authenticate(request(token))) === undefined, 'the deleted pod’s token refused');
+    assert.equal(await cached.authenticate(request(token)), undefined, 'refused by the next request');
     await api.client.create(PODS, 'cached', pod('bound', 'steady'));
     await assert.rejects(cached.authenticateToken(token), /pod UID \(.*\) does not match service account pod ref claim/);
     assert.ok(!cached.following('node'), 'nodes are not followed for tokens not bound to one');
