@@ -11,7 +11,6 @@
  * Run: node --import tsx --test test/e2e/configmaps-secrets.test.ts
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -20,10 +19,9 @@ import YAML from 'yaml';
 import { createCertificateAuthority } from '../../src/security/pki.js';
 import { kubectlClients, type KubectlResult, runKubectl } from '../helpers/kubectl.js';
 import { assertOk, parseTable, rowNamed } from '../helpers/kubectl-table.js';
-import { cleanup, REPO_ROOT, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { runPythonClientScript } from '../helpers/python.js';
+import { cleanup, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 
-const PYTHON = '/usr/bin/python3';
-const PYTHON_SCRIPT = path.join(REPO_ROOT, 'test/python/secrets_test.py');
 const MIB = 1024 * 1024;
 
 interface StatusBody {
@@ -347,26 +345,8 @@ describe('ConfigMaps and Secrets with kubectl and the Python client', { concurre
   });
 
   it('the official Python client creates, reads, patches and deletes Secrets with string_data (test/python/secrets_test.py)', async () => {
-    const probe = spawnSync(PYTHON, ['-c', 'import kubernetes'], { encoding: 'utf8' });
-    assert.equal(probe.status, 0, `${PYTHON} cannot import kubernetes: install Debian's python3-kubernetes (test.sh does)\n${probe.stderr}`);
     canaries.push('s3cr3t');
-    const run = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
-      const child = spawn(PYTHON, [PYTHON_SCRIPT, server.kubeconfig], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PYTHONUNBUFFERED: '1' } });
-      let output = '';
-      child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
-      child.on('error', reject);
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        resolve({ code, output });
-      });
-    });
-    assert.equal(run.code, 0, `secrets_test.py failed:\n${run.output}`);
-    const line = run.output.split('\n').find((l) => l.startsWith('PYTHON-SUMMARY '));
-    assert.ok(line, run.output);
-    const summary = JSON.parse(line.slice('PYTHON-SUMMARY '.length)) as { checks: number };
-    assert.ok(summary.checks >= 23, `only ${summary.checks} checks ran:\n${run.output}`);
+    await runPythonClientScript('secrets_test.py', [server.kubeconfig], { minChecks: 23 });
   });
 
   it('the server logged none of the secret values', () => {

@@ -19,7 +19,6 @@
  */
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { randomUUID, webcrypto, X509Certificate } from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
@@ -31,9 +30,9 @@ import { renderKubeconfig } from '../../src/server/kubeconfig.js';
 import { createCertificateAuthority, issueCertificate, type KeyPair } from '../../src/security/pki.js';
 import { joinSecret, killRunningDrover, runDrover } from '../helpers/agent.js';
 import { kubectlClients, MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
+import { runPython } from '../helpers/python.js';
 import { type ApiResponse, cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 
-const PYTHON = '/usr/bin/python3';
 const HOUR = 3_600_000;
 
 /** Lists namespaces through the official Python client with a kubeconfig; prints the status and the names or the message. */
@@ -49,21 +48,10 @@ except ApiException as e:
     print(json.dumps({"status": e.status, "message": json.loads(e.body)["message"]}))
 `;
 
-function python(kubeconfig: string): Promise<{ status: number; names?: string[]; message?: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(PYTHON, ['-c', PYTHON_LIST_NAMESPACES, kubeconfig], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      if (code !== 0) reject(new Error(`python exited ${code}: ${stderr}`));
-      else resolve(JSON.parse(stdout.trim().split('\n').pop()!) as { status: number; names?: string[]; message?: string });
-    });
-  });
+async function python(kubeconfig: string): Promise<{ status: number; names?: string[]; message?: string }> {
+  const run = await runPython(['-c', PYTHON_LIST_NAMESPACES, kubeconfig], 60_000);
+  if (run.code !== 0) throw new Error(`python exited ${run.code}: ${run.stderr}`);
+  return JSON.parse(run.stdout.trim().split('\n').pop()!) as { status: number; names?: string[]; message?: string };
 }
 
 function message(res: ApiResponse): string {

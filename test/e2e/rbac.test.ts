@@ -10,17 +10,16 @@
  * Run: node --import tsx --test test/e2e/rbac.test.ts
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import YAML from 'yaml';
 
 import { kubectlClients, type KubectlResult, MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
-import { cleanup, eventually, REPO_ROOT, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { runPythonClientScript } from '../helpers/python.js';
+import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 
-const PYTHON = '/usr/bin/python3';
-const PYTHON_SCRIPT = path.join(REPO_ROOT, 'test/python/rbac_test.py');
 const SA_USER = 'system:serviceaccount:a:bot';
 const CERT_USER = 'alice';
 const SA_GROUPS = ['system:serviceaccounts', 'system:serviceaccounts:a', 'system:authenticated'];
@@ -243,24 +242,7 @@ describe('RBAC on a real server: certificate users, ServiceAccounts, kubectl and
   });
 
   it('the official Python client: pods in a, the 403 in b with its message, SelfSubjectAccessReview and SelfSubjectReview (test/python/rbac_test.py)', async () => {
-    const probe = spawnSync(PYTHON, ['-c', 'import kubernetes'], { encoding: 'utf8' });
-    assert.equal(probe.status, 0, `${PYTHON} cannot import kubernetes: install Debian's python3-kubernetes (test.sh does)\n${probe.stderr}`);
-    const args = Object.entries(kubeconfigs).flat();
-    const run = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
-      const child = spawn(PYTHON, [PYTHON_SCRIPT, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PYTHONUNBUFFERED: '1' } });
-      let output = '';
-      child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
-      child.on('error', reject);
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        resolve({ code, output });
-      });
-    });
-    assert.equal(run.code, 0, `rbac_test.py failed:\n${run.output}`);
-    const line = run.output.split('\n').find((l) => l.startsWith('PYTHON-SUMMARY '));
-    assert.ok(line, run.output);
-    assert.equal((JSON.parse(line.slice('PYTHON-SUMMARY '.length)) as { checks: number }).checks, 7 * Object.keys(kubeconfigs).length, run.output);
+    const { summary, output } = await runPythonClientScript('rbac_test.py', Object.entries(kubeconfigs).flat());
+    assert.equal(summary.checks, 7 * Object.keys(kubeconfigs).length, output);
   });
 });

@@ -18,7 +18,6 @@
  * Run: node --import tsx --test test/e2e/service-accounts.test.ts
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -26,10 +25,9 @@ import { createLocalJWKSet, decodeJwt, type JSONWebKeySet, jwtVerify } from 'jos
 
 import { type KubectlClient, kubectlClients, type KubectlResult, MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
 import { assertOk, parseTable, rowNamed } from '../helpers/kubectl-table.js';
-import { cleanup, eventually, REPO_ROOT, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { runPythonClientScript } from '../helpers/python.js';
+import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 
-const PYTHON = '/usr/bin/python3';
-const PYTHON_SCRIPT = path.join(REPO_ROOT, 'test/python/service_accounts_test.py');
 const ISSUER = 'https://kubernetes.default.svc.cluster.local';
 const API_AUDIENCES = [ISSUER, 'drover'];
 const UNAUTHORIZED = /You must be logged in to the server \(Unauthorized\)/;
@@ -266,25 +264,7 @@ describe('ServiceAccounts with kubectl, raw requests and the Python client', { c
   });
 
   it('the official Python client reads the default account, creates one and a token, and is refused once it is deleted (test/python/service_accounts_test.py)', async () => {
-    const probe = spawnSync(PYTHON, ['-c', 'import kubernetes'], { encoding: 'utf8' });
-    assert.equal(probe.status, 0, `${PYTHON} cannot import kubernetes: install Debian's python3-kubernetes (test.sh does)\n${probe.stderr}`);
-    const run = await new Promise<{ code: number | null; output: string }>((resolve, reject) => {
-      const child = spawn(PYTHON, [PYTHON_SCRIPT, server.kubeconfig], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PYTHONUNBUFFERED: '1' } });
-      let output = '';
-      child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-      const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
-      child.on('error', reject);
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        resolve({ code, output });
-      });
-    });
-    assert.equal(run.code, 0, `service_accounts_test.py failed:\n${run.output}`);
-    const line = run.output.split('\n').find((l) => l.startsWith('PYTHON-SUMMARY '));
-    assert.ok(line, run.output);
-    const summary = JSON.parse(line.slice('PYTHON-SUMMARY '.length)) as { checks: number };
-    assert.ok(summary.checks >= 14, `only ${summary.checks} checks ran:\n${run.output}`);
+    await runPythonClientScript('service_accounts_test.py', [server.kubeconfig], { minChecks: 14 });
   });
 
   it('the signing key is the cluster’s: a token issued before a restart still authenticates after it', async () => {
