@@ -7,7 +7,6 @@
  * Run: node --import tsx --test test/e2e/api.test.ts
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -15,15 +14,9 @@ import https from 'node:https';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { allowAuthenticated, TokenAuthenticator } from '../../src/apiserver/auth.js';
-import { OpenApiDocuments } from '../../src/apiserver/openapi.js';
-import { ResourceRegistry } from '../../src/apiserver/resources.js';
-import { ApiServer } from '../../src/apiserver/server.js';
-import { ObjectStore } from '../../src/apiserver/storage.js';
-import { openSqliteDatastore } from '../../src/datastore/sqlite.js';
-import { createLogger } from '../../src/logging/logger.js';
-import { createCertificateAuthority, ensureServingMaterial } from '../../src/security/pki.js';
+import { createCertificateAuthority } from '../../src/security/pki.js';
 import { versionInfo } from '../../src/version.js';
+import { type InProcessApiServer, startInProcessApiServer } from '../helpers/api-server.js';
 import {
   type ApiResponse,
   cleanup,
@@ -1893,44 +1886,19 @@ describe('tables', () => {
 // ---------------------------------------------------------------------------------------------
 
 describe('410 Gone after compaction (in-process API server)', () => {
-  let dir: string;
-  let api: ApiServer;
-  let datastore: ReturnType<typeof openSqliteDatastore>;
+  let server: InProcessApiServer;
+  let datastore: InProcessApiServer['datastore'];
   let target: Target;
 
   before(async () => {
-    dir = tempDir('inproc');
-    dirs.push(dir);
-    datastore = openSqliteDatastore(path.join(dir, 'state.db'));
-    const store = new ObjectStore(datastore);
-    const registry = new ResourceRegistry();
-    const tls = await ensureServingMaterial(path.join(dir, 'tls'), ['127.0.0.1']);
-    const token = randomBytes(24).toString('hex');
-    const authenticator = new TokenAuthenticator();
-    authenticator.add(token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
-    api = new ApiServer(
-      {
-        store,
-        registry,
-        openapi: new OpenApiDocuments(registry),
-        authenticator,
-        authorizer: allowAuthenticated,
-        logger: createLogger('silent'),
-        version: versionInfo(),
-        caCertificatePem: tls.ca.certificatePem,
-        readiness: async () => undefined,
-        bookmarkIntervalMs: 100,
-      },
-      tls.serving,
-    );
-    const address = await api.listen({ host: '127.0.0.1', port: 0 });
-    target = { port: address.port, token, caPem: tls.ca.certificatePem };
+    server = await startInProcessApiServer({ handler: { bookmarkIntervalMs: 100 } });
+    dirs.push(server.dir);
+    ({ datastore, target } = server);
   });
 
   after(async () => {
     closeAllStreams();
-    await api?.close(1000);
-    await datastore?.close();
+    await server?.close();
   });
 
   it('a watch from a compacted resourceVersion gets an ERROR event with 410 Expired; a list with an old continue token is 410', async () => {

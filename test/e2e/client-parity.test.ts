@@ -1,22 +1,11 @@
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { allowAuthenticated, TokenAuthenticator } from '../../src/apiserver/auth.js';
 import { ApiError } from '../../src/apiserver/errors.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
-import { OpenApiDocuments } from '../../src/apiserver/openapi.js';
-import { ResourceRegistry } from '../../src/apiserver/resources.js';
-import { ApiServer } from '../../src/apiserver/server.js';
-import { ObjectStore } from '../../src/apiserver/storage.js';
 import { HttpClient } from '../../src/client/http.js';
 import { LocalClient } from '../../src/client/local.js';
 import { type ApiClient, DEPLOYMENTS, LEASES, NAMESPACES, PODS, type ResourceRef } from '../../src/client/types.js';
-import { openSqliteDatastore } from '../../src/datastore/sqlite.js';
-import { createLogger } from '../../src/logging/logger.js';
-import { ensureServingMaterial } from '../../src/security/pki.js';
-import { versionInfo } from '../../src/version.js';
-import { tempDir } from '../helpers/server.js';
+import { type InProcessApiServer, startInProcessApiServer } from '../helpers/api-server.js';
 
 /**
  * In-process callers (LocalClient) and HTTP callers (HttpClient) run the same verb layer, so the
@@ -42,44 +31,21 @@ function budgetStatus(disruptionsAllowed: number): Record<string, unknown> {
 }
 
 describe('LocalClient and HttpClient run the same per-kind rules', () => {
-  let datastore: ReturnType<typeof openSqliteDatastore>;
-  let api: ApiServer;
+  let server: InProcessApiServer;
   let http: HttpClient;
   let local: LocalClient;
 
   before(async () => {
-    const dir = tempDir('client-parity');
-    datastore = openSqliteDatastore(path.join(dir, 'state.db'));
-    const store = new ObjectStore(datastore);
-    const registry = new ResourceRegistry();
-    const tls = await ensureServingMaterial(path.join(dir, 'tls'), ['127.0.0.1']);
-    const token = randomBytes(24).toString('hex');
-    const authenticator = new TokenAuthenticator();
-    authenticator.add(token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
-    api = new ApiServer(
-      {
-        store,
-        registry,
-        openapi: new OpenApiDocuments(registry),
-        authenticator,
-        authorizer: allowAuthenticated,
-        logger: createLogger('silent'),
-        version: versionInfo(),
-        caCertificatePem: tls.ca.certificatePem,
-        readiness: async () => undefined,
-      },
-      tls.serving,
-    );
-    const address = await api.listen({ host: '127.0.0.1', port: 0 });
-    http = new HttpClient({ server: `https://127.0.0.1:${address.port}`, caPem: tls.ca.certificatePem, token });
-    local = new LocalClient(store, registry);
+    server = await startInProcessApiServer({ prefix: 'client-parity' });
+    const { port, caPem, token } = server.target;
+    http = new HttpClient({ server: `https://127.0.0.1:${port}`, caPem, token });
+    local = new LocalClient(server.store, server.registry);
     await local.create(NAMESPACES, undefined, { metadata: { name: 'default' } });
   });
 
   after(async () => {
     http?.close();
-    await api?.close(1000);
-    await datastore?.close();
+    await server?.close();
   });
 
   for (const label of ['local', 'http'] as const) {

@@ -16,16 +16,10 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { pino } from 'pino';
-import { allowAuthenticated, TokenAuthenticator } from '../../src/apiserver/auth.js';
-import { OpenApiDocuments } from '../../src/apiserver/openapi.js';
-import { ResourceRegistry } from '../../src/apiserver/resources.js';
-import { ApiServer } from '../../src/apiserver/server.js';
-import { ObjectStore } from '../../src/apiserver/storage.js';
-import { openSqliteDatastore } from '../../src/datastore/sqlite.js';
-import { ensureServingMaterial } from '../../src/security/pki.js';
-import { versionInfo } from '../../src/version.js';
+import type { ObjectStore } from '../../src/apiserver/storage.js';
+import { startInProcessApiServer } from '../helpers/api-server.js';
 import { connectTls, expectQuietLog, expectStatusBody, type HeldWatch, holdWatch, readUntilClosed } from '../helpers/hostile.js';
-import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { cleanup, eventually, request, type ServerProcess, startServer } from '../helpers/server.js';
 
 const LEASES = '/apis/coordination.k8s.io/v1/namespaces/default/leases';
 
@@ -242,10 +236,6 @@ describe('watch limits', () => {
 
 /** An API server in this process over a real SQLite store, logging into `lines`. */
 async function inProcessServer(options: { watchUnreadBytes?: number; sabotage?: (store: ObjectStore) => void } = {}) {
-  const dir = tempDir('inproc');
-  const datastore = openSqliteDatastore(path.join(dir, 'state.db'));
-  const store = new ObjectStore(datastore);
-  options.sabotage?.(store);
   const lines: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -253,35 +243,12 @@ async function inProcessServer(options: { watchUnreadBytes?: number; sabotage?: 
       done();
     },
   });
-  const registry = new ResourceRegistry();
-  const tls = await ensureServingMaterial(path.join(dir, 'tls'), ['127.0.0.1']);
-  const token = randomBytes(24).toString('hex');
-  const authenticator = new TokenAuthenticator();
-  authenticator.add(token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
-  const api = new ApiServer(
-    {
-      store,
-      registry,
-      openapi: new OpenApiDocuments(registry),
-      authenticator,
-      authorizer: allowAuthenticated,
-      logger: pino({ level: 'debug' }, sink),
-      version: versionInfo(),
-      caCertificatePem: tls.ca.certificatePem,
-      readiness: async () => undefined,
-      ...(options.watchUnreadBytes !== undefined ? { watchUnreadBytes: options.watchUnreadBytes } : {}),
-    },
-    tls.serving,
-  );
-  const { port } = await api.listen({ host: '127.0.0.1', port: 0 });
-  return {
-    target: { port, token, caPem: tls.ca.certificatePem },
-    lines,
-    close: async () => {
-      await api.close(1000);
-      await datastore.close();
-    },
-  };
+  const server = await startInProcessApiServer({
+    logger: pino({ level: 'debug' }, sink),
+    ...(options.sabotage ? { sabotage: options.sabotage } : {}),
+    handler: options.watchUnreadBytes !== undefined ? { watchUnreadBytes: options.watchUnreadBytes } : {},
+  });
+  return { target: server.target, lines, close: () => server.close() };
 }
 
 describe('watch whose client stops reading (in-process API server)', () => {
