@@ -236,7 +236,14 @@ async function outageScenario(t: TestContext, cluster: Cluster, label: string, s
     assert.match(log, /majority of nodes is cut off too: control-plane outage, workload keeps running/, `supervisor log:\n${log}`);
     assert.match(log, /lease renewals confirmed again; control-plane outage over/, `supervisor log:\n${log}`);
     assert.doesNotMatch(log, /fencing pod/, `the singleton was not fenced; supervisor log:\n${log}`);
-    const state = JSON.parse(fs.readFileSync(path.join(podDir(cluster, solo!), 'state.json'), 'utf8')) as { finished: boolean; fenced?: unknown; outage?: unknown };
+    // On a loaded machine a renewal can lag once more after the outage ends and open a short second
+    // outage record; what must hold is that the supervisor ends it again, without fencing.
+    const readState = (): { finished: boolean; fenced?: unknown; outage?: unknown } =>
+      JSON.parse(fs.readFileSync(path.join(podDir(cluster, solo!), 'state.json'), 'utf8')) as { finished: boolean; fenced?: unknown; outage?: unknown };
+    const state = await eventually(() => {
+      const current = readState();
+      return current.outage === undefined || current.finished || current.fenced !== undefined ? current : undefined;
+    }, 'the supervisor saw renewals confirmed again and ended its outage record', 30_000);
     assert.equal(state.finished, false, 'the singleton\'s supervisor still runs it');
     assert.equal(state.fenced, undefined);
     assert.equal(state.outage, undefined, 'the supervisor saw renewals confirmed again and ended its outage record');
