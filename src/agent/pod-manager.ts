@@ -423,6 +423,15 @@ export class PodManager {
       const state = readRunState(dir);
       if (state) await this.report(pod, state).catch(() => undefined);
     }
+    // As kubelet: the object goes once what the pod held on the node is reclaimed (containers,
+    // mounts, cgroups). What cannot be reclaimed now is retried when the dir is found unbound.
+    let released = true;
+    try {
+      await releasePodRuntime(dir);
+    } catch (error) {
+      released = false;
+      this.logger.warn({ err: error, pod: name }, 'cannot release everything the pod held on the node; will retry');
+    }
     try {
       await this.client.delete(PODS, pod.metadata.namespace, pod.metadata.name!, {
         gracePeriodSeconds: 0,
@@ -431,8 +440,7 @@ export class PodManager {
     } catch (error) {
       if (!(error instanceof ApiError && (error.code === 404 || error.code === 409))) throw error;
     }
-    await releasePodRuntime(dir);
-    fs.rmSync(dir, { recursive: true, force: true });
+    if (released) fs.rmSync(dir, { recursive: true, force: true });
     this.reported.delete(pod.metadata.uid!);
     this.announced.delete(pod.metadata.uid!);
     this.launchFailedAt.delete(pod.metadata.uid!);
