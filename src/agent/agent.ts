@@ -170,6 +170,7 @@ export class Agent {
       peerCutOffMs: timings.peerCutOffMs,
       client: () => this.connection.client!,
       logger: this.logger,
+      registries: this.registries,
     });
     await this.pods.start();
     await this.connection.refresh();

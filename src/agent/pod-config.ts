@@ -206,8 +206,8 @@ export class PodConfigurator {
         const name = String(container.name);
         const image = await ensure(pod, container);
         if (image.kind === 'waiting') {
+          // The image source records kubelet's events for it (image-pull.ts).
           waiting[name] = { reason: image.reason, message: image.message };
-          this.once(pod, image.reason === 'ErrImageNeverPull' ? 'ErrImageNeverPull' : 'Failed', image.message);
           continue;
         }
         try {

@@ -27,6 +27,8 @@ import { containerProbeSpecs, probeEvents } from './pods/probe-spec.js';
 import { readRunSpec, type ContainerRunSpec } from './pods/run-spec.js';
 import { ImageStore } from '../images/store.js';
 import { type EnsureImage, FALLBACK_RUNTIME_CLASS } from './pod-config.js';
+import { ImagePuller } from './image-pull.js';
+import { EMPTY_REGISTRIES, type RegistriesConfig } from '../images/registry/registries.js';
 import { podHostname, podRuntime } from './container-spec.js';
 import { RUNC_STATE_DIR, splitRuncContainerId } from './pods/runtime/names.js';
 import { runcDelete, runcList } from './pods/runtime/runc.js';
@@ -56,6 +58,8 @@ export interface PodManagerOptions {
   defaultRuntimeClass?: () => string;
   /** Makes a runc container's image present (pulling per policy); default: the node's store only. */
   ensureImage?: EnsureImage;
+  /** This node's registries.yaml (mirrors, credentials, TLS) for the pulls of the default ensureImage. */
+  registries?: RegistriesConfig;
 }
 
 const RECONCILE_MS = 250;
@@ -151,6 +155,8 @@ export class PodManager {
   /** runc's state directory, `<data-dir>/agent/runc`. */
   readonly runcRoot: string;
   readonly images: ImageStore;
+  /** Pulls runc pods' images into `images` (pull policy, pull secrets, back-off). */
+  private readonly puller: ImagePuller;
   private readonly caFile: string;
   private readonly client: ApiClient;
   private readonly pods: Informer;
@@ -194,8 +200,15 @@ export class PodManager {
       logger: this.logger,
       kick,
       images: this.images,
-      ...(options.ensureImage ? { ensureImage: options.ensureImage } : {}),
+      ensureImage: options.ensureImage ?? ((pod, container) => this.puller.ensureImage(pod, container)),
       ...(options.defaultRuntimeClass ? { defaultRuntimeClass: options.defaultRuntimeClass } : {}),
+    });
+    this.puller = new ImagePuller({
+      store: this.images,
+      registries: options.registries ?? EMPTY_REGISTRIES,
+      lookupSecret: (namespace, name) => this.config.cache.lookup({ kind: 'Secret', namespace, name }),
+      events: this.events,
+      logger: this.logger,
     });
     this.pods = new Informer(this.client, PODS, undefined, kick, this.logger, { fieldSelector: `spec.nodeName=${options.nodeName}` });
     this.nodes = new Informer(this.client, NODES, undefined, () => undefined, this.logger);
@@ -216,6 +229,7 @@ export class PodManager {
     this.pods.stop();
     this.nodes.stop();
     this.config.stop();
+    this.puller.close();
   }
 
   /**
@@ -445,6 +459,7 @@ export class PodManager {
     this.announced.delete(pod.metadata.uid!);
     this.launchFailedAt.delete(pod.metadata.uid!);
     this.config.forget(pod.metadata.uid!);
+    this.puller.forget(pod.metadata.uid!);
     this.logger.info({ pod: name, graceSeconds: grace }, 'pod stopped and deleted');
   }
 
@@ -463,6 +478,7 @@ export class PodManager {
     fs.rmSync(dir, { recursive: true, force: true });
     this.reported.delete(path.basename(dir));
     this.announced.delete(path.basename(dir));
+    this.puller.forget(path.basename(dir));
     this.logger.info({ pod: name }, 'stopped a pod that is no longer bound to this node');
   }
 
