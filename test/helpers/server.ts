@@ -106,7 +106,8 @@ export async function startServer(options: StartOptions = {}): Promise<ServerPro
   const port = await new Promise<number>((resolve, reject) => {
     const timer = setTimeout(
       () => reject(new Error(`server did not become ready in time; output:\n${output}`)),
-      options.timeoutMs ?? 30_000,
+      // A generous ceiling: at load 30 a server took over 30 s to load its modules and get ready.
+      options.timeoutMs ?? 90_000,
     );
     const check = (): void => {
       for (const line of output.split('\n')) {
