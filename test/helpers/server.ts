@@ -104,8 +104,12 @@ export async function startServer(options: StartOptions = {}): Promise<ServerPro
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`server did not become ready in time; output:\n${output}`)),
+    const timer = setTimeout(() => {
+      // Nothing else holds this child: left running, it would keep the test file alive until its
+      // own timeout (seen: a failed before-hook held garbage-collection.test.ts for 10 minutes).
+      child.kill('SIGKILL');
+      reject(new Error(`server did not become ready in time; output:\n${output}`));
+    },
       // A generous ceiling: at load 30 a server took over 30 s to load its modules and get ready.
       options.timeoutMs ?? 90_000,
     );
