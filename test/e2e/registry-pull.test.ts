@@ -181,6 +181,21 @@ configs:
     }
   });
 
+  it("a pull secret for the image's registry is not offered to its mirror", async () => {
+    const store = new ImageStore(storeDir('g'));
+    // The mirror wants a password; registries.yaml gives none, the secret names the registry the mirror stands for.
+    const config = registriesYaml(`mirrors:\n  "127.0.0.1:${closedPort}":\n    endpoint: ["${mirror.url}"]\n    rewrite: {"^team/(.*)": "mirrored/team/$1"}\nconfigs:\n  "${mirror.host}":\n    tls: {ca_file: ${mirror.caFile}}\n`);
+    const secret = parseDockerConfigSecret(
+      { '.dockerconfigjson': Buffer.from(JSON.stringify({ auths: { [`127.0.0.1:${closedPort}`]: { username: 'puller', password: 'pw-1' } } })).toString('base64') },
+      'secret default/upstream',
+    );
+    assert.equal(secret.kind, 'ok');
+    await assert.rejects(
+      puller(store, config).pull({ image: parseImageRef(`127.0.0.1:${closedPort}/team/app:1.0`), secrets: secret.kind === 'ok' ? secret.entries : [] }),
+      (e: unknown) => e instanceof PullError && /401 Unauthorized .*asked anonymously/.test(e.attempts[0]!.outcome),
+    );
+  });
+
   it('no registries.yaml: the registry itself, verified against the system roots (a test CA is not trusted)', async () => {
     const store = new ImageStore(storeDir('f'));
     await assert.rejects(puller(store, registriesYaml('')).pull({ image: parseImageRef(`${open.host}/team/app:1.0`) }), /certificate not trusted/);
