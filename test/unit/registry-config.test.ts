@@ -140,7 +140,7 @@ describe('registries.yaml', () => {
     assert.equal(config.configs.size, 0);
   });
 
-  it('loading: a missing file is no mirrors; TLS files are read, and one that is missing is an error naming it', () => {
+  it('loading: a missing file is no mirrors; TLS files are read, one that is missing is an error naming it; readable credentials are warned about', () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'drover-registries-'));
     try {
       assert.equal(loadRegistries(path.join(dir, 'none.yaml')).mirrors.size, 0);
@@ -148,6 +148,12 @@ describe('registries.yaml', () => {
       const file = path.join(dir, 'registries.yaml');
       fs.writeFileSync(file, `configs:\n  h:\n    tls:\n      ca_file: ${dir}/ca.pem\n`);
       assert.equal(loadRegistries(file).configs.get('h')?.tls?.ca, 'CA PEM');
+      // Credentials in a file every user may read: loaded, with a warning saying so.
+      fs.writeFileSync(file, 'configs:\n  h:\n    auth: {username: u, password: p}\n', { mode: 0o644 });
+      fs.chmodSync(file, 0o644);
+      assert.deepEqual(loadRegistries(file).warnings, [`${file} holds registry credentials and every local user can read it (chmod 600 it)`]);
+      fs.chmodSync(file, 0o600);
+      assert.deepEqual(loadRegistries(file).warnings, []);
       fs.writeFileSync(file, `configs:\n  h:\n    tls:\n      ca_file: ${dir}/missing.pem\n`);
       assert.throws(() => loadRegistries(file), (e: unknown) => e instanceof RegistriesError && e.message.includes(`${file}: configs."h".tls.ca_file "${dir}/missing.pem": ENOENT`));
     } finally {

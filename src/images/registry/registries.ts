@@ -305,6 +305,10 @@ export function loadRegistries(file: string): RegistriesConfig {
     throw new RegistriesError([`${file}: cannot read: ${(error as Error).message}`]);
   }
   const config = parseRegistries(text, file);
+  const hasCredentials = [...config.configs.values()].some((c) => c?.auth && Object.keys(c.auth).length > 0);
+  if (hasCredentials && (fs.statSync(file).mode & 0o004) !== 0) {
+    config.warnings.push(`${file} holds registry credentials and every local user can read it (chmod 600 it)`);
+  }
   const problems: string[] = [];
   for (const [host, hostConfig] of config.configs) {
     const tls = hostConfig?.tls;
