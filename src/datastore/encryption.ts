@@ -118,17 +118,24 @@ export function envelopeKeyName(stored: Buffer): string | undefined {
 
 /**
  * Per-call costs that dominate small values (measured by bench/secrets-encryption.ts): a cipher
- * made from raw key bytes imports the key every time, so each key's KeyObject is made once; and
- * each randomBytes() call is a trip into OpenSSL, so nonces come from a pool filled in one call.
+ * made from raw key bytes imports the key every time, so each key's KeyObject (and its envelope
+ * header) is made once; and each randomBytes() call is a trip into OpenSSL, so nonces come from a
+ * pool filled in one call. What is left is Node's making of one cipher object per value, which
+ * AES-GCM's fresh nonce per write requires.
  */
-const keyObjects = new WeakMap<Buffer, KeyObject>();
-function keyObject(key: EncryptionKey): KeyObject {
-  let object = keyObjects.get(key.secret);
-  if (!object) {
-    object = createSecretKey(key.secret);
-    keyObjects.set(key.secret, object);
+interface PreparedKey {
+  object: KeyObject;
+  /** `drover:enc:aesgcm:v1:<name>:`, the start of every envelope made with the key. */
+  header: Buffer;
+}
+const preparedKeys = new WeakMap<Buffer, PreparedKey>();
+function prepared(key: EncryptionKey): PreparedKey {
+  let ready = preparedKeys.get(key.secret);
+  if (!ready) {
+    ready = { object: createSecretKey(key.secret), header: Buffer.from(`${ENVELOPE_PREFIX}${key.name}:`, 'ascii') };
+    preparedKeys.set(key.secret, ready);
   }
-  return object;
+  return ready;
 }
 
 const NONCE_POOL_BYTES = NONCE_BYTES * 512;
@@ -146,12 +153,13 @@ function nextNonce(): Buffer {
 }
 
 export function encryptValue(key: EncryptionKey, storageKey: string, plaintext: Buffer): Buffer {
+  const { object, header } = prepared(key);
   const nonce = nextNonce();
-  const cipher = createCipheriv('aes-256-gcm', keyObject(key), nonce);
+  const cipher = createCipheriv('aes-256-gcm', object, nonce);
   cipher.setAAD(Buffer.from(storageKey, 'utf8'));
   const body = cipher.update(plaintext);
   const last = cipher.final();
-  return Buffer.concat([Buffer.from(`${ENVELOPE_PREFIX}${key.name}:`, 'ascii'), nonce, body, last, cipher.getAuthTag()]);
+  return Buffer.concat([header, nonce, body, last, cipher.getAuthTag()]);
 }
 
 /** The plaintext of a stored value: plaintext as is, an envelope decrypted with its key. */
@@ -164,7 +172,7 @@ export function decryptValue(keys: readonly EncryptionKey[], storageKey: string,
   if (stored.length < start + NONCE_BYTES + TAG_BYTES) throw new DecryptionError(storageKey, 'the envelope is truncated');
   const nonce = stored.subarray(start, start + NONCE_BYTES);
   const tag = stored.subarray(stored.length - TAG_BYTES);
-  const decipher = createDecipheriv('aes-256-gcm', keyObject(key), nonce);
+  const decipher = createDecipheriv('aes-256-gcm', prepared(key).object, nonce);
   decipher.setAAD(Buffer.from(storageKey, 'utf8'));
   decipher.setAuthTag(tag);
   try {
@@ -245,7 +253,8 @@ export class EncryptingDatastore implements Datastore {
 
   /** Whether a datastore key's value is encrypted (it lies under one of the prefixes). */
   covers(key: string): boolean {
-    return this.options.prefixes.some((prefix) => key.startsWith(prefix));
+    for (const prefix of this.options.prefixes) if (key.startsWith(prefix)) return true;
+    return false;
   }
 
   /** Prefixes the decorator encrypts. */
@@ -263,13 +272,15 @@ export class EncryptingDatastore implements Datastore {
    * the delete's (so it names no stored value and is neither looked up nor cached).
    */
   private open(kv: KeyValue, deleted = false): KeyValue {
-    if (!this.covers(kv.key) || envelopeKeyName(kv.value) === undefined) return kv;
+    if (!this.covers(kv.key)) return kv;
     if (deleted) {
       this.plaintexts.forget(kv.key, kv.modRevision);
-      return { ...kv, value: decryptValue(this.current.keys, kv.key, kv.value) };
+      return envelopeKeyName(kv.value) === undefined ? kv : { ...kv, value: decryptValue(this.current.keys, kv.key, kv.value) };
     }
+    // Only envelopes are ever cached, so a hit needs no look at the stored bytes.
     let value = this.plaintexts.get(kv.key, kv.modRevision);
     if (!value) {
+      if (envelopeKeyName(kv.value) === undefined) return kv;
       value = decryptValue(this.current.keys, kv.key, kv.value);
       this.plaintexts.set(kv.key, kv.modRevision, value);
     }

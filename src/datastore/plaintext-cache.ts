@@ -1,6 +1,8 @@
 /**
  * The plaintext of the latest value of each encrypted key that this process has written or
- * decrypted, so that reading it again costs no decryption: EncryptingDatastore's read side.
+ * decrypted, and of the value before it, so that reading either again costs no decryption:
+ * EncryptingDatastore's read side. The value before the latest is what a watch event's prevKv
+ * holds: without it, every write would cost each watcher of Secrets a decryption.
  *
  * A (key, modRevision) pair names one stored value for good (revisions are never reused), so an
  * entry is valid exactly while the stored value still has its revision; a newer write replaces
@@ -10,10 +12,17 @@
  * used first out.
  */
 
-interface Entry {
+interface Revision {
   modRevision: number;
   plaintext: Buffer;
 }
+
+interface Entry extends Revision {
+  /** The value this one replaced, kept for the watch events of that write. */
+  previous?: Revision;
+}
+
+const entryBytes = (entry: Entry): number => entry.plaintext.length + (entry.previous?.plaintext.length ?? 0);
 
 export const DEFAULT_PLAINTEXT_CACHE_BYTES = 32 * 1024 * 1024;
 
@@ -26,11 +35,13 @@ export class PlaintextCache {
 
   get(key: string, modRevision: number): Buffer | undefined {
     const entry = this.entries.get(key);
-    if (!entry || entry.modRevision !== modRevision) return undefined;
+    if (!entry) return undefined;
+    const found = entry.modRevision === modRevision ? entry : entry.previous?.modRevision === modRevision ? entry.previous : undefined;
+    if (!found) return undefined;
     this.entries.delete(key);
     this.entries.set(key, entry);
     // A copy: callers may reuse or change the buffer they are given (a datastore copies values).
-    return Buffer.from(entry.plaintext);
+    return Buffer.from(found.plaintext);
   }
 
   set(key: string, modRevision: number, plaintext: Buffer): void {
@@ -40,11 +51,15 @@ export class PlaintextCache {
       this.remove(key, old);
     }
     if (plaintext.length > this.maxBytes) return;
-    this.entries.set(key, { modRevision, plaintext: Buffer.from(plaintext) });
-    this.bytes += plaintext.length;
-    for (const [oldest, entry] of this.entries) {
+    const entry: Entry = { modRevision, plaintext: Buffer.from(plaintext) };
+    // A newer value demotes the latest to `previous` (whose own previous goes).
+    const previous = !old ? undefined : old.modRevision < modRevision ? { modRevision: old.modRevision, plaintext: old.plaintext } : old.previous;
+    if (previous && previous.plaintext.length + plaintext.length <= this.maxBytes) entry.previous = previous;
+    this.entries.set(key, entry);
+    this.bytes += entryBytes(entry);
+    for (const [oldest, candidate] of this.entries) {
       if (this.bytes <= this.maxBytes) break;
-      this.remove(oldest, entry);
+      this.remove(oldest, candidate);
     }
   }
 
@@ -66,6 +81,6 @@ export class PlaintextCache {
 
   private remove(key: string, entry: Entry): void {
     this.entries.delete(key);
-    this.bytes -= entry.plaintext.length;
+    this.bytes -= entryBytes(entry);
   }
 }

@@ -25,7 +25,7 @@ import {
 } from '../../src/datastore/encryption.js';
 import { PlaintextCache } from '../../src/datastore/plaintext-cache.js';
 import { openSqliteDatastore } from '../../src/datastore/sqlite.js';
-import { ConflictError, type Datastore, type WatchEvent } from '../../src/datastore/types.js';
+import { ConflictError, type Datastore, type KeyValue, type WatchCallbacks, type WatchEvent } from '../../src/datastore/types.js';
 import { createLogger } from '../../src/logging/logger.js';
 import { runDatastoreConformance } from '../datastore/conformance.js';
 
@@ -251,6 +251,63 @@ describe('the plaintext cache (decrypt each stored value once)', () => {
     assert.equal(cache.get('/a', 5), undefined);
     cache.set('/big', 9, Buffer.alloc(11));
     assert.equal(cache.get('/big', 9), undefined, 'a value larger than the bound is not kept');
+  });
+
+  it('keeps the value a newer one replaced (a watch event’s prevKv) until the next write, within the same bound', () => {
+    const cache = new PlaintextCache(12);
+    cache.set('/a', 5, Buffer.from('five'));
+    cache.set('/a', 6, Buffer.from('six!'));
+    assert.equal(cache.get('/a', 6)?.toString(), 'six!');
+    assert.equal(cache.get('/a', 5)?.toString(), 'five', 'the replaced value');
+    assert.deepEqual(cache.size(), { entries: 1, bytes: 8 });
+    cache.set('/a', 7, Buffer.from('7777'));
+    assert.equal(cache.get('/a', 5), undefined, 'only the one value before the latest');
+    assert.equal(cache.get('/a', 6)?.toString(), 'six!');
+    cache.set('/b', 8, Buffer.from('bbbb')); // 12 bytes: within the bound
+    assert.deepEqual(cache.size(), { entries: 2, bytes: 12 });
+    cache.get('/a', 7);
+    cache.set('/c', 9, Buffer.from('cc')); // 14 > 12: the least recently used (/b) goes, with all it holds
+    assert.equal(cache.get('/b', 8), undefined);
+    assert.deepEqual(cache.size(), { entries: 2, bytes: 10 });
+    cache.forget('/a', 10);
+    assert.equal(cache.get('/a', 6), undefined, 'a delete forgets the replaced value too');
+  });
+
+  it('a watch event of a write through the decorator decrypts nothing: the value and the one it replaced come from the cache', async () => {
+    const sqlite = openSqliteDatastore(path.join(tempDir(), 'state.db'));
+    // The stored bytes the watch hands over are altered (the GCM tag): only a decryption would notice.
+    const altered = (kv: KeyValue): KeyValue => {
+      const value = Buffer.from(kv.value);
+      value[value.length - 1]! ^= 0xff;
+      return { ...kv, value };
+    };
+    const tampering = new Proxy(sqlite, {
+      get: (target, property) => {
+        if (property === 'watch') {
+          return (prefix: string, from: number, callbacks: WatchCallbacks) =>
+            target.watch(prefix, from, {
+              ...callbacks,
+              onEvents: (events) => callbacks.onEvents(events.map((e) => ({ ...e, kv: altered(e.kv), ...(e.prevKv ? { prevKv: altered(e.prevKv) } : {}) }))),
+            });
+        }
+        const value = Reflect.get(target, property, target) as unknown;
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const store = new EncryptingDatastore(tampering, { prefixes: [SECRETS_PREFIX], keySet: { active: 'k1', keys: [generateEncryptionKey('k1')] } });
+    try {
+      const created = await store.create(secretKey('w'), Buffer.from('{"v":1}'));
+      const events: WatchEvent[] = [];
+      let failure: Error | undefined;
+      store.watch(SECRETS_PREFIX, created.modRevision + 1, { onEvents: (batch) => events.push(...batch), onError: (error) => (failure = error) });
+      await store.update(secretKey('w'), Buffer.from('{"v":2}'), created.modRevision);
+      await waitFor(() => events.length > 0 || failure !== undefined, 'the write’s event');
+      assert.equal(failure, undefined, 'nothing was decrypted');
+      assert.equal(events[0]!.kv.value.toString(), '{"v":2}');
+      assert.equal(events[0]!.prevKv?.value.toString(), '{"v":1}');
+    } finally {
+      await sqlite.close();
+    }
   });
 
   it('never answers for another revision, and forgets everything when the keys change', async () => {
