@@ -4,7 +4,8 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseDockerConfigSecret } from '../../src/images/registry/credentials.js';
 import { PullError, Puller } from '../../src/images/registry/pull.js';
-import { parseRegistries, type RegistriesConfig } from '../../src/images/registry/registries.js';
+import { loadRegistries, type RegistriesConfig } from '../../src/images/registry/registries.js';
+import { createCertificateAuthority, issueCertificate } from '../../src/security/pki.js';
 import { parseImageRef } from '../../src/images/reference.js';
 import { ImageStore } from '../../src/images/store.js';
 import { freePort } from '../helpers/agent.js';
@@ -24,15 +25,11 @@ const dir = tempDir('registry-pull');
 const image: TestImage = buildTestImage({ name: 'team/app:1.0', files: { '/etc/app.conf': 'pulled\n' } });
 const multi: TestImage = buildTestImage({ name: 'team/multi:2', multiPlatform: true });
 
+/** A registries.yaml with `text`, read as the agent reads it (TLS files included). */
 function registriesYaml(text: string): RegistriesConfig {
   const file = path.join(dir, `registries-${Math.random().toString(16).slice(2)}.yaml`);
-  fs.writeFileSync(file, text);
-  // loadRegistries would read ca_file; the parse plus the CA text is the same thing for a test.
-  const config = parseRegistries(text, file);
-  for (const hostConfig of config.configs.values()) {
-    if (hostConfig?.tls?.caFile) hostConfig.tls.ca = fs.readFileSync(hostConfig.tls.caFile, 'utf8');
-  }
-  return config;
+  fs.writeFileSync(file, text, { mode: 0o600 });
+  return loadRegistries(file);
 }
 
 describe('pulling into the image store', () => {
@@ -194,6 +191,29 @@ configs:
       puller(store, config).pull({ image: parseImageRef(`127.0.0.1:${closedPort}/team/app:1.0`), secrets: secret.kind === 'ok' ? secret.entries : [] }),
       (e: unknown) => e instanceof PullError && /401 Unauthorized .*asked anonymously/.test(e.attempts[0]!.outcome),
     );
+  });
+
+  it('mutual TLS from registries.yaml: cert_file and key_file are read at load and presented', async () => {
+    const clientCa = await createCertificateAuthority('drover-test-node-client-ca');
+    const client = await issueCertificate(clientCa, { commonName: 'node-1', usage: 'client' });
+    const mtls = await startRegistry({ clientCa });
+    try {
+      mtls.addTestImage('team/app', '1.0', image);
+      fs.writeFileSync(path.join(dir, 'node.crt'), client.certificatePem);
+      fs.writeFileSync(path.join(dir, 'node.key'), client.privateKeyPem, { mode: 0o600 });
+      const file = path.join(dir, 'mtls.yaml');
+      const yaml = (withCert: boolean): string =>
+        `configs:\n  "${mtls.host}":\n    tls:\n      ca_file: ${mtls.caFile}\n${withCert ? `      cert_file: ${dir}/node.crt\n      key_file: ${dir}/node.key\n` : ''}`;
+      const name = parseImageRef(`${mtls.host}/team/app:1.0`);
+      fs.writeFileSync(file, yaml(false));
+      await assert.rejects(puller(new ImageStore(storeDir('h1')), loadRegistries(file)).pull({ image: name }), PullError);
+      fs.writeFileSync(file, yaml(true));
+      const store = new ImageStore(storeDir('h2'));
+      await puller(store, loadRegistries(file)).pull({ image: name });
+      await store.resolve(name.ref);
+    } finally {
+      await mtls.stop();
+    }
   });
 
   it('no registries.yaml: the registry itself, verified against the system roots (a test CA is not trusted)', async () => {
