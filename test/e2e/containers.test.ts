@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { buildTestImage } from '../helpers/images.js';
-import { execIn, importTestImage, nodeLeftovers, podLeftovers } from '../helpers/containers.js';
+import { importTestImage, nodeLeftovers, podLeftovers } from '../helpers/containers.js';
 import { MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
 import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 import { listPods, waitForReadyPods } from '../helpers/workloads.js';
@@ -35,6 +35,11 @@ describe('containers under runc', { concurrency: false }, () => {
   let server: ServerProcess;
   let work: string;
   const kubectl = (args: string[], input?: string) => runKubectl(MODERN_KUBECTL, server.kubeconfig, path.join(work, 'cache'), args, input ? { input } : {});
+
+  /** `kubectl exec POD -c CONTAINER -- argv` (through the API server and the agent, into the container). */
+  async function kexec(podName: string, container: string, argv: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    return kubectl(['exec', podName, '-c', container, '--', ...argv]);
+  }
 
   async function pod(name: string): Promise<RawPod> {
     const res = await request(server, 'GET', `/api/v1/namespaces/default/pods/${name}`);
@@ -98,19 +103,19 @@ spec:
     assert.match(status.containerID ?? '', new RegExp(`^runc://${uid}_web$`));
     assert.match(status.imageID ?? '', /^drover\.test\/web@sha256:[0-9a-f]{64}$/);
 
-    const cmdline = await execIn(server.dataDir, uid, 'web', ['cat', '/proc/1/cmdline']);
+    const cmdline = await kexec(ready!.name, 'web', ['cat', '/proc/1/cmdline']);
     assert.equal(cmdline.code, 0, cmdline.stderr);
     assert.deepEqual(cmdline.stdout.split('\0').filter(Boolean), ['/bin/sleep', '1000000'], 'PID 1 is the image Entrypoint + Cmd');
-    const hostname = await execIn(server.dataDir, uid, 'web', ['hostname']);
+    const hostname = await kexec(ready!.name, 'web', ['hostname']);
     assert.equal(hostname.stdout.trim(), ready!.name);
-    const marker = await execIn(server.dataDir, uid, 'web', ['cat', '/marker.txt']);
+    const marker = await kexec(ready!.name, 'web', ['cat', '/marker.txt']);
     assert.equal(marker.stdout, 'from the image\n', 'the root file system is the image');
-    const root = await execIn(server.dataDir, uid, 'web', ['ls', '/']);
+    const root = await kexec(ready!.name, 'web', ['ls', '/']);
     assert.doesNotMatch(root.stdout, /^(work|boot|lib64)$/m, 'the host root is not visible');
-    const env = await execIn(server.dataDir, uid, 'web', ['env']);
+    const env = await kexec(ready!.name, 'web', ['env']);
     assert.match(env.stdout, /^GREETING=image$/m);
     assert.match(env.stdout, new RegExp(`^HOSTNAME=${ready!.name}$`, 'm'));
-    const pids = await execIn(server.dataDir, uid, 'web', ['sh', '-c', 'ls /proc | grep -c "^[0-9]"']);
+    const pids = await kexec(ready!.name, 'web', ['sh', '-c', 'ls /proc | grep -c "^[0-9]"']);
     assert.ok(Number(pids.stdout.trim()) <= 4, `its own PID namespace: ${pids.stdout}`);
 
     const deleted = await kubectl(['delete', 'deployment', 'web', '--wait=false']);
@@ -140,7 +145,7 @@ spec:
       ),
     );
     assert.equal(locked.code, 0, locked.stderr);
-    const running = await eventually(
+    await eventually(
       async () => {
         const pods = await listPods(server);
         const found = ['as-user', 'locked'].map((n) => pods.find((p) => p.name === n && p.ready));
@@ -149,19 +154,18 @@ spec:
       'as-user and locked running',
       60_000,
     );
-    const [asUser, lockedPod] = running as { uid: string }[];
-    assert.equal((await execIn(server.dataDir, asUser!.uid, 'main', ['id', '-u'])).stdout.trim(), '1000', "the image's User 'user' from its /etc/passwd");
+    assert.equal((await kexec('as-user', 'main', ['id', '-u'])).stdout.trim(), '1000', "the image's User 'user' from its /etc/passwd");
 
-    const id = await execIn(server.dataDir, lockedPod!.uid, 'main', ['id']);
+    const id = await kexec('locked', 'main', ['id']);
     assert.match(id.stdout, /uid=4242 gid=4343/);
-    const write = await execIn(server.dataDir, lockedPod!.uid, 'main', ['touch', '/new-file']);
+    const write = await kexec('locked', 'main', ['touch', '/new-file']);
     assert.notEqual(write.code, 0);
     assert.match(write.stderr, /Read-only file system/);
-    const status = await execIn(server.dataDir, lockedPod!.uid, 'main', ['cat', '/proc/1/status']);
+    const status = await kexec('locked', 'main', ['cat', '/proc/1/status']);
     assert.match(status.stdout, /^CapBnd:\s+0000000000000400$/m, 'only CAP_NET_BIND_SERVICE in the bounding set');
     assert.match(status.stdout, /^NoNewPrivs:\s+1$/m);
     assert.match(status.stdout, /^Seccomp:\s+2$/m, 'the default seccomp filter is on');
-    const rootStatus = await execIn(server.dataDir, asUser!.uid, 'main', ['cat', '/proc/1/status']);
+    const rootStatus = await kexec('as-user', 'main', ['cat', '/proc/1/status']);
     assert.match(rootStatus.stdout, /^CapBnd:\s+00000000a80425fb$/m, 'the default 14 capabilities');
     for (const name of ['as-user', 'locked']) assert.equal((await kubectl(['delete', 'pod', name, '--wait=false'])).code, 0);
   });
