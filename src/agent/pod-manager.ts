@@ -113,7 +113,7 @@ export function runSpecFor(
       containers: (spec.containers ?? []).map((c) => {
         const built = runc.containers.get(c.name);
         if (!built) throw new Error(`container ${c.name} has no run spec`);
-        return { ...built, ...withProbes(c) };
+        return { ...built, ...withProbes(c), ...withStdin(c) };
       }),
       restartPolicy,
       terminationGracePeriodSeconds: spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,
@@ -130,6 +130,7 @@ export function runSpecFor(
     name: pod.metadata.name!,
     containers: (spec.containers ?? []).map((c) => ({
       ...withProbes(c),
+      ...withStdin(c),
       name: c.name,
       // No command: the args are the command line (no image entrypoint exists to receive them).
       command: c.command?.length ? c.command : (c.args ?? []),
@@ -142,6 +143,13 @@ export function runSpecFor(
     atMostOne: isAtMostOne(pod),
     fencingFile,
   };
+}
+
+/** `stdin`/`stdinOnce` of a container, kept open by its supervisor for `kubectl attach -i`. */
+function withStdin(container: unknown): { stdin?: boolean; stdinOnce?: boolean } {
+  const c = (container ?? {}) as { stdin?: unknown; stdinOnce?: unknown };
+  if (c.stdin !== true) return {};
+  return { stdin: true, ...(c.stdinOnce === true ? { stdinOnce: true } : {}) };
 }
 
 function withProbes(container: unknown): { probes?: ReturnType<typeof containerProbeSpecs> } {

@@ -100,6 +100,10 @@ export interface ContainerRunSpec {
   resources?: ContainerResources;
   /** Its liveness, readiness and startup probes, defaults applied (src/agent/pods/probe-spec.ts). */
   probes?: ContainerProbeSpecs;
+  /** `stdin: true`: its stdin is a pipe `kubectl attach -i` writes through (stdin.ts); else /dev/null. */
+  stdin?: boolean;
+  /** With stdin: closed after the first attach session ends, until the container restarts. */
+  stdinOnce?: boolean;
 }
 
 export type ProbeKind = 'liveness' | 'readiness' | 'startup';
@@ -314,6 +318,7 @@ function validateContainerExtras(c: ContainerRunSpec, runc: boolean, fail: (what
     fail('image is required when runtime is runc');
   }
   if (runc && c.workingDir !== undefined && !path.isAbsolute(c.workingDir)) fail('workingDir must be absolute');
+  for (const key of ['stdin', 'stdinOnce'] as const) if (c[key] !== undefined && typeof c[key] !== 'boolean') fail(`${key} must be a boolean`);
   if (c.mounts !== undefined) {
     if (!Array.isArray(c.mounts)) fail('mounts must be a list');
     for (const m of c.mounts) {

@@ -40,6 +40,7 @@ import { podCgroupPath } from './runtime/names.js';
 import { removeCgroup } from './runtime/cgroups.js';
 import { RuncContainer } from './runtime/runc-container.js';
 import { teardownSandbox } from './runtime/sandbox.js';
+import { ContainerStdin } from './stdin.js';
 
 /**
  * One pod's supervisor: starts its containers as process groups, restarts them per restartPolicy
@@ -119,6 +120,8 @@ interface ContainerRunner {
   runc?: RuncContainer;
   /** Under runc: its bundle is being made (nothing to signal yet). */
   creating?: boolean;
+  /** `stdin: true`: the socket `kubectl attach -i` writes the container's stdin through (stdin.ts). */
+  stdin?: ContainerStdin;
 }
 
 const SIGNAL_NUMBERS = os.constants.signals as Record<string, number>;
@@ -208,6 +211,7 @@ export class PodSupervisor {
         nextBackoffMs: BACKOFF_INITIAL_MS,
         done: false,
         ...(runc ? { runc } : {}),
+        ...(spec.stdin ? { stdin: new ContainerStdin(this.dir, spec.name, spec.stdinOnce === true, (message, details) => this.logger.warn(details, message)) } : {}),
       };
     });
     if (wasFenced) {
@@ -250,6 +254,11 @@ export class PodSupervisor {
       this.checkFencing();
     }
     for (const runner of this.runners) {
+      try {
+        runner.stdin?.listen();
+      } catch (error) {
+        this.logger.warn({ err: error, container: runner.spec.name }, 'cannot open the stdin socket; attach -i is unavailable');
+      }
       if (!this.isTerminal()) this.startContainer(runner);
     }
   }
@@ -346,7 +355,7 @@ export class PodSupervisor {
     const { file, args, cwd } = runc.spawnArgs();
     let child: ChildProcess;
     try {
-      child = spawn(file, args, { cwd, env: supervisorEnvironment(), detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      child = spawn(file, args, { cwd, env: supervisorEnvironment(), detached: true, stdio: [runner.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
     } catch (error) {
       this.createFailed(runner, (error as Error).message);
       return;
@@ -372,7 +381,7 @@ export class PodSupervisor {
     }
     let child: ChildProcess;
     try {
-      child = spawn(argv[0]!, argv.slice(1), { cwd, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+      child = spawn(argv[0]!, argv.slice(1), { cwd, env, detached: true, stdio: [runner.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
     } catch (error) {
       this.createFailed(runner, (error as Error).message);
       return;
@@ -410,12 +419,14 @@ export class PodSupervisor {
     child.stdout?.on('data', onOutput);
     child.stderr?.on('data', onOutput);
     child.on('error', (error) => this.logger.error({ err: error, container: spec.name }, 'container process error'));
+    runner.stdin?.instanceStarted(child.stdin);
     runner.status.state = { running: { startedAt: runner.startedAt, pid } };
     this.startProbes(runner);
     this.logger.info({ container: spec.name, pid, instance }, 'container started');
     this.writeState();
 
     child.once('exit', (code, signal) => {
+      runner.stdin?.instanceEnded();
       // A container ends with its main process: whatever it left behind in its group goes too.
       killGroup(pid, 'SIGKILL');
       const finishedAt = nowIso();
@@ -564,6 +575,7 @@ export class PodSupervisor {
     for (const runner of this.runners) {
       clearTimeout(runner.restartTimer);
       runner.probes?.stop();
+      runner.stdin?.close();
     }
     this.finishReason = reason;
     this.outage = undefined;

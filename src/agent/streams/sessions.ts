@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import { STATUS_CODES } from 'node:http';
+import type net from 'node:net';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
@@ -11,6 +12,7 @@ import { ApiError } from '../../apiserver/errors.js';
 import type { Logger } from '../../logging/logger.js';
 import { execInContainer } from '../pods/runtime/exec.js';
 import { readRunSpec, readRunState, type PodRunSpec } from '../pods/run-spec.js';
+import { connectContainerStdin, StdinError } from '../pods/stdin.js';
 import { runAttachSession } from './attach.js';
 import { runProcessSession } from './exec.js';
 import { dialPodPort, PortForwardError } from './port-forward.js';
@@ -143,12 +145,27 @@ export class AgentStreams {
     if (!containerSpec) throw new Refusal(404, `container ${container} is not valid for pod ${podName}`);
     this.checkRunning(dir, spec, container);
     if (kind === 'attach') {
+      let stdin: net.Socket | undefined;
       if (options.stdin) {
-        throw new Refusal(400, `attach with stdin (-i) is not supported: the stdin of container ${container} is not kept open; attach without -i shows its output, exec -i runs a command with input`);
+        if (!containerSpec.stdin) {
+          throw new Refusal(400, `container ${container} in pod ${namespace}/${podName} does not keep its stdin open (its spec has no stdin: true): attach -i cannot write to it; attach without -i shows its output, exec -i runs a command with input`);
+        }
+        try {
+          stdin = await connectContainerStdin(dir, container);
+        } catch (error) {
+          if (error instanceof StdinError) throw new Refusal(400, error.message);
+          throw error;
+        }
       }
-      const ws = await this.upgrade(req, socket, head);
-      this.context.logger.info({ pod: `${namespace}/${podName}`, container }, 'attach session');
-      runAttachSession(dir, container, new WebSocketPeer(ws, 5), options);
+      let ws: WebSocket;
+      try {
+        ws = await this.upgrade(req, socket, head);
+      } catch (error) {
+        stdin?.destroy();
+        throw error;
+      }
+      this.context.logger.info({ pod: `${namespace}/${podName}`, container, stdin: options.stdin }, 'attach session');
+      runAttachSession(dir, container, new WebSocketPeer(ws, 5), options, stdin);
       return;
     }
     const ws = await this.upgrade(req, socket, head);
