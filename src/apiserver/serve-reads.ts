@@ -58,9 +58,11 @@ export function respondObject(
 
 export async function serveGet(call: HttpCall): Promise<void> {
   const { verbs, ctx, req, res, url, request } = call;
+  // kube-apiserver serves an eviction by POST only (its storage only creates), so a GET that got
+  // past authorization is a 405 without a read: a missing pod gets it too, not a 404.
+  if (request.subresource === 'eviction') throw errors.methodNotAllowed();
   const negotiated = negotiate(req.headers.accept);
   const obj = await verbs.get(ctx, request.def, request.namespace, request.name!);
-  if (request.subresource === 'eviction') throw errors.methodNotAllowed();
   respondObject(res, 200, negotiated, request.def, obj, includeObjectParam(url.searchParams.get('includeObject')));
 }
 

@@ -173,6 +173,14 @@ describe('Status bodies as kube-apiserver shapes them', () => {
     }
   });
 
+  it('GET of an eviction is 405 without reading the pod: for a pod that exists and for one that does not', async () => {
+    const message = 'the server does not allow this method on the requested resource';
+    await request(server, 'POST', pods, { body: pod('evictable') });
+    for (const name of ['evictable', 'no-such-pod']) {
+      expectBody(await request(server, 'GET', `${pods}/${name}/eviction`), failure(405, 'MethodNotAllowed', message, {}), `GET ${name}/eviction`);
+    }
+  });
+
   it('reasons whose constructors carry no details have none: 400, 401; 403 and 504 carry theirs', async () => {
     expectBody(await request(server, 'GET', pods, { token: 'not-a-token' }), failure(401, 'Unauthorized', 'Unauthorized'), 'a bad token');
     const bad = await request(server, 'POST', pods, { rawBody: '{"not json' });
