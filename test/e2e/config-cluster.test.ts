@@ -21,7 +21,8 @@ import {
   runDrover,
   startAgent,
 } from '../helpers/agent.js';
-import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { droverFreeEnv, isolateFromDroverEnv } from '../helpers/config-env.js';
+import { cleanup, eventually, request, serverArgs, type ServerProcess, startServer } from '../helpers/server.js';
 
 /**
  * Cluster-wide configuration with real processes: the cluster record checked at every server
@@ -36,25 +37,13 @@ import { cleanup, eventually, request, serverArgs, type ServerProcess, startServ
 const EXIT_CONFIG = 78;
 const ISO_TIME = '\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d(?:\\.\\d+)?Z';
 
-for (const key of Object.keys(process.env)) if (key.startsWith('DROVER_')) delete process.env[key];
-const suiteDir = tempDir('config-cluster-suite');
-const emptyConfig = path.join(suiteDir, 'empty.yaml');
-fs.writeFileSync(emptyConfig, '');
-process.env.DROVER_CONFIG_FILE = emptyConfig;
+const { suiteDir, emptyConfig } = isolateFromDroverEnv('config-cluster-suite');
 
 type RunResult = CliResult;
 
+/** The environment of a CLI run, with DROVER_CONFIG_FILE the empty file unless `extra` says otherwise. */
 function cleanEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    if (!key.startsWith('DROVER_') && key !== 'KUBECONFIG') env[key] = value;
-  }
-  env.DROVER_CONFIG_FILE = emptyConfig;
-  for (const [key, value] of Object.entries(extra)) {
-    if (value === undefined) delete env[key];
-    else env[key] = value;
-  }
-  return env;
+  return droverFreeEnv({ DROVER_CONFIG_FILE: emptyConfig, ...extra });
 }
 
 function drover(args: string[], env: NodeJS.ProcessEnv = cleanEnv(), timeoutMs = 30_000): Promise<RunResult> {

@@ -3,7 +3,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type CliResult, cleanupAgents, joinToken, killRunningDrover, runDrover, startAgent, waitForState } from '../helpers/agent.js';
-import { cleanup, DROVER_BIN, serverArgs, startServer, tempDir } from '../helpers/server.js';
+import { droverFreeEnv, isolateFromDroverEnv } from '../helpers/config-env.js';
+import { cleanup, DROVER_BIN, serverArgs, startServer } from '../helpers/server.js';
 import { envName, settingsFor } from '../../src/config/schema.js';
 
 /**
@@ -19,24 +20,12 @@ import { envName, settingsFor } from '../../src/config/schema.js';
 const EXIT_CONFIG = 78;
 const DEFAULT_CONFIG_FILE = '/etc/drover/config.yaml';
 
-// Servers and agents spawned by the shared helpers inherit this process's environment.
-for (const key of Object.keys(process.env)) if (key.startsWith('DROVER_')) delete process.env[key];
-const suiteDir = tempDir('config-suite');
-const emptyConfig = path.join(suiteDir, 'empty.yaml');
-fs.writeFileSync(emptyConfig, '');
-process.env.DROVER_CONFIG_FILE = emptyConfig;
+const { suiteDir, emptyConfig } = isolateFromDroverEnv('config-suite');
 
 type RunResult = CliResult;
 
-/** The environment of a CLI run: the runner's, minus every DROVER_* variable, plus `extra`. */
-function cleanEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    if (!key.startsWith('DROVER_') && key !== 'KUBECONFIG') env[key] = value;
-  }
-  for (const [key, value] of Object.entries(extra)) if (value !== undefined) env[key] = value;
-  return env;
-}
+/** The environment of a CLI run: no DROVER_CONFIG_FILE unless `extra` names one. */
+const cleanEnv = droverFreeEnv;
 
 function drover(args: string[], env: NodeJS.ProcessEnv, options: { cwd?: string; timeoutMs?: number } = {}): Promise<RunResult> {
   return runDrover(args, options.timeoutMs ?? 30_000, { env, cwd: options.cwd ?? suiteDir });
