@@ -195,15 +195,32 @@ describe('fencing atMostOne pods', () => {
     return peer;
   }
 
-  function feeder(file: string, peers: FencingPeer[], nodeCount: number): FencingFeeder {
+  function feeder(file: string, peers: FencingPeer[], nodeCount: number, fencingTimeoutMs = FENCING_TIMEOUT_MS): FencingFeeder {
     return new FencingFeeder(file, {
       nodeName: 'self',
-      fencingTimeoutMs: FENCING_TIMEOUT_MS,
+      fencingTimeoutMs,
       peers: peers.map(({ name, url }) => ({ name, url })),
       peerToken: PEER_TOKEN,
       caFile,
       nodeCount,
     });
+  }
+
+  /**
+   * An atMostOne pod `name` of a 3-node cluster whose renewals stopped while its two peers also
+   * report the control plane gone (peer age 10 s, until the test sets `view.age`): an outage,
+   * once the supervisor has recorded it.
+   */
+  async function podInOutage(name: string, peerNames: [string, string], fencingTimeoutMs = FENCING_TIMEOUT_MS) {
+    const view = { age: 10_000 };
+    const peers = [await fakePeer(peerNames[0], () => view.age), await fakePeer(peerNames[1], () => view.age)];
+    const file = path.join(root, `${name}-fencing.json`);
+    const feed = feeder(file, peers, 3, fencingTimeoutMs);
+    feed.start();
+    const pod = await startPod(name, file, true);
+    feed.stop();
+    const outage = await eventually(() => readRunState(pod.dir)?.outage, 'outage recorded', fencingTimeoutMs + FENCE_CEILING_MS, 20);
+    return { view, peers, feed, pod, outage };
   }
 
   it('kills an atMostOne pod within the timeout once renewals stop, spares the others, and never restarts it', async () => {
@@ -256,15 +273,7 @@ describe('fencing atMostOne pods', () => {
   });
 
   it('keeps running while a majority reports the control plane gone, fences once peers are fine', async () => {
-    let peerAge = 10_000;
-    const peers = [await fakePeer('peer-b', () => peerAge), await fakePeer('peer-c', () => peerAge)];
-    const file = path.join(root, 'outage-fencing.json');
-    const feed = feeder(file, peers, 3);
-    feed.start();
-    const pod = await startPod('outage', file, true);
-
-    feed.stop();
-    const outage = await eventually(() => readRunState(pod.dir)?.outage, 'outage recorded', FENCING_TIMEOUT_MS + FENCE_CEILING_MS, 20);
+    const { view, peers, feed, pod, outage } = await podInOutage('outage', ['peer-b', 'peer-c']);
     assert.deepEqual({ cutOff: outage.cutOff, nodeCount: outage.nodeCount }, { cutOff: 3, nodeCount: 3 });
     assert.ok(peers.every((p) => p.asked >= 1), 'both peers were asked with the peer token');
 
@@ -283,7 +292,7 @@ describe('fencing atMostOne pods', () => {
     );
     await eventually(() => peers[0]!.asked - askedBefore >= 2, 'the peers to be asked again during the outage', FENCE_CEILING_MS);
 
-    peerAge = 100;
+    view.age = 100;
     const switchedAt = monoNowMs();
     const diedAt = await deathTime(pod.pid, FENCE_CEILING_MS);
     console.log(`# fenced ${diedAt - switchedAt} ms after the peers reported the control plane back`);
@@ -299,24 +308,10 @@ describe('fencing atMostOne pods', () => {
   it('after an outage, a node whose own renewal comes back a little after its peers\' is not fenced', async () => {
     // The default 3 s timeout: room for the peers to be back and this node's renewal to follow.
     const timeoutMs = 3000;
-    let peerAge = 10_000;
-    const peers = [await fakePeer('peer-d', () => peerAge), await fakePeer('peer-e', () => peerAge)];
-    const file = path.join(root, 'late-fencing.json');
-    const feed = new FencingFeeder(file, {
-      nodeName: 'self',
-      fencingTimeoutMs: timeoutMs,
-      peers: peers.map(({ name, url }) => ({ name, url })),
-      peerToken: PEER_TOKEN,
-      caFile,
-      nodeCount: 3,
-    });
-    feed.start();
-    const pod = await startPod('late', file, true);
-    feed.stop();
-    await eventually(() => readRunState(pod.dir)?.outage, 'outage recorded', timeoutMs + FENCE_CEILING_MS, 20);
+    const { view, feed, pod } = await podInOutage('late', ['peer-d', 'peer-e'], timeoutMs);
     // The outage ends for the peers first (e.g. etcd restarted, their renewals got through):
     // the supervisor hears it and waits for its own renewal instead of fencing at once.
-    peerAge = 100;
+    view.age = 100;
     const log = (): string => fs.readFileSync(path.join(pod.dir, 'supervisor.log'), 'utf8');
     await eventually(
       () => /the peers reach the control plane again, this node not yet/.test(log()) || !alive(pod.pid) || undefined,
@@ -337,23 +332,9 @@ describe('fencing atMostOne pods', () => {
 
   it('after an outage, fences one fencing timeout after the outage was last heard of if its own renewal stays missing', async () => {
     const timeoutMs = 3000;
-    let peerAge = 10_000;
-    const peers = [await fakePeer('peer-f', () => peerAge), await fakePeer('peer-g', () => peerAge)];
-    const file = path.join(root, 'never-fencing.json');
-    const feed = new FencingFeeder(file, {
-      nodeName: 'self',
-      fencingTimeoutMs: timeoutMs,
-      peers: peers.map(({ name, url }) => ({ name, url })),
-      peerToken: PEER_TOKEN,
-      caFile,
-      nodeCount: 3,
-    });
-    feed.start();
-    const pod = await startPod('never', file, true);
-    feed.stop();
-    await eventually(() => readRunState(pod.dir)?.outage, 'outage recorded', timeoutMs + FENCE_CEILING_MS, 20);
+    const { view, peers, pod } = await podInOutage('never', ['peer-f', 'peer-g'], timeoutMs);
     const lastOutageAsk = peers[0]!.asked;
-    peerAge = 100;
+    view.age = 100;
     const switchedAt = monoNowMs();
     const diedAt = await deathTime(pod.pid, timeoutMs + FENCE_CEILING_MS);
     // Never later than a timeout after the switch plus a ceiling; never before the peers said they were back.
