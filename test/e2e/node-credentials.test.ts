@@ -2,27 +2,25 @@ import assert from 'node:assert/strict';
 import type { IncomingHttpHeaders } from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { after, before, describe, it, type TestContext } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { createCertificateAuthority, issueCertificate } from '../../src/security/pki.js';
 import {
-  type AgentProcess,
   cleanupAgents,
-  type ExitInfo,
+  exitWithin,
   getNode,
   joinSecret,
   joinToken,
   NodeSampler,
   nodeState,
   registerNode,
-  type ServerPair,
+  serverPairForSuite,
   spawnAgent,
   startAgent,
-  startServerPairOnEtcd,
   waitForNode,
   waitForState,
 } from '../helpers/agent.js';
 import { kubectlClients, runKubectl } from '../helpers/kubectl.js';
-import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { cleanup, eventually, request, report, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 import { listEvents } from '../helpers/workloads.js';
 
 /**
@@ -38,11 +36,6 @@ const LEASES = '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases';
 const MERGE = { 'Content-Type': 'application/merge-patch+json' };
 const NODE_ID_ANNOTATION = 'drover.io/node-id';
 
-function report(t: TestContext, message: string): void {
-  for (const line of message.trimEnd().split('\n')) t.diagnostic(line);
-  if (process.env.DROVER_TEST_VERBOSE) console.log(`# ${message}`);
-}
-
 interface LeaseObject {
   metadata: { name: string; resourceVersion?: string };
   spec?: { holderIdentity?: string; renewTime?: string };
@@ -55,21 +48,6 @@ function lease(name: string, holderIdentity: string, renewTime = new Date().toIS
     metadata: { name, namespace: 'kube-node-lease' },
     spec: { holderIdentity, leaseDurationSeconds: 4, renewTime },
   };
-}
-
-/** The agent's exit, or a failure naming its output if it is still running after the ceiling. */
-async function exitOf(agent: AgentProcess, ceilingMs = 30_000): Promise<ExitInfo> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      agent.exited,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`agent ${agent.name} still runs after ${ceilingMs} ms; output:\n${agent.output()}`)), ceilingMs);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -232,20 +210,10 @@ describe('node incarnations and credentials on one server', () => {
 // -------------------------------------------------------------------------------------------------
 
 describe('node credentials on two servers sharing one etcd', () => {
-  let pair: ServerPair | undefined;
-  let a: ServerProcess;
-  let b: ServerProcess;
-
-  before(async () => {
-    pair = await startServerPairOnEtcd('cred');
-    ({ a, b } = pair);
-  });
-
-  after(async () => {
-    await pair?.stop();
-  });
+  const pair = serverPairForSuite('cred');
 
   it('a credential replaced through one server stops working on the other too (every server indexes credentials from a datastore watch)', async (t) => {
+    const { a, b } = pair;
     const name = 'roaming';
     const password = 'roaming-password-0123456789';
     const status = async (server: ServerProcess, token: string) => (await request(server, 'GET', '/api/v1/nodes', { token })).status;
@@ -345,7 +313,7 @@ describe('the join token pins the cluster CA: the secret never reaches a server 
     const fake = await impostor();
     const token = joinToken(cluster);
     const agent = spawnAgent({ server: { url: fake.url, dataDir: cluster.dataDir }, name: 'pinned-a', token });
-    const exit = await exitOf(agent);
+    const exit = await exitWithin(agent);
     assert.equal(exit.code, 1, `exit code; output:\n${agent.output()}`);
     assert.deepEqual(leaks(fake.requests, [token, joinSecret(cluster)]), [], 'no request carried the token or its secret');
     assert.match(agent.output(), /drover agent: the server's CA certificate does not match the join token \(token pins [0-9a-f]{12}…, server has [0-9a-f]{12}…\): wrong server or wrong token/);
@@ -361,7 +329,7 @@ describe('the join token pins the cluster CA: the secret never reaches a server 
     const fake = await impostor(cluster.caPem);
     const token = joinToken(cluster);
     const agent = spawnAgent({ server: { url: fake.url, dataDir: cluster.dataDir }, name: 'pinned-b', token });
-    const exit = await exitOf(agent);
+    const exit = await exitWithin(agent);
     assert.equal(exit.code, 1, `exit code; output:\n${agent.output()}`);
     assert.deepEqual(leaks(fake.requests, [token, joinSecret(cluster)]), [], 'no request carried the token or its secret');
     assert.match(
@@ -378,7 +346,7 @@ describe('the join token pins the cluster CA: the secret never reaches a server 
     const fake = await impostor();
     const secret = joinSecret(cluster);
     const agent = spawnAgent({ server: { url: fake.url, dataDir: cluster.dataDir }, name: 'unpinned', token: secret });
-    const exit = await exitOf(agent);
+    const exit = await exitWithin(agent);
     assert.equal(exit.code, 1, `exit code (the impostor answers 401); output:\n${agent.output()}`);
     assert.match(agent.output(), /the join token does not pin the CA; use the full token from `drover token show`/);
     assert.deepEqual(leaks(fake.requests, [secret]), ['POST /drover/v1/register'], 'the recorder sees a leaked secret');

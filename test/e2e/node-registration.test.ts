@@ -2,24 +2,22 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, describe, it, type TestContext } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import {
-  type AgentProcess,
   cleanupAgents,
-  type ExitInfo,
+  exitWithin,
   getNode,
   joinSecret,
   nodeState,
   runDrover,
-  type ServerPair,
+  serverPairForSuite,
   spawnAgent,
   startAgent,
-  startServerPairOnEtcd,
   waitForNode,
   waitForState,
 } from '../helpers/agent.js';
 import { MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
-import { type ApiResponse, cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { type ApiResponse, cleanup, eventually, request, report, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 
 /**
  * Node names and registrations, as docs/security.md describes them, with real servers and real
@@ -31,11 +29,6 @@ import { type ApiResponse, cleanup, eventually, request, type ServerProcess, sta
 
 const NODE_ID_ANNOTATION = 'drover.io/node-id';
 const LEASES = '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases';
-
-function report(t: TestContext, message: string): void {
-  for (const line of message.trimEnd().split('\n')) t.diagnostic(line);
-  if (process.env.DROVER_TEST_VERBOSE) console.log(`# ${message}`);
-}
 
 type Target = ServerProcess;
 
@@ -67,20 +60,6 @@ function message(res: ApiResponse): string {
 /** The status a credential gets for a plain read. */
 async function credentialStatus(server: Target, token: string): Promise<number> {
   return (await request(server, 'GET', '/api/v1/nodes', { token })).status;
-}
-
-async function exitOf(agent: AgentProcess, ceilingMs = 30_000): Promise<ExitInfo> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      agent.exited,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`agent ${agent.name} still runs after ${ceilingMs} ms; output:\n${agent.output()}`)), ceilingMs);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 const TAKEN = (name: string): RegExp =>
@@ -117,7 +96,7 @@ describe('a node name outlives its Node object until drover node forget', () => 
 
       // Another host (a fresh data dir: another node id and password), holding the join token.
       const intruder = spawnAgent({ server, name });
-      const exit = await exitOf(intruder);
+      const exit = await exitWithin(intruder);
       assert.equal(exit.code, 1, `the other host's agent exits 1; output:\n${intruder.output()}`);
       assert.match(intruder.output(), TAKEN(name));
       report(t, `other host: ${intruder.output().trim().split('\n').at(-1)}`);
@@ -241,20 +220,10 @@ describe('a node name outlives its Node object until drover node forget', () => 
 // -------------------------------------------------------------------------------------------------
 
 describe('drover node forget on two servers sharing one etcd', () => {
-  let pair: ServerPair | undefined;
-  let a: ServerProcess;
-  let b: ServerProcess;
-
-  before(async () => {
-    pair = await startServerPairOnEtcd('forget');
-    ({ a, b } = pair);
-  });
-
-  after(async () => {
-    await pair?.stop();
-  });
+  const pair = serverPairForSuite('forget');
 
   it('a name forgotten through one server: its credential is refused on the other too, and the name is free there', async (t) => {
+    const { a, b } = pair;
     const name = 'roamer';
     const token = credentialOf(await register(a, name, 'roamer-password-0123456789'));
     await eventually(async () => (await credentialStatus(b, token)) === 200, 'server B to accept the credential registered on A');

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
+import { after, before } from 'node:test';
 import { API_SERVER_CLIENT_NAME } from '../../src/cluster/drover-endpoints.js';
 import { issueCertificate } from '../../src/security/pki.js';
 import { type EtcdServer, startEtcd } from './etcd.js';
@@ -213,6 +214,21 @@ export async function startAgent(options: StartAgentOptions): Promise<AgentProce
     check();
   });
   return agent;
+}
+
+/** The agent's exit, or a failure naming its output if it still runs after `ceilingMs` (a safety ceiling). */
+export async function exitWithin(agent: AgentProcess, ceilingMs = 30_000): Promise<ExitInfo> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      agent.exited,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`agent ${agent.name} still runs after ${ceilingMs} ms; output:\n${agent.output()}`)), ceilingMs);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** SIGKILL every agent this process started (SIGCONT first, in case one is stopped) and remove their temp dirs. */
@@ -552,6 +568,21 @@ export interface ServerPair {
   a: ServerProcess;
   b: ServerProcess;
   stop(): Promise<void>;
+}
+
+/**
+ * For a describe(): a ServerPair started before its tests and stopped after them. Its fields are
+ * set once before() has run, so read them inside the tests.
+ */
+export function serverPairForSuite(prefix: string): ServerPair {
+  const pair = {} as ServerPair;
+  before(async () => {
+    Object.assign(pair, await startServerPairOnEtcd(prefix));
+  });
+  after(async () => {
+    await pair.stop?.();
+  });
+  return pair;
 }
 
 export async function startServerPairOnEtcd(prefix: string): Promise<ServerPair> {

@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
+import type { TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { reapPods } from './pods.js';
 
@@ -31,6 +32,12 @@ process.once('exit', () => {
     }
   }
 });
+
+/** A multi-line message as test diagnostics, one per line (and on the console with DROVER_TEST_VERBOSE). */
+export function report(t: TestContext, message: string): void {
+  for (const line of message.trimEnd().split('\n')) t.diagnostic(line);
+  if (process.env.DROVER_TEST_VERBOSE) console.log(`# ${message}`);
+}
 
 export function tempDir(prefix: string): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `drover-${prefix}-`));
