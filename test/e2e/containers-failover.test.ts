@@ -5,15 +5,27 @@ import { after, before, describe, it, type TestContext } from 'node:test';
 import { type AgentProcess, cleanupAgents, getNode, nodeState, startAgent, waitForState } from '../helpers/agent.js';
 import { containerInitPid, importTestImage, podDirOf, podLeftovers } from '../helpers/containers.js';
 import { buildTestImage } from '../helpers/images.js';
-import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
-import { alive, createObject, journalOverlap, type JournalCopy, listEvents, listPods, type PodView, readyPods, waitForReadyPods } from '../helpers/workloads.js';
+import { always, cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import {
+  alive,
+  createObject,
+  eventsSince,
+  FAILOVER_REASONS,
+  journalOverlap,
+  type JournalCopy,
+  listEvents,
+  listPods,
+  type PodView,
+  readyPods,
+  waitForReadyPods,
+} from '../helpers/workloads.js';
 
 /**
  * The failover guarantees with runc containers instead of processes: an agent killed and started
  * again finds the same containers (same init PIDs, no restart); an agent lost for good has its
  * Deployment pods run elsewhere, and its singleton fenced (killed through its cgroup) before the
- * replacement starts, never both at once; a node that comes back removes what it ran, leaving no
- * runc container, mount or cgroup.
+ * replacement starts, never both at once; a frozen control plane moves and restarts nothing; a
+ * node that comes back removes what it ran, leaving no runc container, mount or cgroup.
  */
 
 const IMAGE = 'drover.test/failover:1';
@@ -218,6 +230,32 @@ describe('failover with containers (default timings)', { concurrency: false }, (
       60_000,
     );
   }
+
+  it('SIGSTOP of the server for 3 × grace: no container stops or restarts, none is replaced', async (t) => {
+    const pods = [...(await waitForReadyPods(server, 'app=web', 3, 60_000)), ...(await waitForReadyPods(server, 'app=solo', 1, 60_000))];
+    const pids: number[] = [];
+    for (const pod of pods) pids.push(...(await initPids(agents.get(pod.node)!.dataDir, [pod])));
+    const eventsBefore = await listEvents(server);
+    const soloUid = pods.at(-1)!.uid;
+    const linesBefore = journal.collect(dataDirs()).find((c) => c.uid === soloUid)?.lines ?? 0;
+    process.kill(server.pid, 'SIGSTOP');
+    try {
+      await always(() => pids.every(alive), `every container init (${pids.join(', ')}) runs during the control-plane outage`, 12_000, 200);
+    } finally {
+      process.kill(server.pid, 'SIGCONT');
+    }
+    const grew = (journal.collect(dataDirs()).find((c) => c.uid === soloUid)?.lines ?? 0) - linesBefore;
+    note(t, `the singleton container wrote ${grew} journal lines during the 12 s outage`);
+    assert.ok(grew > 0, 'the singleton ran on during the outage');
+    for (const name of NAMES) await waitForState(server, name, 'Ready', 30_000);
+    // Longer than a failover would take to be decided once the controller runs again.
+    await always(() => pids.every(alive), 'every container runs after the outage', 6000, 200);
+    const now = [...(await readyPods(server, 'app=web')), ...(await readyPods(server, 'app=solo'))];
+    assert.deepEqual(now.map((p) => p.uid).sort(), pods.map((p) => p.uid).sort(), 'no pod was replaced');
+    assert.ok(now.every((p) => p.restarts === 0), 'no container restarted');
+    const failovers = (await eventsSince(server, eventsBefore)).filter((e) => FAILOVER_REASONS.has(e.reason));
+    assert.deepEqual(failovers, [], 'no failover during a control-plane outage');
+  });
 
   it('SIGKILL of an agent: its Deployment containers run elsewhere; its return removes them', async (t) => {
     const solo = (await readyPods(server, 'app=solo'))[0]!;
