@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import tls from 'node:tls';
@@ -7,7 +7,8 @@ import { after, before, describe, it } from 'node:test';
 import { WebSocket } from 'ws';
 import { cleanupAgents, freePort, registerNode } from '../helpers/agent.js';
 import { type KubectlClient, kubectlClients, MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
-import { cleanup, eventually, REPO_ROOT, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { PYTHON, runOnTerminal, spawnForward as spawnForwardIn } from '../helpers/streams.js';
 
 /**
  * kubectl exec, cp and port-forward through the API server to the pod's agent, end to end: a real
@@ -18,9 +19,6 @@ import { cleanup, eventually, REPO_ROOT, request, type ServerProcess, startServe
  *
  * Run: node --import tsx --test --test-timeout=600000 test/e2e/streaming.test.ts
  */
-
-const PYTHON = '/usr/bin/python3';
-const PTY_RUN = path.join(REPO_ROOT, 'test/python/pty_run.py');
 
 describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
   let server: ServerProcess;
@@ -111,24 +109,7 @@ describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
     });
 
     it(`exec -it runs on a terminal of the client's size (${client.name})`, async () => {
-      const lines = ['tty; stty size; echo $((6*7))', 'exit 5'];
-      const args = ['--kubeconfig', server.kubeconfig, '--cache-dir', cacheDir, 'exec', '-it', 'shell', '-c', 'main', '--', 'sh'];
-      const result = await new Promise<{ output: string; exitCode: number }>((resolve, reject) => {
-        const child = spawn(PYTHON, [PTY_RUN, '33', '111', ...lines, '--', client.bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-        let out = '';
-        let err = '';
-        child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-        child.stderr.on('data', (c: Buffer) => (err += c.toString()));
-        const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
-        child.on('close', () => {
-          clearTimeout(timer);
-          try {
-            resolve(JSON.parse(out) as { output: string; exitCode: number });
-          } catch {
-            reject(new Error(`pty_run.py printed no result: ${out}\n${err}`));
-          }
-        });
-      });
+      const result = await runOnTerminal(client, { kubeconfig: server.kubeconfig, cacheDir }, 33, 111, ['tty; stty size; echo $((6*7))', 'exit 5'], ['exec', '-it', 'shell', '-c', 'main', '--', 'sh']);
       assert.match(result.output, /\/dev\/pts\/\d+/, result.output);
       assert.match(result.output, /33 111/, `the terminal has the client's size: ${result.output}`);
       assert.match(result.output, /42/);
@@ -205,17 +186,7 @@ describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
     });
   }
 
-  function spawnForward(client: KubectlClient, args: string[]): { child: ChildProcess; localPort: Promise<number>; output: () => string } {
-    const child = spawn(client.bin, ['--kubeconfig', server.kubeconfig, '--cache-dir', cacheDir, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
-    child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
-    const localPort = eventually(() => {
-      const match = /Forwarding from 127\.0\.0\.1:(\d+)/.exec(output);
-      return match ? Number(match[1]) : undefined;
-    }, `kubectl port-forward listening (${client.name})`, 30_000);
-    return { child, localPort, output: () => output };
-  }
+  const spawnForward = (client: KubectlClient, args: string[]) => spawnForwardIn(client, { kubeconfig: server.kubeconfig, cacheDir }, args);
 
   it('a SPDY client that sends garbage after the upgrade loses its connection, nothing else', async () => {
     for (const garbage of [
