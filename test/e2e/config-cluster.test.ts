@@ -284,7 +284,14 @@ describe('the cluster-record check never fails open', () => {
     const etcd = await startEtcd();
     // Short request deadlines, so reads against the frozen etcd fail (rather than hang) and the
     // check goes round its retry loop.
-    const store = await openEtcdDatastore({ endpoints: [etcd.endpoint], requestTimeoutMs: 500 });
+    // The open's own reachability check runs under the same 500 ms deadline, which a loaded machine
+    // can miss (seen at load 28): try again until it answers, within a ceiling.
+    const store = await eventually(
+      () => openEtcdDatastore({ endpoints: [etcd.endpoint], requestTimeoutMs: 500 }).catch(() => undefined),
+      'etcd answers within 500 ms',
+      60_000,
+      200,
+    );
     const logs: { msg: string; reason?: string }[] = [];
     const logger = pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line) as { msg: string }) });
     const config = (flags: Record<string, string>) => resolveConfig({ command: 'server', flags, env: { DROVER_CONFIG_FILE: emptyConfig } });
