@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { buildTestImage } from '../helpers/images.js';
@@ -168,6 +169,29 @@ spec:
     const rootStatus = await kexec('as-user', 'main', ['cat', '/proc/1/status']);
     assert.match(rootStatus.stdout, /^CapBnd:\s+00000000a80425fb$/m, 'the default 14 capabilities');
     for (const name of ['as-user', 'locked']) assert.equal((await kubectl(['delete', 'pod', name, '--wait=false'])).code, 0);
+  });
+
+  it("a pod's containers share its IPC and UTS namespaces and /dev/shm, each with its own PIDs", async () => {
+    const applied = await kubectl(
+      ['apply', '-f', '-'],
+      podYaml('pair', `  - name: one\n    image: ${WEB}\n  - name: two\n    image: ${WEB}\n    command: [sleep, '999999']\n`),
+    );
+    assert.equal(applied.code, 0, applied.stderr);
+    await eventually(async () => ((await listPods(server)).find((p) => p.name === 'pair' && p.ready) ? true : undefined), 'pair running', 60_000);
+    const ns = async (container: string, kind: string): Promise<string> => (await kexec('pair', container, ['readlink', `/proc/1/ns/${kind}`])).stdout.trim();
+    assert.match(await ns('one', 'ipc'), /^ipc:\[\d+\]$/);
+    assert.equal(await ns('one', 'ipc'), await ns('two', 'ipc'), 'one IPC namespace for the pod');
+    assert.equal(await ns('one', 'uts'), await ns('two', 'uts'), 'one UTS namespace for the pod');
+    assert.notEqual(await ns('one', 'pid'), await ns('two', 'pid'), 'a PID namespace per container');
+    assert.notEqual(await ns('one', 'ipc'), `ipc:[${fs.statSync('/proc/self/ns/ipc').ino}]`, "not the host's IPC namespace");
+    assert.equal((await kexec('pair', 'one', ['sh', '-c', 'echo shared > /dev/shm/note'])).code, 0);
+    assert.equal((await kexec('pair', 'two', ['cat', '/dev/shm/note'])).stdout, 'shared\n', 'one /dev/shm for the pod');
+    assert.deepEqual(
+      (await kexec('pair', 'two', ['cat', '/proc/1/cmdline'])).stdout.split('\0').filter(Boolean),
+      ['sleep', '999999'],
+      "the second container's PID 1 is its own command",
+    );
+    assert.equal((await kubectl(['delete', 'pod', 'pair', '--wait=false'])).code, 0);
   });
 
   it('a container over its memory limit is OOMKilled and restarted', async () => {
