@@ -132,6 +132,8 @@ export class ServiceAccountAuthenticator implements Authenticator {
   private readonly now: () => Date;
   /** Digest of a token → its verification for the API audiences. */
   private readonly verified = new Map<string, Verified>();
+  /** Verifications under way, so that the requests a token's expiry finds in flight wait for one instead of each making its own. */
+  private readonly verifying = new Map<string, Promise<Verified>>();
   private readonly objects: TokenObjectCache;
 
   constructor(private readonly options: ServiceAccountAuthenticatorOptions) {
@@ -240,15 +242,23 @@ export class ServiceAccountAuthenticator implements Authenticator {
   }
 
   /** verify() for the API audiences, reusing a recent verification of the same token. */
-  private async verifyCached(token: string, digest: string, now: Date): Promise<Verified> {
+  private verifyCached(token: string, digest: string, now: Date): Promise<Verified> {
     const hit = this.verified.get(digest);
-    if (hit && now.getTime() <= hit.until) return hit;
+    if (hit && now.getTime() <= hit.until) return Promise.resolve(hit);
     this.verified.delete(digest);
-    const verified = await this.verify(token, now);
-    if (this.verified.size >= VERIFIED_MAX) this.verified.delete(this.verified.keys().next().value!);
-    const expires = (verified.claims.exp + TOKEN_LEEWAY_SECONDS) * 1000;
-    const entry: Verified = { verified, until: Math.min(now.getTime() + VERIFIED_TTL_MS, expires), needed: neededBy(verified.claims), user: undefined };
-    this.verified.set(digest, entry);
-    return entry;
+    let pending = this.verifying.get(digest);
+    if (!pending) {
+      pending = this.verify(token, now).then((verified) => {
+        if (this.verified.size >= VERIFIED_MAX) this.verified.delete(this.verified.keys().next().value!);
+        const expires = (verified.claims.exp + TOKEN_LEEWAY_SECONDS) * 1000;
+        const entry: Verified = { verified, until: Math.min(now.getTime() + VERIFIED_TTL_MS, expires), needed: neededBy(verified.claims), user: undefined };
+        this.verified.set(digest, entry);
+        return entry;
+      });
+      const settled = (): void => void this.verifying.delete(digest);
+      pending.then(settled, settled);
+      this.verifying.set(digest, pending);
+    }
+    return pending;
   }
 }

@@ -235,6 +235,39 @@ describe('the ServiceAccount token authenticator', () => {
     assert.match(user.extra?.['authentication.kubernetes.io/credential-id']?.[0] ?? '', /^JTI=[0-9a-f-]{36}$/);
   });
 
+  it('verifies a token’s signature once for the requests that arrive together, and again only after 10 s', async () => {
+    let verifications = 0;
+    const keys = [key];
+    // Every verification looks its key up by kid in this list.
+    Object.defineProperty(keys, 'filter', {
+      value: (...args: Parameters<SigningKey[]['filter']>) => {
+        verifications++;
+        return Array.prototype.filter.apply(keys, args);
+      },
+    });
+    let offsetMs = 0;
+    const counting = new ServiceAccountAuthenticator({
+      client: api.client,
+      keys,
+      issuers: [ISSUER],
+      apiAudiences: API_AUDIENCES,
+      logger: api.logger,
+      now: () => new Date(Date.now() + offsetMs),
+    });
+    const token = await tokenFor('ci', 'deployer');
+    const together = async (): Promise<void> => {
+      const users = await Promise.all(Array.from({ length: 20 }, () => counting.authenticate(request(token))));
+      assert.ok(users.every((user) => user?.name === 'system:serviceaccount:ci:deployer'));
+    };
+    await together();
+    assert.equal(verifications, 1, 'one verification for 20 requests in flight together');
+    await together();
+    assert.equal(verifications, 1, 'reused');
+    offsetMs = 11_000;
+    await together();
+    assert.equal(verifications, 2, 'verified again after 10 s, once');
+  });
+
   it('refuses an expired token (past exp plus the 60 s leeway), accepting it within the leeway', async () => {
     const token = await tokenFor('ci', 'deployer', { expirationSeconds: 600 });
     clockOffsetMs = (600 + 50) * 1000;
