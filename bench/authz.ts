@@ -41,6 +41,7 @@ import {
   heartbeatLoad,
   installCleanup,
   machineInfo,
+  median,
   type PatchTarget,
   percentile,
   printMachine,
@@ -211,11 +212,16 @@ async function main(): Promise<void> {
       ['serviceaccount', serviceAccount],
     ];
     const samples = new Map<string, { seconds: number; latencies: number[]; errors: number; cpu: number; firstError?: string }>();
+    /** Per identity, each round's server CPU per request (µs) and rate: ratios of one round are of neighbouring slots. */
+    const perRound = new Map<string, { cpuUs: number; perSecond: number }[]>();
     const run = async (name: string, target: PatchTarget, ms: number, keep: boolean): Promise<void> => {
       const cpu0 = processCpuSeconds(server.child.pid!);
       const result = await heartbeatLoad(target, beats, CLIENTS, ms);
       const cpu = processCpuSeconds(server.child.pid!) - cpu0;
       if (!keep) return;
+      const rounds = perRound.get(name) ?? [];
+      rounds.push({ cpuUs: (cpu / Math.max(1, result.latencies.length)) * 1e6, perSecond: result.latencies.length / result.seconds });
+      perRound.set(name, rounds);
       const pooled = samples.get(name) ?? { seconds: 0, latencies: [], errors: 0, cpu: 0 };
       pooled.seconds += result.seconds;
       for (const l of result.latencies) pooled.latencies.push(l);
@@ -264,6 +270,19 @@ async function main(): Promise<void> {
     console.log(`ratio certificate-user/masters-cert (RBAC alone): ${rbacRatio} (${verdict(rbacRatio)}); by server CPU per request: ${rbacCpuRatio}`);
     console.log(`ratio certificate-user/admin (RBAC and a certificate's authentication): ${certRatio} (${verdict(certRatio)}); by server CPU per request: ${certCpuRatio}`);
     console.log(`ratio serviceaccount/admin (RBAC and a token's authentication): ${ratio} (${verdict(ratio)}); by server CPU per request: ${cpuRatio}`);
+    // The median over rounds of each round's ratio: a burst of other jobs' load moves one round, not the figure.
+    const roundRatios = (over: string, under: string, by: 'cpuUs' | 'perSecond'): number[] =>
+      perRound.get(over)!.map((r, i) => (by === 'cpuUs' ? perRound.get(under)![i]!.cpuUs / r.cpuUs : r.perSecond / perRound.get(under)![i]!.perSecond));
+    const medianRatios = Object.fromEntries(
+      (
+        [
+          ['rbacAlone', 'certificate-user', 'masters-cert'],
+          ['certificateUserOverAdmin', 'certificate-user', 'admin'],
+          ['serviceAccountOverAdmin', 'serviceaccount', 'admin'],
+        ] as const
+      ).map(([label, over, under]) => [label, { byServerCpu: round(median(roundRatios(over, under, 'cpuUs')), 3), byRate: round(median(roundRatios(over, under, 'perSecond')), 3) }]),
+    );
+    for (const [label, r] of Object.entries(medianRatios)) console.log(`median of ${ROUNDS} rounds' ratios, ${label}: by server CPU per request ${r.byServerCpu}, by rate ${r.byRate}`);
     console.log(
       `one RBAC decision in-process for the ServiceAccount's PATCH (${defaults.bindings.length + BINDINGS + 1} ClusterRoleBindings): ${decision.micros.toFixed(2)} us (allowed: ${decision.allowed})`,
     );
@@ -281,6 +300,8 @@ async function main(): Promise<void> {
         goal: GOAL_RATIO,
         met: { rbacAlone: rbacRatio >= GOAL_RATIO, certificateUser: certRatio >= GOAL_RATIO, serviceAccount: ratio >= GOAL_RATIO },
       },
+      medianOfRounds: medianRatios,
+      rounds: Object.fromEntries([...perRound].map(([name, rounds]) => [name, rounds.map((r) => ({ cpuUs: round(r.cpuUs, 0), perSecond: round(r.perSecond, 0) }))])),
       rbacDecisionMicros: round(decision.micros, 3),
     });
     console.log(`# wrote ${file}`);
