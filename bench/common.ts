@@ -310,7 +310,8 @@ export async function startBenchServer(dataDir: string, logFile: string, flags: 
   const child = track(
     spawn(
       process.execPath,
-      [DROVER_BIN, 'server', '--disable-agent', '--https-listen-port', '0', '--bind-address', '127.0.0.1', '--data-dir', dataDir, ...flags],
+      // The benchmarks' pods are processes unless a benchmark passes its own --default-runtime-class (later flags win).
+      [DROVER_BIN, 'server', '--disable-agent', '--https-listen-port', '0', '--bind-address', '127.0.0.1', '--data-dir', dataDir, '--default-runtime-class', 'process', ...flags],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     ),
   );

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { KubeObject } from '../apiserver/objects.js';
 import { shutdownTimings } from '../config/timings.js';
+import type { ResourceReservation } from '../node-protocol/node-resources.js';
 import type { Taint } from '../node-protocol/taints.js';
 import type { Logger } from '../logging/logger.js';
 import type { GcPolicy } from '../images/gc.js';
@@ -14,6 +15,7 @@ import { AgentEndpoint } from './endpoint.js';
 import { HealthCheck } from './health.js';
 import { loadOrCreateIdentity, type NodeIdentity } from './identity.js';
 import { LeaseRenewal } from './lease-renewal.js';
+import { RuntimeHandlers } from './node-resources.js';
 import { PodManager } from './pod-manager.js';
 import { NodeRegistration } from './registration.js';
 import { ServerConnection } from './servers.js';
@@ -48,6 +50,10 @@ export interface AgentOptions {
   privateRegistry?: string;
   /** Image garbage collection thresholds (this node's image-gc-high/low-threshold settings). */
   imageGc?: GcPolicy;
+  /** What this node holds back from pods (`system-reserved`): allocatable is capacity minus it. */
+  systemReserved: ResourceReservation;
+  /** The runc binary (`runc-binary`): the node offers the runc handler only where it runs, as root. */
+  runcBinary: string;
   /** This agent's effective settings, published for `drover config drift` (standalone agents). */
   publishedConfig?: Record<string, string>;
   /**
@@ -88,6 +94,8 @@ export class Agent {
   readonly registries: RegistriesConfig;
   /** The node's image store: archives in <data-dir>/agent/images imported, images garbage-collected. */
   private images: NodeImages | undefined;
+  /** The runtime handlers this node offers (`process`; `runc` where it works), refreshed with its status. */
+  readonly runtimeHandlers: RuntimeHandlers;
 
   constructor(private readonly options: AgentOptions) {
     this.agentDir = path.join(options.dataDir, 'agent');
@@ -106,6 +114,7 @@ export class Agent {
       metrics: () => this.metrics,
       logger: this.logger,
     });
+    this.runtimeHandlers = new RuntimeHandlers(options.runcBinary, this.logger);
     this.registration = new NodeRegistration(options, {
       identity: this.identity,
       agentDir: this.agentDir,
@@ -114,6 +123,7 @@ export class Agent {
       endpointPort: () => this.endpoint.port,
       serveWith: (response) => this.endpoint.serveWith(response),
       stopping: () => this.stopping,
+      runtimeHandlers: this.runtimeHandlers,
     });
     this.renewal = new LeaseRenewal({
       nodeName: options.nodeName,

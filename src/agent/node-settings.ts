@@ -1,4 +1,5 @@
 import { labelRecord, type NodeLabel } from '../config/schema.js';
+import { parseReservation } from '../node-protocol/node-resources.js';
 import type { Taint } from '../node-protocol/taints.js';
 import type { AgentOptions } from './agent.js';
 
@@ -14,12 +15,27 @@ export interface NodeSettings {
   privateRegistry: string;
   imageGcHighThreshold: number;
   imageGcLowThreshold: number;
+  systemReserved: string;
+  runcBinary: string;
 }
 
 /** The part of AgentOptions that comes from the node's own settings (never from another server). */
 export function agentOptionsOf(
   settings: NodeSettings,
-): Pick<AgentOptions, 'nodeName' | 'labels' | 'taints' | 'agentPort' | 'nodeIp' | 'shutdownGracePeriodMs' | 'supervisorMetrics' | 'privateRegistry' | 'imageGc'> {
+): Pick<
+  AgentOptions,
+  | 'nodeName'
+  | 'labels'
+  | 'taints'
+  | 'agentPort'
+  | 'nodeIp'
+  | 'shutdownGracePeriodMs'
+  | 'supervisorMetrics'
+  | 'privateRegistry'
+  | 'imageGc'
+  | 'systemReserved'
+  | 'runcBinary'
+> {
   return {
     nodeName: settings.nodeName,
     labels: labelRecord(settings.nodeLabels),
@@ -30,5 +46,8 @@ export function agentOptionsOf(
     supervisorMetrics: settings.supervisorMetrics,
     privateRegistry: settings.privateRegistry,
     imageGc: { highThresholdPercent: settings.imageGcHighThreshold, lowThresholdPercent: settings.imageGcLowThreshold },
+    // Checked when the configuration was resolved (exit 78 on a bad entry).
+    systemReserved: parseReservation([settings.systemReserved]).reserved,
+    runcBinary: settings.runcBinary,
   };
 }

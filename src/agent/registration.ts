@@ -8,12 +8,14 @@ import type { RegistrationResponse } from '../cluster/drover-endpoints.js';
 import { type DerivedTimings, deriveTimings } from '../config/timings.js';
 import { NODE_ID_ANNOTATION, SHUTDOWN_ANNOTATION } from '../node-protocol/names.js';
 import { parseShutdownRecord, type ShutdownRecord } from '../node-protocol/records.js';
+import { allocatableOf, type ResourceReservation, resourceList } from '../node-protocol/node-resources.js';
 import type { Taint } from '../node-protocol/taints.js';
 import type { Logger } from '../logging/logger.js';
 import { versionInfo } from '../version.js';
 import { clockHint, fetchClusterCa, JoinError, register } from './bootstrap.js';
 import { shutdownFile } from './drain.js';
 import { defaultNodeIp, type NodeIdentity, systemInfo } from './identity.js';
+import { hostCapacity, type RuntimeHandlers } from './node-resources.js';
 import type { ServerConnection } from './servers.js';
 
 /**
@@ -31,6 +33,8 @@ export interface RegistrationOptions {
   nodeIp?: string;
   /** Called after each registration of the Node (a new incarnation too). */
   onNodeRegistered?: (node: KubeObject) => Promise<void>;
+  /** Held back from pods: allocatable is the host's capacity minus this (`system-reserved`). */
+  systemReserved?: ResourceReservation;
 }
 
 export interface RegistrationContext {
@@ -44,6 +48,8 @@ export interface RegistrationContext {
   serveWith: (response: RegistrationResponse) => void;
   /** True once a planned stop began: joining gives up. */
   stopping: () => boolean;
+  /** The runtime handlers this node has, probed at each status report. */
+  runtimeHandlers: RuntimeHandlers;
 }
 
 const RETRY_MS = 2000;
@@ -184,12 +190,13 @@ export class NodeRegistration {
     return this.reregistering;
   }
 
-  /** The Node's status: addresses, capacity, where its endpoint is, what it runs. */
+  /** The Node's status: addresses, capacity and allocatable, where its endpoint is, what it runs. */
   async postStatus(): Promise<void> {
     const info = systemInfo();
     const ip = this.nodeIp();
-    const cpus = String(os.cpus().length);
-    const memory = `${Math.floor(os.totalmem() / 1024)}Ki`;
+    const capacity = hostCapacity(this.context.agentDir);
+    const allocatable = allocatableOf(capacity, this.options.systemReserved ?? {});
+    const runtimeHandlers = await this.context.runtimeHandlers.probe();
     await this.context.connection.client!.patch(
       NODES,
       undefined,
@@ -201,8 +208,9 @@ export class NodeRegistration {
             { type: 'InternalIP', address: ip },
             { type: 'Hostname', address: os.hostname() },
           ],
-          capacity: { cpu: cpus, memory, pods: '110' },
-          allocatable: { cpu: cpus, memory, pods: '110' },
+          capacity: resourceList(capacity),
+          allocatable: resourceList(allocatable),
+          runtimeHandlers,
           daemonEndpoints: { kubeletEndpoint: { Port: this.context.endpointPort() } },
           nodeInfo: {
             machineID: info.machineID,

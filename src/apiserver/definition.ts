@@ -71,6 +71,11 @@ export interface KindContext {
   authorizer?: Authorizer;
   /** The RBAC objects the authorizer reads (its informer cache), for SelfSubjectRulesReview. */
   rbac?: RbacSource;
+  /**
+   * The cluster's `default-runtime-class` setting: the class a pod created without one gets
+   * (kinds/runtime-classes.ts); the setting's default when absent.
+   */
+  defaultRuntimeClass?: string;
 }
 
 /** A write as its caller asked for it, for the checks that depend on who asks. */
@@ -187,6 +192,12 @@ export interface ResourceDefinition {
   // Create and update rules (run by the ObjectStore, so by every caller).
   /** Defaults and server-owned fields on create. */
   prepareForCreate?(obj: KubeObject): void;
+  /**
+   * On an update (not a status write), before the defaults: what the client may leave out and the
+   * stored object keeps, as kube's strategy PrepareForUpdate (a pod's RuntimeClass and overhead,
+   * written at creation by admission).
+   */
+  prepareForUpdate?(next: KubeObject, current: KubeObject): void;
   /** Defaults kept on every write that is not a status write: filled in when a client leaves them out. */
   applyDefaults?(obj: KubeObject): void;
   validate?(obj: KubeObject): StatusCause[];
@@ -205,6 +216,13 @@ export interface ResourceDefinition {
    * returns, and every other verb is a 405, as kube-apiserver's create-only REST storage.
    */
   respondToCreate?(context: KindContext, request: CreateOnlyRequest): Promise<KubeObject> | KubeObject;
+  /**
+   * Admission that reads other objects (a pod's RuntimeClass), run by the verb layer on every
+   * create from every caller, in-process ones included (kube-controller-manager's pods meet
+   * admission too), before the store's defaults and validation. It may change the object (a
+   * mutating admission plug-in); it throws an ApiError to refuse.
+   */
+  admitCreate?(context: KindContext, obj: KubeObject): Promise<void>;
 
   // ------------------------------------------------------------------------------------------
   // Delete rules.

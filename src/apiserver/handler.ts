@@ -78,6 +78,8 @@ export interface HandlerOptions {
   rbac?: RbacSource;
   /** Signs ServiceAccount tokens (`serviceaccounts/<name>/token`); without it, that is a 404. */
   tokens?: TokenIssuer;
+  /** The cluster's `default-runtime-class`: the class of pods created without one. */
+  defaultRuntimeClass?: string;
   /**
    * The service account issuer's OpenID discovery documents, for external verifiers of tokens
    * (/.well-known/openid-configuration, /openid/v1/jwks); without it, both are 404.
@@ -126,6 +128,7 @@ export class ApiHandler {
       ...(options.admission ? { admission: options.admission } : {}),
       ...(options.rbac ? { rbac: options.rbac } : {}),
       ...(options.tokens ? { tokens: options.tokens } : {}),
+      ...(options.defaultRuntimeClass ? { defaultRuntimeClass: options.defaultRuntimeClass } : {}),
     });
     this.watchSettings = {
       bookmarkIntervalMs: options.bookmarkIntervalMs ?? 15_000,

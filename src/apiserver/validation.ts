@@ -31,7 +31,7 @@ export function pathSegmentNameProblem(value: string): string | undefined {
   return undefined;
 }
 
-function qualifiedNameProblem(key: string): string | undefined {
+export function qualifiedNameProblem(key: string): string | undefined {
   const slash = key.lastIndexOf('/');
   const name = slash >= 0 ? key.slice(slash + 1) : key;
   if (slash >= 0) {
@@ -47,7 +47,7 @@ function qualifiedNameProblem(key: string): string | undefined {
   return undefined;
 }
 
-function labelValueProblem(value: string): string | undefined {
+export function labelValueProblem(value: string): string | undefined {
   if (value.length > 63) return 'must be no more than 63 characters';
   if (value && !QUALIFIED_NAME_PART.test(value)) {
     return "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";

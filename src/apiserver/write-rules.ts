@@ -72,6 +72,7 @@ export function prepareForUpdate(
   next.apiVersion = apiVersionOf(def);
   next.kind = def.kind;
   carryServerFields(next, current, options.markDeleted);
+  if (options.subresource !== 'status') def.prepareForUpdate?.(next, current);
   if (options.subresource !== 'status') def.applyDefaults?.(next);
   if (options.subresource !== 'status' && !jsonEqual(next, current, NOT_SPEC)) {
     next.metadata.generation = (current.metadata.generation ?? 1) + 1;

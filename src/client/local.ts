@@ -32,8 +32,9 @@ export class LocalClient implements ApiClient {
   /** Every call's context: no user (not judged by admission), unknown fields dropped silently. */
   private readonly context: RequestContext = { fieldValidation: 'Ignore' };
 
-  constructor(store: ObjectStore, private readonly registry: ResourceRegistry) {
-    this.verbs = new ResourceVerbs({ store, registry });
+  /** `defaultRuntimeClass`: the cluster's setting, for the pods the server's own code creates. */
+  constructor(store: ObjectStore, private readonly registry: ResourceRegistry, options: { defaultRuntimeClass?: string } = {}) {
+    this.verbs = new ResourceVerbs({ store, registry, ...options });
   }
 
   private def(ref: ResourceRef): ResourceDefinition {

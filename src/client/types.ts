@@ -37,6 +37,8 @@ export const CLUSTER_ROLE_BINDINGS: ResourceRef = {
   namespaced: false,
 };
 
+export const RUNTIME_CLASSES: ResourceRef = { group: 'node.k8s.io', version: 'v1', plural: 'runtimeclasses', namespaced: false };
+
 export const DEPLOYMENTS: ResourceRef = { group: 'apps', version: 'v1', plural: 'deployments', namespaced: true };
 export const REPLICASETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'replicasets', namespaced: true };
 export const STATEFULSETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'statefulsets', namespaced: true };

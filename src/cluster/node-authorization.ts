@@ -69,6 +69,11 @@ function decide(node: string, a: RequestAttributes, graph: ConfigGraphView | und
     if (a.verb === 'create' || ((WRITE.has(a.verb) || a.verb === 'delete') && own)) return { allowed: true };
     return deny(`a node may only modify its own lease (${node})`);
   }
+  if (a.group === 'node.k8s.io' && a.resource === 'runtimeclasses') {
+    // What runtime a pod asks for (its class's handler), as Kubernetes' node authorizer allows.
+    if (READ.has(a.verb)) return { allowed: true };
+    return deny('a node may only read runtime classes');
+  }
   if (a.group === '' && a.resource === 'events') {
     if (a.verb === 'create' || a.verb === 'patch' || a.verb === 'update' || READ.has(a.verb)) return { allowed: true };
     return deny('a node may only create and read events');

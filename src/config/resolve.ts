@@ -3,6 +3,8 @@ import path from 'node:path';
 import { isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
 import { timingProblems } from './timings.js';
 import { issuerProblem } from '../security/service-account-tokens.js';
+import { runtimeClassNameProblem } from '../node-protocol/runtime-classes.js';
+import { parseReservation } from '../node-protocol/node-resources.js';
 import { readTokenFile, TokenFileError } from './token-file.js';
 import {
   type Command,
@@ -315,6 +317,9 @@ function serverProblems(config: ResolvedConfig<'server'>): string[] {
   );
   const issuer = issuerProblem(config.get('service-account-issuer'));
   if (issuer) problems.push(`service-account-issuer (${config.source('service-account-issuer')}): ${issuer}`);
+  const runtimeClass = runtimeClassNameProblem(config.get('default-runtime-class'));
+  if (runtimeClass) problems.push(`default-runtime-class (${config.source('default-runtime-class')}): ${runtimeClass}`);
+  problems.push(...reservationProblems(config));
   const role = config.get('role');
   const clusterInit = config.get('cluster-init');
   const joins = Boolean(config.get('server'));
@@ -337,8 +342,15 @@ function serverProblems(config: ResolvedConfig<'server'>): string[] {
   return problems;
 }
 
+/** `system-reserved`, which servers (for their own agent) and agents both take. */
+function reservationProblems(config: ResolvedConfig<'server'> | ResolvedConfig<'agent'>): string[] {
+  const source = config.source('system-reserved');
+  const entries = (config as ResolvedConfig<'agent'>).get('system-reserved');
+  return parseReservation([entries]).problems.map((p) => `system-reserved (${source}): ${p}`);
+}
+
 function agentProblems(config: ResolvedConfig<'agent'>): string[] {
-  const problems: string[] = [];
+  const problems: string[] = reservationProblems(config);
   if (!config.get('server')) {
     problems.push(`the agent needs "server": pass --server, set ${envName({ name: 'server' })}, or put "server:" in the config file`);
   }

@@ -113,6 +113,15 @@ const TABLE = [
     default: 'https://kubernetes.default.svc.cluster.local',
     why: 'a token issued by one server must verify on every other, which accepts only its own issuer',
   },
+  {
+    name: 'default-runtime-class',
+    type: 'string',
+    help: 'RuntimeClass of pods created without spec.runtimeClassName (written into the pod at creation): runc (containers) or process (local processes), or a class of your own (docs/workloads.md#scheduling-and-runtime-classes)',
+    commands: ['server'],
+    scope: 'cluster',
+    default: 'runc',
+    why: 'every server writes it into the pods it admits; servers disagreeing would run the same manifest under different runtimes depending on which server took the request',
+  },
   // --- node-scoped, server -----------------------------------------------------------------------
   {
     name: 'https-listen-port',
@@ -383,6 +392,22 @@ const TABLE = [
     commands: ['server', 'agent'],
     scope: 'node',
     default: 80,
+  },
+  {
+    name: 'system-reserved',
+    type: 'string',
+    help: 'resources held back from pods on this node, as kubelet\'s --system-reserved: cpu=500m,memory=512Mi,ephemeral-storage=1Gi; allocatable is capacity minus these',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: '',
+  },
+  {
+    name: 'runc-binary',
+    type: 'string',
+    help: 'the runc binary containers run under (a path, or a name looked up on PATH); a node where it does not run, or whose agent is not root, offers only the process runtime',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: 'runc',
   },
   {
     name: 'log-level',

@@ -1,10 +1,11 @@
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
-import { type ApiClient, NODES, PODS } from '../client/types.js';
+import { type ApiClient, NODES, PODS, RUNTIME_CLASSES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { EventRecorder } from './events.js';
-import { chooseNode, podNodeName } from './scheduling.js';
-import { nodeCondition, podSpec } from './kube-types.js';
+import { effectiveRuntimeClass, podRuntimeClassName, type RuntimeClassView } from '../node-protocol/runtime-classes.js';
+import { chooseNode, isPodTerminated, podNodeName, type ScheduleResult } from './scheduling.js';
+import { nodeCondition, nodeStatus, podSpec } from './kube-types.js';
 import { objectKey, splitKey, WorkQueue } from './work-queue.js';
 import type { SharedInformers } from '../client/shared-informers.js';
 
@@ -32,8 +33,10 @@ export class Scheduler {
     private readonly logger: Logger,
   ) {
     this.queue = new WorkQueue('scheduler', (key) => this.schedule(key), logger, { concurrency: 8 });
-    informers.on(PODS, (type, pod) => this.onPod(type, pod));
+    informers.on(PODS, (type, pod, old) => this.onPod(type, pod, old));
     informers.on(NODES, (type, node, old) => this.onNode(type, node, old));
+    // A class created or changed may make a waiting pod placeable (or say where).
+    informers.on(RUNTIME_CLASSES, () => this.retryUnschedulable());
   }
 
   stop(): void {
@@ -50,8 +53,10 @@ export class Scheduler {
     return !podNodeName(pod) && !pod.metadata.deletionTimestamp && (!schedulerName || schedulerName === SCHEDULER_NAME);
   }
 
-  private onPod(type: string, pod: KubeObject): void {
+  private onPod(type: string, pod: KubeObject, old: KubeObject | undefined): void {
     const key = objectKey(pod);
+    // A bound pod that goes away or finishes frees what it requested: pods waiting for room may fit now.
+    if (podNodeName(pod) && (type === 'DELETED' || (isPodTerminated(pod) && !(old && isPodTerminated(old))))) this.retryUnschedulable();
     if (type === 'DELETED' || podNodeName(pod)) {
       this.assumed.delete(key);
       this.unschedulable.delete(key);
@@ -62,7 +67,19 @@ export class Scheduler {
 
   private onNode(type: string, node: KubeObject, old: KubeObject | undefined): void {
     if (type === 'MODIFIED' && old && !schedulingRelevantChange(old, node)) return;
+    this.retryUnschedulable();
+  }
+
+  private retryUnschedulable(): void {
     for (const key of this.unschedulable.keys()) this.queue.add(key);
+  }
+
+  /** The handler the pod's class needs, or undefined when the class does not exist (any more). */
+  private handlerOf(pod: KubeObject): string | undefined {
+    const name = podRuntimeClassName(pod);
+    const stored = this.informers.get(RUNTIME_CLASSES).get(undefined, name) as RuntimeClassView | undefined;
+    const handler = effectiveRuntimeClass(name, stored)?.handler;
+    return typeof handler === 'string' ? handler : undefined;
   }
 
   private podsByNode(): Map<string, KubeObject[]> {
@@ -86,7 +103,11 @@ export class Scheduler {
     if (!pod || !this.wantsNode(pod) || this.assumed.has(key)) return;
     const nodes = this.informers.get(NODES);
     if (!nodes.hasSynced) throw new Error('node cache not synced yet');
-    const result = chooseNode(pod, nodes.items(), this.podsByNode());
+    const handler = this.handlerOf(pod);
+    const result: ScheduleResult =
+      handler === undefined
+        ? { reasons: `0/${nodes.items().length} nodes are available: RuntimeClass "${podRuntimeClassName(pod)}" of the pod not found.` }
+        : chooseNode(pod, nodes.items(), this.podsByNode(), handler);
     const involved = { kind: 'Pod', name, namespace, uid: pod.metadata.uid! };
     if ('reasons' in result) {
       if (this.unschedulable.get(key) !== result.reasons) {
@@ -137,12 +158,14 @@ export class Scheduler {
   }
 }
 
-/** Heartbeat-only node updates do not change where a pod fits. */
+/** Heartbeat-only node updates do not change where a pod fits; labels, spec, readiness, handlers and allocatable do. */
 function schedulingRelevantChange(old: KubeObject, node: KubeObject): boolean {
   const readyOf = (n: KubeObject): string | undefined => nodeCondition(n, 'Ready')?.status;
   return (
     JSON.stringify(old.metadata.labels ?? {}) !== JSON.stringify(node.metadata.labels ?? {}) ||
     JSON.stringify(old.spec ?? {}) !== JSON.stringify(node.spec ?? {}) ||
-    readyOf(old) !== readyOf(node)
+    readyOf(old) !== readyOf(node) ||
+    JSON.stringify(nodeStatus(old).runtimeHandlers ?? null) !== JSON.stringify(nodeStatus(node).runtimeHandlers ?? null) ||
+    JSON.stringify(nodeStatus(old).allocatable ?? null) !== JSON.stringify(nodeStatus(node).allocatable ?? null)
   );
 }

@@ -1,7 +1,9 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { controllerOf, isNodeReady } from '../node-protocol/pods.js';
 import type { Taint, Toleration } from '../node-protocol/taints.js';
+import { effectiveRuntimeClass, nodeRuntimeHandlerNames, podRuntimeClassName } from '../node-protocol/runtime-classes.js';
 import { nodeSpec, podSpec, podStatus } from './kube-types.js';
+import { insufficientResources, nodeAllocatable } from './resource-fit.js';
 
 /**
  * The scheduler's decision, pure: which node a pod goes to, or why none fits, worded as
@@ -39,7 +41,10 @@ export function podNodeName(pod: KubeObject): string | undefined {
   return podSpec(pod).nodeName || undefined;
 }
 
-/** Why a node cannot take the pod, in kube-scheduler's words; undefined when it can. */
+/**
+ * Why a node cannot take the pod, in kube-scheduler's words, by the checks that do not depend on
+ * what else runs there; undefined when it can.
+ */
 export function nodeRejection(pod: KubeObject, node: KubeObject): string | undefined {
   const spec = podSpec(pod);
   const onNode = nodeSpec(node);
@@ -56,6 +61,25 @@ export function nodeRejection(pod: KubeObject, node: KubeObject): string | undef
   return undefined;
 }
 
+/**
+ * Every reason a node cannot take the pod (empty when it can): the first failing check of
+ * nodeRejection(), else the runtime handler its class needs (`handler`), else each resource the
+ * pods already there (`podsOnNode`, finished ones left out) leave too little of.
+ */
+export function nodeRejections(pod: KubeObject, node: KubeObject, handler: string, podsOnNode: readonly KubeObject[]): string[] {
+  const why = nodeRejection(pod, node);
+  if (why) return [why];
+  if (!nodeRuntimeHandlerNames(node).includes(handler)) return [`node(s) didn't have the runtime handler ${handler}`];
+  return insufficientResources(pod, nodeAllocatable(node), podsOnNode);
+}
+
+/** The handler a pod's class needs when the caller has not looked the class up: its built-in's. */
+function builtInHandler(pod: KubeObject): string {
+  const name = podRuntimeClassName(pod);
+  const handler = effectiveRuntimeClass(name, undefined)?.handler;
+  return typeof handler === 'string' ? handler : name;
+}
+
 /** kube-scheduler's FitError message: counts per reason, sorted as Go's sort.Strings sorts them. */
 export function failureMessage(totalNodes: number, rejections: readonly string[]): string {
   if (totalNodes === 0) return 'no nodes available to schedule pods';
@@ -67,7 +91,7 @@ export function failureMessage(totalNodes: number, rejections: readonly string[]
 }
 
 /**
- * Pick a node: feasible ones only; then the fewest pods of the same controller (replicas spread),
+ * Pick a node: feasible ones only (nodeRejections); then the fewest pods of the same controller (replicas spread),
  * the fewest pods overall, and the name, so the choice is deterministic.
  * `podsByNode` holds the pods on each node (terminated ones are skipped here).
  */
@@ -75,12 +99,15 @@ export function chooseNode(
   pod: KubeObject,
   nodes: readonly KubeObject[],
   podsByNode: ReadonlyMap<string, readonly KubeObject[]>,
+  /** The runtime handler the pod's class needs (the scheduler reads the class); its built-in's when absent. */
+  handler: string = builtInHandler(pod),
 ): ScheduleResult {
   const rejections: string[] = [];
   const feasible: KubeObject[] = [];
   for (const node of nodes) {
-    const why = nodeRejection(pod, node);
-    if (why) rejections.push(why);
+    const running = (podsByNode.get(node.metadata.name!) ?? []).filter((p) => !isPodTerminated(p));
+    const why = nodeRejections(pod, node, handler, running);
+    if (why.length) rejections.push(...why);
     else feasible.push(node);
   }
   if (feasible.length === 0) return { reasons: failureMessage(nodes.length, rejections) };

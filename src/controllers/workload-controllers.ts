@@ -1,5 +1,5 @@
 import type { SharedInformers } from '../client/shared-informers.js';
-import { type ApiClient, DEPLOYMENTS, NODES, PODS, REPLICASETS, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, DEPLOYMENTS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock, type TimerHandle } from './clock.js';
 import { DeploymentController } from './deployment.js';
@@ -26,7 +26,7 @@ export interface WorkloadControllersOptions {
 }
 
 /** The resources the workload controllers follow; made known before the first list, so no controller misses an early event. */
-export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS];
+export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES];
 
 export class WorkloadControllers {
   private readonly scheduler: Scheduler;

@@ -16,6 +16,7 @@ import { NodeRegistry } from '../cluster/node-registry.js';
 import { RbacCache } from '../cluster/rbac-cache.js';
 import type { SecretsEncryption } from '../cluster/secrets-encryption.js';
 import { reconcileDefaultRbac } from '../cluster/rbac-defaults.js';
+import { reconcileBuiltInRuntimeClasses } from '../cluster/runtime-class-defaults.js';
 import { API_SERVER_CLIENT_NAME, droverEndpoints } from '../cluster/drover-endpoints.js';
 import type { ServerSettings } from '../config/schema.js';
 import type { DerivedTimings } from '../config/timings.js';
@@ -89,7 +90,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   adminAuthenticator.add(identity.adminToken, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
   const nodeRegistry = new NodeRegistry(datastore);
   await nodeRegistry.start();
-  const client = new LocalClient(store, registry);
+  const client = new LocalClient(store, registry, { defaultRuntimeClass: settings.defaultRuntimeClass });
   // Which ConfigMaps and Secrets each node's pods use: all a node may read of them.
   const nodeGraph = new NodeConfigGraph(client, logger);
   await nodeGraph.start();
@@ -117,6 +118,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   const rbac = new RbacCache(client, logger);
   if (input.runsApi) {
     await reconcileDefaultRbac(client, logger);
+    await reconcileBuiltInRuntimeClasses(client, logger);
     await rbac.start();
     // ServiceAccount tokens are then checked against informers, not a read of the store each.
     await serviceAccounts.authenticator.start();
@@ -137,6 +139,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
       rbac,
       admission: new NodeRestrictionAdmission(client),
       tokens: serviceAccounts.tokens,
+      defaultRuntimeClass: settings.defaultRuntimeClass,
       issuerDiscovery: serviceAccounts.discovery,
       ...(input.metrics ? { metrics: input.metrics } : {}),
       kubernetesApi: input.runsApi,

@@ -561,8 +561,10 @@ describe('object semantics', () => {
         restartPolicy: 'Always',
         terminationGracePeriodSeconds: 30,
         dnsPolicy: 'ClusterFirst',
+        // RuntimeClass admission writes the cluster's default class (the test servers': process).
+        runtimeClassName: 'process',
       },
-      'the spec as sent, with the pod defaults filled in',
+      'the spec as sent, with the pod defaults and its runtime class filled in',
     );
     assert.deepEqual(fetched.metadata.labels, { role: 'web' });
 

@@ -26,7 +26,8 @@ export async function inProcessApi(): Promise<InProcessApi> {
   const datastore = openSqliteDatastore(':memory:');
   const store = new ObjectStore(datastore);
   const registry = new ResourceRegistry();
-  const client = new LocalClient(store, registry);
+  // As the test servers: pods without a runtimeClassName are processes (nodes here report no handlers, so process only).
+  const client = new LocalClient(store, registry, { defaultRuntimeClass: 'process' });
   for (const name of BUILT_IN_NAMESPACES) {
     await client.create(NAMESPACES, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
   }

@@ -81,6 +81,9 @@ const running = new Set<ServerProcess>();
  * The `drover server …` arguments startServer uses: loopback, an ephemeral port, no agent unless
  * asked. For tests that run a start expected to be refused (through runDrover) with the same flags.
  */
+/** The cluster default the test servers run with: pods without a runtimeClassName are processes. */
+export const TEST_RUNTIME_CLASS_ARGS: readonly string[] = ['--default-runtime-class', 'process'];
+
 export function serverArgs(
   dataDir: string,
   options: Pick<StartOptions, 'args' | 'embeddedAgent' | 'handMadeNodes'> = {},
@@ -94,6 +97,9 @@ export function serverArgs(
     '--bind-address',
     '127.0.0.1',
     ...(options.embeddedAgent ? ['--agent-port', '0', '--node-ip', '127.0.0.1'] : ['--disable-agent']),
+    // The suite's pods are local processes (a command, no image) unless a test asks for containers:
+    // those name `runtimeClassName: runc`, or pass their own --default-runtime-class after this one.
+    ...TEST_RUNTIME_CLASS_ARGS,
     ...(options.handMadeNodes ? ['--node-monitor-grace-period', '1h'] : []),
     ...(options.args ?? []),
   ];

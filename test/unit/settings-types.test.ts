@@ -21,6 +21,7 @@ const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
   nodeMonitorGracePeriodMs: true,
   fencingTimeoutMs: true,
   defaultUnavailableTolerationMs: true,
+  defaultRuntimeClass: true,
   secretsEncryption: true,
   serviceAccountIssuer: true,
   httpsListenPort: true,
@@ -57,6 +58,8 @@ const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
   supervisorMetrics: true,
   imageGcHighThreshold: true,
   imageGcLowThreshold: true,
+  systemReserved: true,
+  runcBinary: true,
   logLevel: true,
 };
 
@@ -75,6 +78,8 @@ const AGENT_FIELDS: Record<keyof AgentSettings, true> = {
   supervisorMetrics: true,
   imageGcHighThreshold: true,
   imageGcLowThreshold: true,
+  systemReserved: true,
+  runcBinary: true,
   logLevel: true,
 };
 

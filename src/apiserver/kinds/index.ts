@@ -8,6 +8,7 @@ import { NODE_DEFINITION } from './nodes.js';
 import { POD_DEFINITION } from './pods.js';
 import { RBAC_DEFINITIONS } from './rbac.js';
 import { REVIEW_DEFINITIONS } from './reviews.js';
+import { RUNTIME_CLASS_DEFINITION } from './runtime-classes.js';
 import { SECRET_DEFINITION } from './secrets.js';
 import { SERVICE_ACCOUNT_DEFINITION } from './service-accounts.js';
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
@@ -31,6 +32,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   REPLICASET_DEFINITION,
   STATEFULSET_DEFINITION,
   PDB_DEFINITION,
+  RUNTIME_CLASS_DEFINITION,
   ...RBAC_DEFINITIONS,
   ...REVIEW_DEFINITIONS,
 ];

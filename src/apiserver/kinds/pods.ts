@@ -9,6 +9,7 @@ import { validateContainerConfig, validateVolumes } from './pod-config-validatio
 import { validateContainerSecurityContext, validatePodSecurityContext, validateResources } from './pod-security-validation.js';
 import { defaultProbes, validateProbes } from './probe-validation.js';
 import { POD_PRINTER } from './pod-printer.js';
+import { admitPodRuntimeClass, keepPodRuntimeClass, validatePodRuntimeClassUpdate } from './runtime-classes.js';
 
 /**
  * Pods: defaults, validation, the rules of updates and graceful deletion, and the two pod-only
@@ -299,9 +300,11 @@ export const POD_DEFINITION: ResourceDefinition = {
     // Status is the node's to report; a client cannot create a pod that claims to be running.
     pod.status = { phase: 'Pending' };
   },
+  prepareForUpdate: keepPodRuntimeClass,
   applyDefaults: (pod) => defaultPodSpec(pod.spec),
   validate: validatePod,
-  validateUpdate: validatePodUpdate,
+  validateUpdate: (next, current) => [...validatePodUpdate(next, current), ...validatePodRuntimeClassUpdate(next, current)],
+  admitCreate: admitPodRuntimeClass,
   deletionGracePeriod: podDeletionGracePeriod,
   garbageCollected: true,
   returnsDeletedObject: true,

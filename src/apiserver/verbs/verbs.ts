@@ -37,6 +37,8 @@ export interface VerbsOptions {
   rbac?: RbacSource;
   /** Signs ServiceAccount tokens (the `token` subresource); without it that subresource is a 404. */
   tokens?: TokenIssuer;
+  /** The cluster's `default-runtime-class` (KindContext.defaultRuntimeClass). */
+  defaultRuntimeClass?: string;
   logger?: Logger;
 }
 
@@ -81,6 +83,7 @@ export class ResourceVerbs {
       ...(options.logger ? { logger: options.logger } : {}),
       ...(options.authorizer ? { authorizer: options.authorizer } : {}),
       ...(options.rbac ? { rbac: options.rbac } : {}),
+      ...(options.defaultRuntimeClass ? { defaultRuntimeClass: options.defaultRuntimeClass } : {}),
     };
   }
 
@@ -142,6 +145,7 @@ export class ResourceVerbs {
     }
     await this.admit(ctx, 'create', { def, namespace }, obj);
     await this.authorizeWrite(ctx, def, { verb: 'create', namespace, object: obj });
+    await def.admitCreate?.(this.kindContext, obj);
     const object = await this.store.create(def, namespace, obj, { dryRun: ctx.dryRun === true });
     return { object, unknownFields };
   }
