@@ -39,7 +39,8 @@ describe('LocalClient and HttpClient run the same per-kind rules', () => {
     server = await startInProcessApiServer({ prefix: 'client-parity' });
     const { port, caPem, token } = server.target;
     http = new HttpClient({ server: `https://127.0.0.1:${port}`, caPem, token });
-    local = new LocalClient(server.store, server.registry);
+    // As the test servers: pods without a runtimeClassName are processes.
+    local = new LocalClient(server.store, server.registry, { defaultRuntimeClass: 'process' });
     await local.create(NAMESPACES, undefined, { metadata: { name: 'default' } });
   });
 

@@ -307,7 +307,8 @@ describe('graceful deletion in the object store (LocalClient)', () => {
     dir = tempDir('pod-deletion-store');
     datastore = new SqliteDatastore(path.join(dir, 'state.db'));
     const store = new ObjectStore(datastore);
-    client = new LocalClient(store, registry);
+    // As the test servers: pods without a runtimeClassName are processes.
+    client = new LocalClient(store, registry, { defaultRuntimeClass: 'process' });
     await store.create(registry.lookup('', 'v1', 'namespaces')!, undefined, { metadata: { name: 'default' } });
   });
 

@@ -60,6 +60,8 @@ export async function startInProcessApiServer(options: InProcessApiServerOptions
       version: versionInfo(),
       caCertificatePem: tls.ca.certificatePem,
       readiness: async () => undefined,
+      // As the test servers: pods without a runtimeClassName are processes.
+      defaultRuntimeClass: 'process',
       ...options.handler,
     },
     tls.serving,
