@@ -84,6 +84,7 @@ function followingClient(current: () => ApiClient): ApiClient {
     patch: (...args) => current().patch(...args),
     delete: (...args) => current().delete(...args),
     evict: (...args) => current().evict(...args),
+    requestToken: (...args) => current().requestToken(...args),
     watch: (...args) => current().watch(...args),
   };
 }

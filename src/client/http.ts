@@ -8,6 +8,7 @@ import {
   type ListOptions,
   type PatchKind,
   PODS,
+  SERVICEACCOUNTS,
   type ResourceRef,
   type WatchEventType,
   type WatchHandle,
@@ -171,6 +172,10 @@ export class HttpClient implements ApiClient {
       metadata: { name, namespace },
       ...(Object.keys(deleteOptions).length ? { deleteOptions } : {}),
     });
+  }
+
+  async requestToken(namespace: string, serviceAccount: string, request: KubeObject): Promise<KubeObject> {
+    return (await this.request('POST', this.path(SERVICEACCOUNTS, namespace, serviceAccount, 'token'), request)) as KubeObject;
   }
 
   watch(

@@ -12,6 +12,7 @@ import {
   type ListOptions,
   type PatchKind,
   PODS,
+  SERVICEACCOUNTS,
   type ResourceRef,
   type WatchHandle,
   type WatchHandler,
@@ -90,6 +91,10 @@ export class LocalClient implements ApiClient {
       ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
       ...(options.preconditions ? { preconditions: options.preconditions } : {}),
     });
+  }
+
+  async requestToken(namespace: string, serviceAccount: string, request: KubeObject): Promise<KubeObject> {
+    return (await this.verbs.createToken(this.context, this.def(SERVICEACCOUNTS), namespace, serviceAccount, request)).object;
   }
 
   watch(

@@ -107,6 +107,8 @@ export interface ApiClient {
    * allow it is a 429 ApiError: try again later, as `kubectl drain` does.
    */
   evict(namespace: string, name: string, options?: EvictOptions): Promise<void>;
+  /** A ServiceAccount token (`serviceaccounts/<name>/token`): the TokenRequest answered, with its status. */
+  requestToken(namespace: string, serviceAccount: string, request: KubeObject): Promise<KubeObject>;
   /** Changes after `resourceVersion`. */
   watch(
     ref: ResourceRef,

@@ -31,7 +31,7 @@ export function nodeNameOf(user: UserInfo): string | undefined {
 }
 
 /** What answers "does a pod of this node use that object?": the graph, or nothing (deny). */
-export type ConfigGraphView = Pick<NodeConfigGraph, 'synced' | 'nodeMayRead'>;
+export type ConfigGraphView = Pick<NodeConfigGraph, 'synced' | 'nodeMayRead' | 'nodeMayRequestToken'>;
 
 /**
  * ConfigMaps and Secrets, as Kubernetes' node authorizer reads them: one named object at a time
@@ -56,6 +56,15 @@ function decide(node: string, a: RequestAttributes, graph: ConfigGraphView | und
   const own = a.name === node;
   if (a.group === '' && a.resource === 'configmaps') return decideConfig(node, 'ConfigMap', a, graph);
   if (a.group === '' && a.resource === 'secrets') return decideConfig(node, 'Secret', a, graph);
+  if (a.group === '' && a.resource === 'serviceaccounts') {
+    // Tokens for projected volumes, as Kubernetes' node authorizer allows them: only for the
+    // accounts of pods bound to this node (admission then requires the token bound to such a pod).
+    if (a.subresource !== 'token' || a.verb !== 'create') return deny('can only create tokens for individual service accounts');
+    if (!a.namespace || !a.name) return deny('No Object name found');
+    if (!graph?.synced) return deny("the node authorizer has not loaded the cluster's pods yet; retry");
+    if (!graph.nodeMayRequestToken(node, a.namespace, a.name)) return deny(`no relationship found between node '${node}' and this object`);
+    return { allowed: true };
+  }
   if (a.group === '' && a.resource === 'nodes') {
     if (READ.has(a.verb)) return { allowed: true };
     // A create names the node in its body; admission checks it.
@@ -149,12 +158,35 @@ export class NodeRestrictionAdmission implements Admission {
       }
       return;
     }
+    if (a.group === '' && a.resource === 'serviceaccounts' && a.subresource === 'token') {
+      await this.checkTokenRequest(node, a, forbid);
+      return;
+    }
     if (a.group === '' && a.resource === 'events') {
       // Both the event it writes and the one it would overwrite must be about this node's things.
       for (const event of [a.oldObject, a.object]) {
         if (event) await this.checkEventSubject(node, event, forbid);
       }
     }
+  }
+
+  /**
+   * A node's TokenRequest must be bound to a pod bound to it, named with its UID, as Kubernetes'
+   * NodeRestriction requires: so an agent cannot mint an account token that outlives the pods it
+   * runs, nor one for a pod elsewhere.
+   */
+  private async checkTokenRequest(node: string, a: AdmissionAttributes, forbid: (why: string) => never): Promise<void> {
+    const ref = (a.object.spec as { boundObjectRef?: { kind?: unknown; apiVersion?: unknown; name?: unknown; uid?: unknown } } | undefined)?.boundObjectRef;
+    if (!ref || ref.kind !== 'Pod' || (ref.apiVersion !== undefined && ref.apiVersion !== 'v1') || typeof ref.name !== 'string' || !ref.name) {
+      forbid('requested a token not bound to a pod');
+    }
+    if (typeof ref!.uid !== 'string' || !ref!.uid) forbid('requested a token bound to a pod without naming its uid');
+    const pod = await this.client.get(PODS, a.namespace, ref!.name as string);
+    if (!pod) forbid(`requested a token bound to pod "${String(ref!.name)}", which does not exist`);
+    if (pod!.metadata.uid !== ref!.uid) {
+      forbid(`the UID in the bound object reference (${String(ref!.uid)}) does not match the UID in record. The object might have been deleted and then recreated`);
+    }
+    if (getString(pod!, ['spec', 'nodeName']) !== node) forbid('requested a token bound to a pod scheduled on a different node');
   }
 
   private async checkEventSubject(node: string, event: KubeObject, forbid: (why: string) => never): Promise<void> {

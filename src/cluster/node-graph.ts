@@ -5,11 +5,17 @@ import type { Logger } from '../logging/logger.js';
 import { type ConfigReference, podConfigReferences, referenceKey } from '../node-protocol/pod-references.js';
 
 /**
- * Which ConfigMaps and Secrets each node may read: those referred to by a pod bound to it, as in
- * Kubernetes' node authorizer graph (pod → node edges, configmap/secret → pod edges), kept by an
- * informer over every pod on this server. The authorizer asks it synchronously; until its first
- * list is in, it knows nothing and every such read is refused (the agent retries).
+ * Which ConfigMaps and Secrets each node may read, and for which ServiceAccounts it may request
+ * tokens: those of the pods bound to it, as in Kubernetes' node authorizer graph (pod → node
+ * edges, configmap/secret/serviceaccount → pod edges), kept by an informer over every pod on
+ * this server. The authorizer asks it synchronously; until its first list is in, it knows
+ * nothing and every such request is refused (the agent retries).
  */
+
+/** Not a ConfigReference kind: its own key space in the same counts. */
+function serviceAccountKey(namespace: string, name: string): string {
+  return `ServiceAccount/${namespace}/${name}`;
+}
 
 interface PodEdges {
   node: string;
@@ -39,6 +45,11 @@ export class NodeConfigGraph {
     this.informer.stop();
   }
 
+  /** Whether a pod bound to `node` runs as ServiceAccount `namespace/name`. */
+  nodeMayRequestToken(node: string, namespace: string, name: string): boolean {
+    return (this.byNode.get(node)?.get(serviceAccountKey(namespace, name)) ?? 0) > 0;
+  }
+
   /** Whether a pod bound to `node` refers to `ref`. */
   nodeMayRead(node: string, ref: ConfigReference): boolean {
     return (this.byNode.get(node)?.get(referenceKey(ref)) ?? 0) > 0;
@@ -51,8 +62,10 @@ export class NodeConfigGraph {
     if (type === 'DELETED') return;
     const node = typeof (pod.spec as { nodeName?: unknown } | undefined)?.nodeName === 'string' ? (pod.spec as { nodeName: string }).nodeName : '';
     if (!node) return;
-    const keys = podConfigReferences(pod).map(referenceKey);
-    if (keys.length === 0) return;
+    const spec = (pod.spec ?? {}) as { serviceAccountName?: unknown };
+    // A pod naming none runs as `default` (kube-apiserver's ServiceAccount admission sets it).
+    const account = typeof spec.serviceAccountName === 'string' && spec.serviceAccountName ? spec.serviceAccountName : 'default';
+    const keys = [...podConfigReferences(pod).map(referenceKey), serviceAccountKey(pod.metadata.namespace || 'default', account)];
     this.byPod.set(key, { node, keys });
     const counts = this.byNode.get(node) ?? new Map<string, number>();
     this.byNode.set(node, counts);

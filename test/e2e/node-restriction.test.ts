@@ -251,6 +251,75 @@ describe('node restriction on a real server', () => {
     await eventually(async () => (await request(server, 'GET', `${base}/configmaps/alpha-config`, { token: alpha })).status === 403, 'access to end with the pod', 20_000);
   });
 
+  it('a node gets ServiceAccount tokens only for the accounts of its own pods, bound to such a pod (TokenRequest)', async () => {
+    const alpha = credentials.get('alpha')!;
+    const beta = credentials.get('beta')!;
+    const base = '/api/v1/namespaces/default';
+    const account = await request(server, 'POST', `${base}/serviceaccounts`, { body: { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'builder' } } });
+    assert.equal(account.status, 201, account.text);
+    for (const name of ['other-account']) {
+      const made = await request(server, 'POST', `${base}/serviceaccounts`, { body: { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name } } });
+      assert.equal(made.status, 201, made.text);
+    }
+    const created = await request(server, 'POST', `${base}/pods`, {
+      body: {
+        apiVersion: 'v1', kind: 'Pod', metadata: { name: 'builds' },
+        spec: { nodeName: 'alpha', serviceAccountName: 'builder', containers: [{ name: 'c', image: 'x', command: ['sleep', '1'] }] },
+      },
+    });
+    assert.equal(created.status, 201, created.text);
+    const pod = created.json as KubeObject;
+    const onBeta = (await request(server, 'GET', `${base}/pods/on-beta`)).json as KubeObject;
+    const tokenRequest = (bound?: Record<string, unknown>) => ({
+      apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 600, ...(bound ? { boundObjectRef: bound } : {}) },
+    });
+    const ask = (token: string, accountName: string, bound?: Record<string, unknown>) =>
+      request(server, 'POST', `${base}/serviceaccounts/${accountName}/token`, { token, body: tokenRequest(bound) });
+    const boundTo = (p: KubeObject) => ({ apiVersion: 'v1', kind: 'Pod', name: p.metadata.name, uid: p.metadata.uid });
+    const message = (res: { json: unknown }): string => (res.json as { message: string }).message;
+
+    // Its own pod's account, bound to that pod: a token (once the graph has seen the pod).
+    const granted = await eventually(async () => {
+      const res = await ask(alpha, 'builder', boundTo(pod));
+      return res.status === 201 ? res : undefined;
+    }, 'alpha to get a token for its pod', 20_000);
+    const status = (granted.json as { status: { token: string } }).status;
+    assert.ok(status.token.split('.').length === 3, 'a JWT');
+    const who = await request(server, 'POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', {
+      token: status.token, body: { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
+    });
+    assert.equal(who.status, 201, who.text);
+    assert.equal((who.json as { status: { userInfo: { username: string } } }).status.userInfo.username, 'system:serviceaccount:default:builder');
+
+    // An account no pod of the node runs as, the same account from another node: the authorizer says no.
+    const unrelated = await ask(alpha, 'other-account', boundTo(pod));
+    assert.equal(unrelated.status, 403, unrelated.text);
+    assert.match(message(unrelated), /cannot create resource "serviceaccounts\/token".*no relationship found between node 'alpha' and this object/);
+    const fromBeta = await ask(beta, 'builder', boundTo(pod));
+    assert.equal(fromBeta.status, 403, fromBeta.text);
+    assert.match(message(fromBeta), /no relationship found between node 'beta'/);
+    // The right account, but not bound to its pod: admission says no.
+    const unbound = await ask(alpha, 'builder');
+    assert.equal(unbound.status, 403, unbound.text);
+    assert.match(message(unbound), /requested a token not bound to a pod/);
+    const noUid = await ask(alpha, 'builder', { apiVersion: 'v1', kind: 'Pod', name: 'builds' });
+    assert.equal(noUid.status, 403, noUid.text);
+    assert.match(message(noUid), /without naming its uid/);
+    const otherPod = await ask(alpha, 'builder', boundTo(onBeta));
+    assert.equal(otherPod.status, 403, otherPod.text);
+    assert.match(message(otherPod), /pod scheduled on a different node/);
+    const wrongUid = await ask(alpha, 'builder', { ...boundTo(pod), uid: 'not-the-uid' });
+    assert.equal(wrongUid.status, 403, wrongUid.text);
+    assert.match(message(wrongUid), /does not match the UID in record/);
+    // Reading accounts is no node business.
+    assert.equal((await request(server, 'GET', `${base}/serviceaccounts/builder`, { token: alpha })).status, 403);
+
+    // Once the pod is gone, no more tokens.
+    const deleted = await request(server, 'DELETE', `${base}/pods/builds?gracePeriodSeconds=0`);
+    assert.equal(deleted.status, 200, deleted.text);
+    await eventually(async () => (await ask(alpha, 'builder', boundTo(pod))).status === 403, 'token requests to end with the pod', 20_000);
+  });
+
   it('an agent refuses a reserved --node-label at start (exit 78, before anything is written)', async () => {
     const dataDir = tempDir('agent-label');
     const result = await runDrover([

@@ -24,6 +24,8 @@ export function reapPods(dataDir: string): number {
   const dirs = listPodDirs(podsDir);
   for (const dir of dirs) killPodProcesses(dir);
   for (const dir of dirs) reapRuncPod(dir, path.join(dataDir, 'agent', RUNC_STATE_DIR));
+  // Process pods mount too (a Memory emptyDir's tmpfs): the temp dir cannot go while they stay.
+  for (const dir of dirs) unmountAllUnder(dir);
   return dirs.length;
 }
 

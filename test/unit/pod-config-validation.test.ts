@@ -76,6 +76,94 @@ describe('pod volumes and env validation', () => {
     );
   });
 
+  it('emptyDir, hostPath, downwardAPI and projected sources', () => {
+    assert.deepEqual(
+      problems({
+        volumes: [
+          { name: 'ok-mem', emptyDir: { medium: 'Memory', sizeLimit: '64Mi' } },
+          { name: 'ok-host', hostPath: { path: '/var/log', type: 'DirectoryOrCreate' } },
+          { name: 'ok-info', downwardAPI: { items: [{ path: 'labels', fieldRef: { fieldPath: 'metadata.labels' } }, { path: 'cpu', resourceFieldRef: { containerName: 'c', resource: 'limits.cpu', divisor: '1m' } }] } },
+          {
+            name: 'ok-api',
+            projected: {
+              defaultMode: 0o644,
+              sources: [
+                { serviceAccountToken: { path: 'token', expirationSeconds: 3607 } },
+                { configMap: { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] } },
+                { downwardAPI: { items: [{ path: 'namespace', fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.namespace' } }] } },
+              ],
+            },
+          },
+        ],
+      }),
+      [],
+    );
+    assert.deepEqual(
+      problems({
+        volumes: [
+          { name: 'mem', emptyDir: { medium: 'HugePages', sizeLimit: 'lots' } },
+          { name: 'neg', emptyDir: { sizeLimit: '-1Gi' } },
+          { name: 'h1', hostPath: { path: '' } },
+          { name: 'h2', hostPath: { path: '/var/../etc', type: 'Folder' } },
+          { name: 'h3', hostPath: { path: 'relative/dir' } },
+          { name: 'd', downwardAPI: { items: [{ path: '..x', fieldRef: { fieldPath: 'spec.nodeName' } }, { path: 'r', resourceFieldRef: { resource: 'limits.gpu' } }, { path: 'none' }] } },
+          {
+            name: 'p',
+            projected: {
+              sources: [
+                { secret: { name: 's', items: [{ key: 'a', path: 'dup' }] }, configMap: { name: 'c' } },
+                { configMap: { name: 'c', items: [{ key: 'b', path: 'dup' }] } },
+                { serviceAccountToken: { path: '/abs', expirationSeconds: 60 } },
+                {},
+              ],
+            },
+          },
+        ],
+      }),
+      [
+        'spec.volumes[0].emptyDir.medium: Unsupported value: "HugePages": supported values: "", "Memory"',
+        `spec.volumes[0].emptyDir.sizeLimit: Invalid value: "lots": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'`,
+        'spec.volumes[1].emptyDir.sizeLimit: Forbidden: SizeLimit field must be a valid resource quantity',
+        'spec.volumes[2].hostPath.path: Required value',
+        `spec.volumes[3].hostPath.path: Invalid value: "/var/../etc": must not contain '..'`,
+        'spec.volumes[3].hostPath.type: Unsupported value: "Folder": supported values: "", "BlockDevice", "CharDevice", "Directory", "DirectoryOrCreate", "File", "FileOrCreate", "Socket"',
+        `spec.volumes[4].hostPath.path: Invalid value: "relative/dir": must be an absolute path (Drover resolves nothing against the agent's working directory)`,
+        `spec.volumes[5].downwardAPI.path: Invalid value: "..x": must not start with '..'`,
+        'spec.volumes[5].downwardAPI.fieldRef.fieldPath: Unsupported value: "spec.nodeName": supported values: "metadata.annotations", "metadata.labels", "metadata.name", "metadata.namespace", "metadata.uid"',
+        'spec.volumes[5].downwardAPI.resourceFieldRef.containerName: Required value',
+        'spec.volumes[5].downwardAPI.resourceFieldRef.resource: Unsupported value: "limits.gpu": supported values: "limits.cpu", "limits.ephemeral-storage", "limits.memory", "requests.cpu", "requests.ephemeral-storage", "requests.memory"',
+        'spec.volumes[5].downwardAPI: Required value: one of fieldRef and resourceFieldRef is required',
+        'spec.volumes[6].projected.sources[0]: Forbidden: may not specify more than 1 volume type',
+        'spec.volumes[6].projected: Invalid value: "c": conflicting duplicate paths',
+        'spec.volumes[6].projected.sources[2].serviceAccountToken.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes',
+        'spec.volumes[6].projected.path: Invalid value: "/abs": must be a relative path',
+        'spec.volumes[6].projected.sources[3]: Required value: must specify one of: `secret`, `configMap`, `downwardAPI`, `serviceAccountToken`',
+      ],
+    );
+  });
+
+  it('mount paths compare as the node lays them out; mountPropagation values, Bidirectional only when privileged', () => {
+    assert.deepEqual(
+      problems({
+        volumes: [{ name: 'v', emptyDir: {} }],
+        ...container({
+          volumeMounts: [
+            { name: 'v', mountPath: '/data' },
+            { name: 'v', mountPath: '/data/' },
+            { name: 'v', mountPath: '/b', mountPropagation: 'Sideways' },
+            { name: 'v', mountPath: '/c', mountPropagation: 'Bidirectional' },
+            { name: 'v', mountPath: '/d', mountPropagation: 'HostToContainer' },
+          ],
+        }),
+      }),
+      [
+        'spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/data/": must be unique',
+        'spec.containers[0].volumeMounts[2].mountPropagation: Unsupported value: "Sideways": supported values: "Bidirectional", "HostToContainer", "None"',
+        'spec.containers[0].volumeMounts[3].mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers',
+      ],
+    );
+  });
+
   it('volumeMounts refer to volumes, have unique mount paths, and subPaths stay inside', () => {
     assert.deepEqual(
       problems({

@@ -147,8 +147,8 @@ describe('container roots', () => {
     if (plan.kind !== 'ready') return;
     assert.deepEqual(
       plan.containers[0]!.links.map((l) => l.mountPath),
-      ['/etc/app', '/etc/single.conf', '/var/scratch', '/work/logs'],
-      'unsupported volume types are left out; mountPaths are made absolute and normal',
+      ['/etc/app', '/etc/single.conf', '/host', '/var/scratch', '/work/logs'],
+      'mountPaths are made absolute and normal',
     );
     writePayload(path.join(podDir, 'volumes/cfg'), new Map([['app.conf', { data: Buffer.from('v1'), mode: 0o644 }]]));
     fs.mkdirSync(path.join(podDir, 'volumes/scratch'), { recursive: true });

@@ -19,7 +19,7 @@ import { containerEnvironment, supervisorEnvironment } from './environment.js';
 import { InstanceLogWriter, pruneInstanceLogs } from './logs.js';
 import { planExec } from './probe-handlers.js';
 import { execPlan } from './runtime/exec.js';
-import { type ContainerProbes, startContainerProbes, updateReadiness } from './probes.js';
+import { type ContainerProbes, startContainerProbes, updateReadiness, whenRuncRunning } from './probes.js';
 import {
   DEFAULT_LOG_MAX_BYTES,
   LOGS_DIR,
@@ -39,6 +39,7 @@ import {
 import { podCgroupPath } from './runtime/names.js';
 import { removeCgroup } from './runtime/cgroups.js';
 import { RuncContainer } from './runtime/runc-container.js';
+import { runcState } from './runtime/runc.js';
 import { teardownSandbox } from './runtime/sandbox.js';
 import { ContainerStdin } from './stdin.js';
 
@@ -540,8 +541,14 @@ export class PodSupervisor {
 
   /** Probes for a container that just started (none: ready and started at once). */
   private startProbes(runner: ContainerRunner): void {
+    const { runc } = runner;
+    const child = runner.child;
     runner.probes = startContainerProbes(runner.spec.probes, runner.status, {
       exec: planExec((argv) => execPlan(this.dir, this.spec, runner.spec, argv, { tty: false })),
+      // Under runc the process spawned is `runc run`: probes wait for the container itself.
+      ...(runc && this.spec.runcRoot
+        ? { whenRunning: () => whenRuncRunning(() => runcState(this.spec.runcRoot!, runc.id), () => runner.child !== child || runner.probes?.isStopped === true) }
+        : {}),
       startedAtMs: runner.startedAtMono ?? monoNowMs(),
       running: () => runner.child !== undefined,
       writeState: () => this.writeState(),

@@ -1,5 +1,7 @@
+import path from 'node:path';
 import type { StatusCause } from '../errors.js';
 import { dnsLabelProblem, dnsSubdomainProblem } from '../validation.js';
+import { localDescendingPathCauses, mountPropagationCauses, volumeSourceCauses } from './volume-validation.js';
 
 /**
  * The rules kube-apiserver applies to a pod's volumes, volumeMounts, env and envFrom, with its
@@ -22,8 +24,6 @@ const invalid = (field: string, value: unknown, detail: string): StatusCause => 
   message: `Invalid value: ${JSON.stringify(value)}: ${detail}`,
   field,
 });
-
-const FILE_MODE_MESSAGE = 'must be a number between 0 and 0777 (octal), both inclusive';
 
 /** The volume sources Kubernetes knows (a volume must have exactly one). */
 const VOLUME_SOURCES = [
@@ -61,36 +61,6 @@ export function configMapKeyProblems(key: string): string[] {
   return problems;
 }
 
-function isMode(value: unknown): boolean {
-  return Number.isInteger(value) && (value as number) >= 0 && (value as number) <= 0o777;
-}
-
-/** A path inside a volume: relative, no `..` segment. */
-function localDescendingPathCauses(value: string, field: string): StatusCause[] {
-  const causes: StatusCause[] = [];
-  if (value.startsWith('/')) causes.push(invalid(field, value, 'must be a relative path'));
-  if (value.split('/').includes('..')) causes.push(invalid(field, value, "must not contain '..'"));
-  return causes;
-}
-
-function keyToPathCauses(items: unknown, field: string): StatusCause[] {
-  if (items === undefined) return [];
-  if (!Array.isArray(items)) return [invalid(field, items, 'must be a list')];
-  return items.flatMap((item, i) => {
-    const at = `${field}[${i}]`;
-    const kp = isObject(item) ? item : {};
-    const causes: StatusCause[] = [];
-    if (typeof kp.key !== 'string' || !kp.key) causes.push(required(`${at}.key`));
-    if (typeof kp.path !== 'string' || !kp.path) causes.push(required(`${at}.path`));
-    else {
-      causes.push(...localDescendingPathCauses(kp.path, `${at}.path`));
-      if (kp.path.startsWith('..') && !kp.path.startsWith('../')) causes.push(invalid(`${at}.path`, kp.path, "must not start with '..'"));
-    }
-    if (kp.mode !== undefined && !isMode(kp.mode)) causes.push(invalid(`${at}.mode`, kp.mode, FILE_MODE_MESSAGE));
-    return causes;
-  });
-}
-
 /** spec.volumes: names unique DNS labels, exactly one source each, configMap and secret sources well formed. The names, for the mounts. */
 export function validateVolumes(volumes: unknown, field: string, causes: StatusCause[]): Set<string> {
   const names = new Set<string>();
@@ -121,19 +91,12 @@ export function validateVolumes(volumes: unknown, field: string, causes: StatusC
     }
     const type = sources[0]!;
     const source = isObject(v[type]) ? (v[type] as Json) : {};
-    if (type === 'configMap' || type === 'secret') {
-      const nameField = type === 'configMap' ? 'name' : 'secretName';
-      if (typeof source[nameField] !== 'string' || !source[nameField]) causes.push(required(`${at}.${type}.${nameField}`));
-      if (source.defaultMode !== undefined && !isMode(source.defaultMode)) {
-        causes.push(invalid(`${at}.${type}.defaultMode`, source.defaultMode, FILE_MODE_MESSAGE));
-      }
-      causes.push(...keyToPathCauses(source.items, `${at}.${type}.items`));
-    }
+    causes.push(...volumeSourceCauses(type, source, `${at}.${type}`));
   });
   return names;
 }
 
-function volumeMountCauses(mounts: unknown, field: string, volumes: ReadonlySet<string>): StatusCause[] {
+function volumeMountCauses(mounts: unknown, field: string, volumes: ReadonlySet<string>, container: Json): StatusCause[] {
   if (mounts === undefined) return [];
   if (!Array.isArray(mounts)) return [invalid(field, mounts, 'must be a list')];
   const causes: StatusCause[] = [];
@@ -145,10 +108,13 @@ function volumeMountCauses(mounts: unknown, field: string, volumes: ReadonlySet<
     if (!name) causes.push(required(`${at}.name`));
     if (!volumes.has(name)) causes.push({ reason: 'FieldValueNotFound', message: `Not found: ${JSON.stringify(name)}`, field: `${at}.name` });
     const mountPath = typeof m.mountPath === 'string' ? m.mountPath : '';
+    // `/data` and `/data/` are one mount point: compared as the node will lay them out.
+    const normal = mountPath ? path.posix.resolve('/', mountPath) : '';
     if (!mountPath) causes.push(required(`${at}.mountPath`));
-    else if (mountPoints.has(mountPath)) causes.push(invalid(`${at}.mountPath`, mountPath, 'must be unique'));
-    mountPoints.add(mountPath);
+    else if (mountPoints.has(normal)) causes.push(invalid(`${at}.mountPath`, mountPath, 'must be unique'));
+    mountPoints.add(normal);
     if (typeof m.subPath === 'string' && m.subPath) causes.push(...localDescendingPathCauses(m.subPath, `${field}.subPath`));
+    causes.push(...mountPropagationCauses(m, container, `${at}.mountPropagation`));
   });
   return causes;
 }
@@ -252,5 +218,5 @@ function envFromCauses(envFrom: unknown, field: string): StatusCause[] {
 export function validateContainerConfig(container: Json, at: string, volumes: ReadonlySet<string>, causes: StatusCause[]): void {
   causes.push(...envCauses(container.env, `${at}.env`));
   causes.push(...envFromCauses(container.envFrom, `${at}.envFrom`));
-  causes.push(...volumeMountCauses(container.volumeMounts, `${at}.volumeMounts`, volumes));
+  causes.push(...volumeMountCauses(container.volumeMounts, `${at}.volumeMounts`, volumes, container));
 }

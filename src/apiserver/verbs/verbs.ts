@@ -381,7 +381,8 @@ export class ResourceVerbs {
     const hook = def.token;
     if (!hook) throw errors.pathNotFound();
     if (!this.options.tokens) throw new ApiError(404, 'NotFound', 'this server does not issue service account tokens', {});
-    await this.admitExisting(ctx, 'create', { def, namespace, name, subresource: 'token' });
+    // Admission judges the TokenRequest itself (node restriction reads its bound object).
+    await this.admit(ctx, 'create', { def, namespace, name, subresource: 'token' }, request);
     return hook.create(this.kindContext, { namespace, name }, request, this.options.tokens);
   }
 
