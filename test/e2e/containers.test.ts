@@ -78,29 +78,20 @@ ${container}`;
   });
 
   it('a deployment without a command runs the image Entrypoint+Cmd as PID 1, in the image root, named after the pod', async () => {
-    const applied = await kubectl(
-      ['apply', '-f', '-'],
-      `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      runtimeClassName: runc
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: web
-        image: ${WEB}
-`,
-    );
+    // What `kubectl create deployment web --image=…` sends, with the runtime class named: the
+    // test servers' default class is process (until a server here defaults to runc).
+    const generated = await kubectl(['create', 'deployment', 'web', `--image=${WEB}`, '--dry-run=client', '-o', 'json']);
+    assert.equal(generated.code, 0, generated.stderr);
+    const object = JSON.parse(generated.stdout) as { spec: { template: { spec: Record<string, unknown> & { containers: Record<string, unknown>[] } } } };
+    assert.equal(object.spec.template.spec.containers[0]!.command, undefined, 'no command');
+    object.spec.template.spec.runtimeClassName = 'runc';
+    object.spec.template.spec.terminationGracePeriodSeconds = 1;
+    const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(object));
     assert.equal(applied.code, 0, applied.stderr);
     const [ready] = await waitForReadyPods(server, 'app=web', 1, 60_000);
     const uid = ready!.uid;
     const status = (await pod(ready!.name)).status!.containerStatuses![0]!;
+    // kubectl names the container after the image's last path component.
     assert.match(status.containerID ?? '', new RegExp(`^runc://${uid}_web$`));
     assert.match(status.imageID ?? '', /^drover\.test\/web@sha256:[0-9a-f]{64}$/);
 
