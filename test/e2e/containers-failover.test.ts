@@ -138,8 +138,16 @@ async function restartAgent(server: ServerProcess, agents: Map<string, AgentProc
 async function initPids(dataDir: string, pods: readonly PodView[]): Promise<number[]> {
   const pids: number[] = [];
   for (const pod of pods) {
-    const pid = await containerInitPid(dataDir, pod.uid, 'main');
-    assert.ok(pid && pid > 1, `pod ${pod.name} has a running container`);
+    // The pod reads Running once the supervisor has spawned `runc run`; runc's own state says
+    // "running" a moment later (seconds at load 30): wait for it, within a ceiling.
+    const pid = await eventually(
+      async () => {
+        const found = await containerInitPid(dataDir, pod.uid, 'main');
+        return found !== undefined && found > 1 ? found : undefined;
+      },
+      `pod ${pod.name} has a running container`,
+      30_000,
+    );
     pids.push(pid);
   }
   return pids;
