@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, describe, it, type TestContext } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import {
   aliveWith,
   type ClusterServer,
@@ -11,6 +11,7 @@ import {
   dumpLogs,
   etcdPidOf,
   expectMembers,
+  FailureTracker,
   file,
   freePortOn,
   joinStats,
@@ -279,17 +280,8 @@ describe('the join endpoint and stale learners', () => {
   let s3: Member;
   let s4: Member;
   const all: Member[] = [];
-  let failed = false;
-  const step =
-    (body: (t: TestContext) => Promise<void>) =>
-    async (t: TestContext): Promise<void> => {
-      try {
-        await body(t);
-      } catch (error) {
-        failed = true;
-        throw error;
-      }
-    };
+  const run = new FailureTracker();
+  const step = run.step;
 
   before(async () => {
     s1 = await newMember(1);
@@ -299,7 +291,7 @@ describe('the join endpoint and stale learners', () => {
     all.push(s1, s2, s3, s4);
   });
   after(async () => {
-    if (failed) process.stderr.write(`ha-join: logs of the failed run in ${dumpLogs('ha-join-stale', all)}\n`);
+    if (run.failed) process.stderr.write(`ha-join: logs of the failed run in ${dumpLogs('ha-join-stale', all)}\n`);
     await cleanupCluster();
   });
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, describe, it, type TestContext } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { freePort, STATE_LABEL } from '../helpers/agent.js';
 import {
   aliveWith,
@@ -14,6 +14,7 @@ import {
   etcdctl,
   etcdPidOf,
   expectMembers,
+  FailureTracker,
   file,
   joinStats,
   killClusterServer,
@@ -214,21 +215,12 @@ describe('managed etcd: three all-in-one servers, each running its own etcd memb
     members.push(s1, s2, s3);
   });
 
-  let failed = false;
   /** Records a failure so that after() keeps the logs. */
-  const step =
-    (body: (t: TestContext) => Promise<void>) =>
-    async (t: TestContext): Promise<void> => {
-      try {
-        await body(t);
-      } catch (error) {
-        failed = true;
-        throw error;
-      }
-    };
+  const run = new FailureTracker();
+  const step = run.step;
 
   after(async () => {
-    if (failed) process.stderr.write(`managed-etcd: logs of the failed run in ${dumpLogs('managed-etcd', members)}\n`);
+    if (run.failed) process.stderr.write(`managed-etcd: logs of the failed run in ${dumpLogs('managed-etcd', members)}\n`);
     await cleanupCluster();
   });
 

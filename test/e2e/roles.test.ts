@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, describe, it, type TestContext } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { type AgentProcess, cleanupAgents, runDrover, STATE_LABEL, startAgent } from '../helpers/agent.js';
 import {
   aliveWith,
@@ -13,6 +13,7 @@ import {
   dumpLogs,
   etcdPidOf,
   expectMembers,
+  FailureTracker,
   file,
   freePortOn,
   joinStats,
@@ -289,20 +290,11 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
     }
   });
 
-  let failed = false;
-  const step =
-    (body: (t: TestContext) => Promise<void>) =>
-    async (t: TestContext): Promise<void> => {
-      try {
-        await body(t);
-      } catch (error) {
-        failed = true;
-        throw error;
-      }
-    };
+  const run = new FailureTracker();
+  const step = run.step;
 
   after(async () => {
-    if (failed) process.stderr.write(`roles: logs of the failed run in ${dumpLogs('roles', all ?? [], agent ? [{ name: 'agent a1', output: agent.output() }] : [])}\n`);
+    if (run.failed) process.stderr.write(`roles: logs of the failed run in ${dumpLogs('roles', all ?? [], agent ? [{ name: 'agent a1', output: agent.output() }] : [])}\n`);
     await cleanupAll();
   });
 

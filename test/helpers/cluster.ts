@@ -26,10 +26,26 @@ export function tail(text: string, lines = 40): string {
   return text.trimEnd().split('\n').slice(-lines).join('\n');
 }
 
-/** A multi-line message as test diagnostics, one per line. */
-export function report(t: TestContext, message: string): void {
-  for (const line of message.trimEnd().split('\n')) t.diagnostic(line);
+/**
+ * Remembers whether a test of a suite failed, so that its after() keeps the servers' logs of a
+ * failed run (dumpLogs): wrap each test body in `step`.
+ */
+export class FailureTracker {
+  failed = false;
+
+  readonly step =
+    (body: (t: TestContext) => Promise<void>) =>
+    async (t: TestContext): Promise<void> => {
+      try {
+        await body(t);
+      } catch (error) {
+        this.failed = true;
+        throw error;
+      }
+    };
 }
+
+export { report } from './server.js';
 
 /** Whether `pid` is a live process whose command line names `needle` (never someone else's). */
 export function aliveWith(pid: number, needle: string): boolean {
