@@ -23,7 +23,6 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import {
   benchTempDir,
   captureOutput,
@@ -37,6 +36,7 @@ import {
   installCleanup,
   machineInfo,
   nodeName,
+  parseBenchArgs,
   type PatchTarget,
   percentile,
   printMachine,
@@ -51,28 +51,13 @@ import {
   writeResult,
 } from './common.js';
 
-const { values: args } = parseArgs({
-  options: {
-    seconds: { type: 'string', default: '10' },
-    warmup: { type: 'string', default: '2' },
-    rounds: { type: 'string', default: '2' },
-    clients: { type: 'string', default: '50' },
-    nodes: { type: 'string', default: '200' },
-    'cpu-prof': { type: 'boolean', default: false },
-    /** Measure just one target (diagnostics; the ratio needs both). */
-    only: { type: 'string' },
-  },
-});
-const SECONDS = Number(args.seconds);
-const WARMUP_SECONDS = Number(args.warmup);
-const ROUNDS = Math.max(1, Number(args.rounds));
-const CLIENTS = Number(args.clients);
-const NODES = Number(args.nodes);
-const PROFILE = args['cpu-prof'] === true;
-const ONLY = args.only;
-if (ONLY !== undefined && ONLY !== 'drover' && ONLY !== 'ceiling' && ONLY !== 'ceiling-big') {
-  throw new Error('--only takes drover, ceiling or ceiling-big');
-}
+// --only measures just one target (diagnostics; the ratio needs both).
+const { n, only: ONLY, flags } = parseBenchArgs(
+  { seconds: 10, warmup: 2, rounds: { default: 2, min: 1 }, clients: 50, nodes: 200 },
+  { only: ['drover', 'ceiling', 'ceiling-big'], flags: { 'cpu-prof': { type: 'boolean', default: false } } },
+);
+const { seconds: SECONDS, warmup: WARMUP_SECONDS, rounds: ROUNDS, clients: CLIENTS, nodes: NODES } = n;
+const PROFILE = flags['cpu-prof'] === true;
 const GOAL = { patchesPerSec: 5000, p99Ms: 25 };
 
 // ---------------------------------------------------------------------------------------------

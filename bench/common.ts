@@ -15,6 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
 
 export const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = path.resolve(BENCH_DIR, '..');
@@ -75,6 +76,34 @@ export function writeResult(name: string, data: unknown): string {
   const file = path.join(RESULTS_DIR, `${name}.json`);
   fs.writeFileSync(file, `${JSON.stringify(data, null, 2)}\n`);
   return file;
+}
+
+/** A numeric option's default, or its default and the least value it may take (`rounds`: at least 1). */
+export type NumberOption = number | { default: number; min: number };
+
+/**
+ * A script's command line: each of `numbers` is `--name N` (a number, or the script stops saying
+ * which option is wrong), raised to its min; `--only` names one part of the script out of
+ * `only`; `flags` are the script's other options, as parseArgs takes them.
+ */
+export function parseBenchArgs<K extends string, const F extends NonNullable<ParseArgsConfig['options']> = Record<never, never>>(
+  numbers: Record<K, NumberOption>,
+  settings: { only?: readonly string[]; flags?: F } = {},
+): { n: Record<K, number>; only: string | undefined; flags: ReturnType<typeof parseArgs<{ options: F }>>['values'] } {
+  const options: NonNullable<ParseArgsConfig['options']> = { ...settings.flags };
+  const spec = Object.entries(numbers) as [K, NumberOption][];
+  for (const [name, option] of spec) options[name] = { type: 'string', default: String(typeof option === 'number' ? option : option.default) };
+  if (settings.only) options.only = { type: 'string' };
+  const { values } = parseArgs({ options });
+  const n = {} as Record<K, number>;
+  for (const [name, option] of spec) {
+    const value = Number(values[name]);
+    if (!Number.isFinite(value)) throw new Error(`--${name} takes a number, not ${String(values[name])}`);
+    n[name] = typeof option === 'number' ? value : Math.max(option.min, value);
+  }
+  const only = values.only as string | undefined;
+  if (only !== undefined && settings.only && !settings.only.includes(only)) throw new Error(`--only takes ${settings.only.join(', ')}`);
+  return { n, only, flags: values as ReturnType<typeof parseArgs<{ options: F }>>['values'] };
 }
 
 /** Fails with the command to run when dist/ is missing; warns when src/ changed since the build. */

@@ -35,7 +35,6 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { Etcd3 } from 'etcd3';
 import { openEtcdDatastore } from '../src/datastore/etcd.js';
 import { openSqliteDatastore } from '../src/datastore/sqlite.js';
@@ -54,6 +53,7 @@ import {
   machineInfo,
   median,
   nodeStatusValue,
+  parseBenchArgs,
   type PatchTarget,
   percentile,
   printMachine,
@@ -66,33 +66,24 @@ import {
   writeResult,
 } from './common.js';
 
-const { values: args } = parseArgs({
-  options: {
-    'round-ms': { type: 'string', default: '300' },
-    rounds: { type: 'string', default: '10' },
-    concurrency: { type: 'string', default: '50' },
-    seconds: { type: 'string', default: '12' },
-    warmup: { type: 'string', default: '2' },
-    'api-rounds': { type: 'string', default: '4' },
-    clients: { type: 'string', default: '50' },
-    nodes: { type: 'string', default: '200' },
-    /** Diagnostics: write a V8 CPU profile of the server on etcd into this directory. */
-    'cpu-prof-dir': { type: 'string' },
-    /** Diagnostics: run one part only (no result file). */
-    only: { type: 'string' },
+// Diagnostics: --only runs one part only (no result file); --cpu-prof-dir writes a V8 CPU profile
+// of the server on etcd into that directory.
+const { n, only: ONLY, flags } = parseBenchArgs(
+  {
+    'round-ms': 300,
+    rounds: 10,
+    concurrency: 50,
+    seconds: 12,
+    warmup: 2,
+    'api-rounds': { default: 4, min: 1 },
+    clients: 50,
+    nodes: 200,
   },
-});
-const ROUND_MS = Number(args['round-ms']);
-const ROUNDS = Number(args.rounds);
-const CONCURRENCY = Number(args.concurrency);
-const API_SECONDS = Number(args.seconds);
-const WARMUP_SECONDS = Number(args.warmup);
-const API_ROUNDS = Math.max(1, Number(args['api-rounds']));
-const CLIENTS = Number(args.clients);
-const NODES = Number(args.nodes);
-const PROFILE_DIR = args['cpu-prof-dir'];
-const ONLY = args.only;
-if (ONLY !== undefined && ONLY !== 'datastore' && ONLY !== 'api') throw new Error('--only takes datastore or api');
+  { only: ['datastore', 'api'], flags: { 'cpu-prof-dir': { type: 'string' } } },
+);
+const { 'round-ms': ROUND_MS, rounds: ROUNDS, concurrency: CONCURRENCY, seconds: API_SECONDS, warmup: WARMUP_SECONDS } = n;
+const { 'api-rounds': API_ROUNDS, clients: CLIENTS, nodes: NODES } = n;
+const PROFILE_DIR = flags['cpu-prof-dir'];
 
 const HOT_KEYS = 1000;
 const VALUES = Array.from({ length: 64 }, (_, i) => nodeStatusValue(i + 1));
