@@ -13,6 +13,7 @@ import {
   NodeSampler,
   nodeState,
   registerNode,
+  serverForSuite,
   serverPairForSuite,
   spawnAgent,
   startAgent,
@@ -53,19 +54,11 @@ function lease(name: string, holderIdentity: string, renewTime = new Date().toIS
 // -------------------------------------------------------------------------------------------------
 
 describe('node incarnations and credentials on one server', () => {
-  let server: ServerProcess;
   const kubectlCache = tempDir('kubectl-cache');
-
-  before(async () => {
-    server = await startServer();
-  });
-
-  after(async () => {
-    await cleanupAgents();
-    await cleanup(server?.dataDir ?? '', kubectlCache);
-  });
+  const suite = serverForSuite({}, [kubectlCache]);
 
   it('a lease write by a stale node incarnation is refused with 403 "not the current incarnation"; the current one may write', async () => {
+    const { server } = suite;
     const name = 'stale-node';
     const password = 'stale-node-password-0123456789';
     let asNode = { token: await registerNode(server, name, password) };
@@ -138,6 +131,7 @@ describe('node incarnations and credentials on one server', () => {
   });
 
   it('registering again replaces the node credential: the old one gets 401 at once, the new one works', async () => {
+    const { server } = suite;
     const name = 'cred-node';
     const password = 'cred-node-password-0123456789';
     const oldToken = await registerNode(server, name, password);
@@ -160,6 +154,7 @@ describe('node incarnations and credentials on one server', () => {
   });
 
   it('kubectl delete node on a live agent: the node comes back as a new incarnation (new UID, same host) and Ready, never Unavailable', async (t) => {
+    const { server } = suite;
     const name = 'phoenix';
     const agent = await startAgent({ server, name });
     let previous = (await waitForState(server, name, 'Ready')).node;

@@ -2,14 +2,14 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import {
-  cleanupAgents,
   exitWithin,
   getNode,
   joinSecret,
   nodeState,
   runDrover,
+  serverForSuite,
   serverPairForSuite,
   spawnAgent,
   startAgent,
@@ -17,7 +17,7 @@ import {
   waitForState,
 } from '../helpers/agent.js';
 import { MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
-import { type ApiResponse, cleanup, eventually, request, report, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { type ApiResponse, eventually, request, report, type ServerProcess, tempDir } from '../helpers/server.js';
 
 /**
  * Node names and registrations, as docs/security.md describes them, with real servers and real
@@ -68,19 +68,11 @@ const TAKEN = (name: string): RegExp =>
 // -------------------------------------------------------------------------------------------------
 
 describe('a node name outlives its Node object until drover node forget', () => {
-  let server: ServerProcess;
   const kubectlCache = tempDir('kubectl-cache');
-
-  before(async () => {
-    server = await startServer();
-  });
-
-  after(async () => {
-    await cleanupAgents();
-    await cleanup(server?.dataDir ?? '', kubectlCache);
-  });
+  const suite = serverForSuite({}, [kubectlCache]);
 
   it('kubectl delete node does not free the name: another host is refused (403 naming drover node forget) while the Node is gone, and the real agent comes back', async (t) => {
+    const { server } = suite;
     const name = 'keeper';
     const owner = await startAgent({ server, name });
     const first = (await waitForState(server, name, 'Ready')).node;
@@ -123,6 +115,7 @@ describe('a node name outlives its Node object until drover node forget', () => 
   });
 
   it('the credential of a deleted Node is revoked (401 for reads and lease writes); its host registers again with its password', async (t) => {
+    const { server } = suite;
     const name = 'revoked-node';
     const password = 'revoked-node-password-0123456789';
     const token = credentialOf(await register(server, name, password));
@@ -157,6 +150,7 @@ describe('a node name outlives its Node object until drover node forget', () => 
   });
 
   it('drover node forget NAME removes the registration (its credential stops at once) and the Node; the next host takes the name', async (t) => {
+    const { server } = suite;
     // A host that is gone for good: its agent killed, its Node left behind.
     const name = 'retired';
     const old = await startAgent({ server, name });
@@ -199,6 +193,7 @@ describe('a node name outlives its Node object until drover node forget', () => 
   });
 
   it('forgetting is for admins only, and an unknown or invalid name is a clear error', async () => {
+    const { server } = suite;
     const unknown = await runDrover(['node', 'forget', 'never-was', '--kubeconfig', server.kubeconfig]);
     assert.equal(unknown.code, 1);
     assert.match(unknown.stderr, /drover node forget: node "never-was" has no registration and no Node object/);
@@ -241,18 +236,10 @@ describe('drover node forget on two servers sharing one etcd', () => {
 // -------------------------------------------------------------------------------------------------
 
 describe('registration limits per source address', () => {
-  let server: ServerProcess;
-
-  before(async () => {
-    server = await startServer();
-  });
-
-  after(async () => {
-    await cleanupAgents();
-    await cleanup(server?.dataDir ?? '');
-  });
+  const suite = serverForSuite();
 
   it('after 10 failed registrations from 127.0.0.1 every registration from it gets 429 with Retry-After; a known node from 127.0.0.5 is not held back; the limit lifts by itself', async (t) => {
+    const { server } = suite;
     const name = 'steady';
     const password = 'steady-password-0123456789';
     credentialOf(await register(server, name, password, { from: '127.0.0.5' }));
@@ -300,6 +287,7 @@ describe('registration limits per source address', () => {
   });
 
   it('30 new names from one source, then 429; the same source still re-registers known names, another source still registers new ones', async (t) => {
+    const { server } = suite;
     const from = '127.0.0.6';
     const started = Date.now();
     let limited: ApiResponse | undefined;
@@ -330,19 +318,11 @@ describe('registration limits per source address', () => {
 // -------------------------------------------------------------------------------------------------
 
 describe('registrations of names that never got a Node are collected', () => {
-  let server: ServerProcess;
   const TTL_MS = 3000;
-
-  before(async () => {
-    server = await startServer({ env: { ...process.env, DROVER_TEST_UNUSED_NODE_RECORD_TTL_MS: String(TTL_MS) } });
-  });
-
-  after(async () => {
-    await cleanupAgents();
-    await cleanup(server?.dataDir ?? '');
-  });
+  const suite = serverForSuite({ env: { ...process.env, DROVER_TEST_UNUSED_NODE_RECORD_TTL_MS: String(TTL_MS) } });
 
   it('a registration whose Node never appeared is removed after the TTL (credential refused, name free); one whose node ran stays, Node or not', async (t) => {
+    const { server } = suite;
     // A node that ran (a real agent), then was deleted and its agent stopped: its binding stays.
     const ran = await startAgent({ server, name: 'ran' });
     await waitForState(server, 'ran', 'Ready');

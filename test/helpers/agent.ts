@@ -9,7 +9,7 @@ import { API_SERVER_CLIENT_NAME } from '../../src/cluster/drover-endpoints.js';
 import { issueCertificate } from '../../src/security/pki.js';
 import { type EtcdServer, startEtcd } from './etcd.js';
 import { reapPods } from './pods.js';
-import { cleanup, DROVER_BIN, request, type ServerProcess, startServer, tempDir } from './server.js';
+import { cleanup, DROVER_BIN, request, type ServerProcess, startServer, type StartOptions, tempDir } from './server.js';
 
 /**
  * Test harness for nodes: real `drover agent` child processes joining a test server, each with
@@ -568,6 +568,23 @@ export interface ServerPair {
   a: ServerProcess;
   b: ServerProcess;
   stop(): Promise<void>;
+}
+
+/**
+ * For a describe(): one server (`startServer(options)`) started before its tests; after them,
+ * every agent this process started is stopped, then the server, and `dirs` are removed. Its
+ * `server` is set once before() has run, so read it inside the tests.
+ */
+export function serverForSuite(options: StartOptions = {}, dirs: readonly string[] = []): { server: ServerProcess } {
+  const suite = {} as { server: ServerProcess };
+  before(async () => {
+    suite.server = await startServer(options);
+  });
+  after(async () => {
+    await cleanupAgents();
+    await cleanup(suite.server?.dataDir ?? '', ...dirs);
+  });
+  return suite;
 }
 
 /**
