@@ -19,6 +19,7 @@ import type {
   V1StatefulSetSpec,
   V1StatefulSetStatus,
   V1Status,
+  V1Taint,
 } from '@kubernetes/client-node';
 import type { KubeObject } from '../apiserver/objects.js';
 import type { LabelSelectorObject } from '../apiserver/selectors.js';
@@ -50,6 +51,7 @@ type Selecting<T> = Omit<T, 'selector'> & { selector?: LabelSelectorObject };
 export type NodeSpec = Wire<V1NodeSpec>;
 export type NodeStatus = Wire<V1NodeStatus>;
 export type NodeCondition = Wire<V1NodeCondition>;
+export type NodeTaint = Wire<V1Taint>;
 export type PodSpec = Wire<V1PodSpec>;
 export type PodStatus = Wire<V1PodStatus>;
 export type PodTemplateSpec = Wire<V1PodTemplateSpec>;

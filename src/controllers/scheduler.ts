@@ -1,7 +1,8 @@
 import { ApiError } from '../apiserver/errors.js';
-import type { KubeObject } from '../apiserver/objects.js';
+import { type KubeObject, kubeTime } from '../apiserver/objects.js';
 import { type ApiClient, NODES, PODS, RUNTIME_CLASSES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
+import { type Clock, systemClock } from './clock.js';
 import type { EventRecorder } from './events.js';
 import { effectiveRuntimeClass, podRuntimeClassName, type RuntimeClassView } from '../node-protocol/runtime-classes.js';
 import { chooseNode, isPodTerminated, podNodeName, type ScheduleResult } from './scheduling.js';
@@ -31,8 +32,10 @@ export class Scheduler {
     private readonly informers: SharedInformers,
     private readonly events: EventRecorder,
     private readonly logger: Logger,
+    /** Dates PodScheduled=False, and times requeues. */
+    private readonly clock: Clock = systemClock,
   ) {
-    this.queue = new WorkQueue('scheduler', (key) => this.schedule(key), logger, { concurrency: 8 });
+    this.queue = new WorkQueue('scheduler', (key) => this.schedule(key), logger, { concurrency: 8, clock });
     informers.on(PODS, (type, pod, old) => this.onPod(type, pod, old));
     informers.on(NODES, (type, node, old) => this.onNode(type, node, old));
     // A class created or changed may make a waiting pod placeable (or say where).
@@ -146,7 +149,7 @@ export class Scheduler {
           status: {
             phase: 'Pending',
             conditions: [
-              { type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message, lastTransitionTime: new Date().toISOString().replace(/\.\d{3}Z$/, 'Z') },
+              { type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message, lastTransitionTime: kubeTime(this.clock.wallNow()) },
             ],
           },
         },

@@ -1,8 +1,8 @@
 import type { KubeObject } from '../apiserver/objects.js';
 import { controllerOf, isNodeReady } from '../node-protocol/pods.js';
-import type { Taint, Toleration } from '../node-protocol/taints.js';
+import type { Toleration } from '../node-protocol/taints.js';
 import { effectiveRuntimeClass, nodeRuntimeHandlerNames, podRuntimeClassName } from '../node-protocol/runtime-classes.js';
-import { nodeSpec, podSpec, podStatus } from './kube-types.js';
+import { type NodeTaint, nodeSpec, podSpec, podStatus } from './kube-types.js';
 import { insufficientResources, nodeAllocatable } from './resource-fit.js';
 
 /**
@@ -13,7 +13,7 @@ import { insufficientResources, nodeAllocatable } from './resource-fit.js';
 export type ScheduleResult = { node: string } | { reasons: string };
 
 /** Kubernetes' toleration matching (k8s.io/api/core/v1 Toleration.ToleratesTaint). */
-export function toleratesTaint(toleration: Toleration, taint: Taint): boolean {
+export function toleratesTaint(toleration: Toleration, taint: NodeTaint): boolean {
   if (toleration.effect && toleration.effect !== taint.effect) return false;
   if (toleration.key && toleration.key !== taint.key) return false;
   const operator = toleration.operator || 'Equal';
@@ -25,7 +25,7 @@ export function toleratesTaint(toleration: Toleration, taint: Taint): boolean {
 }
 
 /** The first NoSchedule/NoExecute taint no toleration covers, as kube-scheduler reports it. */
-export function firstUntoleratedTaint(taints: readonly Taint[], tolerations: readonly Toleration[]): Taint | undefined {
+export function firstUntoleratedTaint(taints: readonly NodeTaint[], tolerations: readonly Toleration[]): NodeTaint | undefined {
   return taints.find(
     (taint) =>
       (taint.effect === 'NoSchedule' || taint.effect === 'NoExecute') && !tolerations.some((t) => toleratesTaint(t, taint)),
@@ -51,7 +51,7 @@ export function nodeRejection(pod: KubeObject, node: KubeObject): string | undef
   // Filter order follows kube-scheduler's default profile: NodeUnschedulable, TaintToleration,
   // then readiness (older releases' CheckNodeCondition), then NodeAffinity (nodeSelector).
   if (onNode.unschedulable === true) return 'node(s) were unschedulable';
-  const taint = firstUntoleratedTaint((onNode.taints ?? []) as Taint[], spec.tolerations ?? []);
+  const taint = firstUntoleratedTaint(onNode.taints ?? [], spec.tolerations ?? []);
   if (taint) return `node(s) had untolerated taint {${taint.key}: ${taint.value ?? ''}}`;
   if (!isNodeReady(node)) return 'node(s) were not ready';
   const labels = node.metadata.labels ?? {};

@@ -50,7 +50,7 @@ export class WorkloadControllers {
     this.clock = options.clock ?? systemClock;
     this.resyncMs = options.resyncMs ?? 30_000;
     for (const ref of WORKLOAD_RESOURCES) informers.get(ref);
-    this.scheduler = new Scheduler(client, informers, events, logger.child({ controller: 'scheduler' }));
+    this.scheduler = new Scheduler(client, informers, events, logger.child({ controller: 'scheduler' }), this.clock);
     this.replicaSets = new ReplicaSetController(client, informers, events, logger.child({ controller: 'replicaset' }), this.clock);
     this.deployments = new DeploymentController(client, informers, events, logger.child({ controller: 'deployment' }), this.clock);
     this.statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }), this.clock);

@@ -9,8 +9,9 @@ import { DeploymentController } from '../../src/controllers/deployment.js';
 import { DisruptionController, PODDISRUPTIONBUDGETS } from '../../src/controllers/disruption.js';
 import { DISRUPTED_POD_TIMEOUT_MS } from '../../src/controllers/disruption-logic.js';
 import { EventRecorder } from '../../src/controllers/events.js';
-import { budgetStatus, replicaSetStatus, storedDeploymentStatus } from '../../src/controllers/kube-types.js';
+import { budgetStatus, podStatus, replicaSetStatus, storedDeploymentStatus } from '../../src/controllers/kube-types.js';
 import { ReplicaSetController } from '../../src/controllers/replicaset.js';
+import { Scheduler } from '../../src/controllers/scheduler.js';
 import { advance, type InProcessApi, inProcessApi, InProcessNode } from '../helpers/in-process.js';
 import { eventually } from '../helpers/server.js';
 
@@ -99,6 +100,21 @@ describe('controllers on a fake clock date and time by it', () => {
       5,
     );
     assert.match(String(scheduled.firstTimestamp), /^2031-03-04T05:06:0[78]Z$/);
+  });
+
+  it("the scheduler dates a pod's PodScheduled=False by the clock", async () => {
+    const scheduler = new Scheduler(api.client, informers, recorder(), api.logger, clock);
+    stops.push(() => scheduler.stop());
+    await informers.start();
+    await api.client.create(PODS, 'default', { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'nowhere', namespace: 'default' }, spec: { containers } });
+    const condition = await eventually(
+      async () => (podStatus(await api.client.get(PODS, 'default', 'nowhere')).conditions ?? []).find((c) => c.type === 'PodScheduled'),
+      'the pod is marked unschedulable (there is no node)',
+      10_000,
+      5,
+    );
+    assert.equal(condition.status, 'False');
+    assert.equal(condition.lastTransitionTime, '2031-03-04T05:06:07Z');
   });
 
   it('a ReplicaSet counts a pod available after minReadySeconds of the clock', async () => {
