@@ -28,7 +28,6 @@ import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { RbacAuthorizer } from '../src/apiserver/rbac/authorizer.js';
 import { InMemoryRbacSource } from '../src/apiserver/rbac/source.js';
 import type { ClusterRole, ClusterRoleBinding, UserInfo } from '../src/apiserver/rbac/types.js';
@@ -42,6 +41,7 @@ import {
   installCleanup,
   machineInfo,
   median,
+  parseBenchArgs,
   type PatchTarget,
   percentile,
   printMachine,
@@ -53,22 +53,8 @@ import {
   writeResult,
 } from './common.js';
 
-const { values: args } = parseArgs({
-  options: {
-    seconds: { type: 'string', default: '10' },
-    warmup: { type: 'string', default: '2' },
-    rounds: { type: 'string', default: '4' },
-    clients: { type: 'string', default: '50' },
-    nodes: { type: 'string', default: '200' },
-    bindings: { type: 'string', default: '60' },
-  },
-});
-const SECONDS = Number(args.seconds);
-const WARMUP_SECONDS = Number(args.warmup);
-const ROUNDS = Math.max(1, Number(args.rounds));
-const CLIENTS = Number(args.clients);
-const NODES = Number(args.nodes);
-const BINDINGS = Number(args.bindings);
+const { n } = parseBenchArgs({ seconds: 10, warmup: 2, rounds: { default: 4, min: 1 }, clients: 50, nodes: 200, bindings: 60 });
+const { seconds: SECONDS, warmup: WARMUP_SECONDS, rounds: ROUNDS, clients: CLIENTS, nodes: NODES, bindings: BINDINGS } = n;
 const GOAL_RATIO = 0.9;
 
 const RBAC = 'rbac.authorization.k8s.io';

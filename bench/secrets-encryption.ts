@@ -28,7 +28,6 @@ import fs from 'node:fs';
 import https from 'node:https';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseArgs } from 'node:util';
 import { EncryptingDatastore, generateEncryptionKey, SECRETS_PREFIX } from '../src/datastore/encryption.js';
 import { openSqliteDatastore } from '../src/datastore/sqlite.js';
 import type { Datastore } from '../src/datastore/types.js';
@@ -41,6 +40,7 @@ import {
   installCleanup,
   machineInfo,
   median,
+  parseBenchArgs,
   type PatchTarget,
   percentile,
   printMachine,
@@ -53,29 +53,21 @@ import {
   writeResult,
 } from './common.js';
 
-const { values: args } = parseArgs({
-  options: {
-    'round-ms': { type: 'string', default: '300' },
-    rounds: { type: 'string', default: '10' },
-    seconds: { type: 'string', default: '12' },
-    warmup: { type: 'string', default: '2' },
-    'api-rounds': { type: 'string', default: '4' },
-    clients: { type: 'string', default: '16' },
-    secrets: { type: 'string', default: '200' },
-    bytes: { type: 'string', default: '1024' },
-    only: { type: 'string' },
+const { n, only: ONLY } = parseBenchArgs(
+  {
+    'round-ms': 300,
+    rounds: { default: 10, min: 1 },
+    seconds: 12,
+    warmup: 2,
+    'api-rounds': { default: 4, min: 1 },
+    clients: 16,
+    secrets: 200,
+    bytes: 1024,
   },
-});
-const ROUND_MS = Number(args['round-ms']);
-const ROUNDS = Math.max(1, Number(args.rounds));
-const API_SECONDS = Number(args.seconds);
-const WARMUP_SECONDS = Number(args.warmup);
-const API_ROUNDS = Math.max(1, Number(args['api-rounds']));
-const CLIENTS = Number(args.clients);
-const SECRETS = Number(args.secrets);
-const BYTES = Number(args.bytes);
-const ONLY = args.only;
-if (ONLY !== undefined && ONLY !== 'datastore' && ONLY !== 'api') throw new Error('--only takes datastore or api');
+  { only: ['datastore', 'api'] },
+);
+const { 'round-ms': ROUND_MS, rounds: ROUNDS, seconds: API_SECONDS, warmup: WARMUP_SECONDS } = n;
+const { 'api-rounds': API_ROUNDS, clients: CLIENTS, secrets: SECRETS, bytes: BYTES } = n;
 const GOAL = 0.8;
 const LIST_CLIENTS = 4;
 
