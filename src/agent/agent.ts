@@ -181,6 +181,7 @@ export class Agent {
       client: () => this.connection.client!,
       logger: this.logger,
       registries: this.registries,
+      runtimeHandlers: () => this.runtimeHandlers.names,
     });
     await this.pods.start();
     await this.connection.refresh();

@@ -3,28 +3,17 @@ import path from 'node:path';
 import type { KubeObject } from '../apiserver/objects.js';
 import { bytesOf, cpuMillis } from '../apiserver/quantity.js';
 import type { Image } from '../images/store.js';
-import type { ContainerResources, ContainerRunSpec, ContainerSecurity, ImageRunConfig, PodRuntime, ResolvedImage } from './pods/run-spec.js';
+import type { ContainerResources, ContainerRunSpec, ContainerSecurity, ImageRunConfig, ResolvedImage } from './pods/run-spec.js';
 import { containerArgv, containerCwd, containerEnv, parseGroup, parsePasswd, resolveUser } from './pods/runtime/command.js';
 
 /**
- * The agent's side of a runc container, from its Pod: which runtime the pod runs under, the
- * image as the run spec carries it, and the container's process (Kubernetes' command rules,
+ * The agent's side of a runc container, from its Pod: the image as the run spec carries it, and the container's process (Kubernetes' command rules,
  * environment, working directory, user from the image's own /etc/passwd), securityContext and
  * resources. Errors are CommandErrors naming kubelet's waiting reason.
  */
 
 type Json = Record<string, unknown>;
 const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
-
-export const RUNTIME_CLASSES: readonly PodRuntime[] = ['runc', 'process'];
-
-export type RuntimeChoice = { kind: 'ok'; runtime: PodRuntime } | { kind: 'unknown'; name: string };
-
-/** The pod's runtime: its runtimeClassName, else the cluster's default class. */
-export function podRuntime(pod: KubeObject, defaultClass: string): RuntimeChoice {
-  const named = isObject(pod.spec) && typeof pod.spec.runtimeClassName === 'string' && pod.spec.runtimeClassName ? pod.spec.runtimeClassName : defaultClass;
-  return (RUNTIME_CLASSES as readonly string[]).includes(named) ? { kind: 'ok', runtime: named as PodRuntime } : { kind: 'unknown', name: named };
-}
 
 /** The image store's view of an image as the run spec carries it. */
 export function resolvedImage(image: Image, layerDirs: string[]): ResolvedImage {

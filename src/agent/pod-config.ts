@@ -8,7 +8,9 @@ import { PodVolumes, type VolumeContext } from './pod-volumes.js';
 import { type Lookup, resolveContainerEnv } from './pods/env-resolution.js';
 import { CONTAINER_ROOT_ENV } from './pods/volumes.js';
 import { ImageNotFoundError, type Image, type ImageStore } from '../images/store.js';
-import { podRuntime, resolvedImage, runcContainerSpec } from './container-spec.js';
+import { resolvedImage, runcContainerSpec } from './container-spec.js';
+import { BUILT_IN_RUNTIME_CLASSES, podRuntimeClassName, resolvePodRuntime, RUNTIME_HANDLER_NAMES } from '../node-protocol/runtime-classes.js';
+import { RUNTIME_CLASSES } from '../client/types.js';
 import type { ContainerRunSpec, PodRuntime } from './pods/run-spec.js';
 import { CommandError } from './pods/runtime/command.js';
 import { ServiceAccountTokens } from './service-account-tokens.js';
@@ -58,12 +60,11 @@ export interface PodConfigOptions {
   images?: ImageStore;
   /** Makes a container's image present; default: the store's, which does not pull. */
   ensureImage?: EnsureImage;
-  /** The runtime of pods without runtimeClassName (the cluster's default-runtime-class). */
-  defaultRuntimeClass?: () => string;
+  /** The runtime handlers this node has (`process`, and `runc` where it works); default both. */
+  runtimeHandlers?: () => readonly string[];
 }
 
-/** Until the cluster says otherwise, pods without runtimeClassName run as processes. */
-export const FALLBACK_RUNTIME_CLASS = 'process';
+export type RuntimeResolution = { ok: true; runtime: PodRuntime } | { ok: false; reason: string; message: string };
 
 /** Images already in the node's store only (what a node without a registry client can do). */
 export function storeOnlyImages(store: ImageStore): EnsureImage {
@@ -91,6 +92,8 @@ export class PodConfigurator {
   readonly tokens: ServiceAccountTokens;
   /** pod uid → events already recorded (each message once per pod). */
   private readonly announced = new Map<string, Set<string>>();
+  /** pod uid → the runtime handler it was resolved to. */
+  private readonly runtimes = new Map<string, PodRuntime>();
 
   constructor(private readonly options: PodConfigOptions) {
     this.cache = new ConfigObjectCache(options.client, options.kick, options.logger);
@@ -112,7 +115,17 @@ export class PodConfigurator {
     for (const uid of [...this.announced.keys()]) if (!uids.has(uid)) this.announced.delete(uid);
   }
 
+  /** Whether a pod's runtime is known here (it is after prepare; an adopted pod's comes from its run spec). */
+  knowsRuntime(uid: string): boolean {
+    return this.runtimes.has(uid);
+  }
+
+  rememberRuntime(uid: string, runtime: PodRuntime): void {
+    this.runtimes.set(uid, runtime);
+  }
+
   forget(uid: string): void {
+    this.runtimes.delete(uid);
     this.cache.forgetPod(uid);
     this.volumes.forget(uid);
     this.tokens.forgetPod(uid);
@@ -149,12 +162,36 @@ export class PodConfigurator {
     };
   }
 
+  /**
+   * The handler a pod runs under here: its RuntimeClass's (the API server wrote the cluster's
+   * default class into pods created without one; a pod stored before classes existed runs as
+   * processes), if this node has it. A built-in class is its own handler and cannot change; any
+   * other is read from the API.
+   */
+  async resolveRuntime(pod: KubeObject): Promise<RuntimeResolution> {
+    const className = podRuntimeClassName(pod);
+    let stored: KubeObject | undefined;
+    if (!(BUILT_IN_RUNTIME_CLASSES as readonly string[]).includes(className)) {
+      try {
+        stored = await this.options.client.get(RUNTIME_CLASSES, undefined, className);
+      } catch (error) {
+        return { ok: false, reason: 'FailedCreatePodSandBox', message: `cannot read RuntimeClass "${className}": ${(error as Error).message}` };
+      }
+    }
+    const resolved = resolvePodRuntime(pod, stored, this.options.runtimeHandlers?.() ?? RUNTIME_HANDLER_NAMES);
+    if (!resolved.ok) return { ok: false, reason: resolved.reason, message: resolved.message };
+    this.runtimes.set(pod.metadata.uid!, resolved.handler);
+    return { ok: true, runtime: resolved.handler };
+  }
+
   async prepare(pod: KubeObject, dir: string): Promise<Preparation> {
-    const choice = podRuntime(pod, this.options.defaultRuntimeClass?.() ?? FALLBACK_RUNTIME_CLASS);
-    if (choice.kind === 'unknown') {
-      const message = `RuntimeClass "${choice.name}" is not handled by this node (it runs runc and process)`;
-      this.once(pod, 'FailedCreatePodSandBox', message);
-      return { kind: 'waiting', waiting: Object.fromEntries(this.containerNames(pod).map((n) => [n, { reason: 'CreateContainerConfigError', message }])) };
+    const choice = await this.resolveRuntime(pod);
+    if (!choice.ok) {
+      this.once(pod, choice.reason, choice.message);
+      return {
+        kind: 'waiting',
+        waiting: Object.fromEntries(this.containerNames(pod).map((n) => [n, { reason: 'CreateContainerConfigError', message: choice.message }])),
+      };
     }
     const runtime = choice.runtime;
     const lookup = this.lookupFor(pod);
@@ -233,9 +270,9 @@ export class PodConfigurator {
   }
 
   /** A running pod: bring its ConfigMap, Secret, downward API and projected volumes up to date. */
-  refresh(pod: KubeObject, dir: string): void {
-    const choice = podRuntime(pod, this.options.defaultRuntimeClass?.() ?? FALLBACK_RUNTIME_CLASS);
-    if (choice.kind === 'unknown') return;
-    this.volumes.refresh(this.volumeContext(pod, dir, choice.runtime));
+  refresh(pod: KubeObject, dir: string, runtime: PodRuntime | undefined = this.runtimes.get(pod.metadata.uid!)): void {
+    // A pod started by an earlier agent: its run spec says how it runs.
+    if (!runtime) return;
+    this.volumes.refresh(this.volumeContext(pod, dir, runtime));
   }
 }

@@ -26,10 +26,11 @@ import {
 import { containerProbeSpecs, probeEvents } from './pods/probe-spec.js';
 import { readRunSpec, type ContainerRunSpec } from './pods/run-spec.js';
 import { ImageStore } from '../images/store.js';
-import { type EnsureImage, FALLBACK_RUNTIME_CLASS } from './pod-config.js';
+import { type EnsureImage } from './pod-config.js';
 import { ImagePuller } from './image-pull.js';
 import { EMPTY_REGISTRIES, type RegistriesConfig } from '../images/registry/registries.js';
-import { podHostname, podRuntime } from './container-spec.js';
+import { podHostname } from './container-spec.js';
+import { podRuntimeClassName, PROCESS_HANDLER } from '../node-protocol/runtime-classes.js';
 import { RUNC_STATE_DIR, splitRuncContainerId } from './pods/runtime/names.js';
 import { runcDelete, runcList } from './pods/runtime/runc.js';
 import { cleanupRuncPod } from './pods/runtime/runc-container.js';
@@ -54,8 +55,8 @@ export interface PodManagerOptions {
   /** The agent's current API client (it moves between servers). */
   client: () => ApiClient;
   logger: Logger;
-  /** The cluster's default-runtime-class (pods without runtimeClassName); default process. */
-  defaultRuntimeClass?: () => string;
+  /** The runtime handlers this node has (Agent.runtimeHandlers.names); default runc and process. */
+  runtimeHandlers?: () => readonly string[];
   /** Makes a runc container's image present (pulling per policy); default: the node's store only. */
   ensureImage?: EnsureImage;
   /** This node's registries.yaml (mirrors, credentials, TLS) for the pulls of the default ensureImage. */
@@ -210,7 +211,7 @@ export class PodManager {
       kick,
       images: this.images,
       ensureImage: options.ensureImage ?? ((pod, container) => this.puller.ensureImage(pod, container)),
-      ...(options.defaultRuntimeClass ? { defaultRuntimeClass: options.defaultRuntimeClass } : {}),
+      ...(options.runtimeHandlers ? { runtimeHandlers: options.runtimeHandlers } : {}),
     });
     this.puller = new ImagePuller({
       store: this.images,
@@ -375,7 +376,16 @@ export class PodManager {
           if (!this.draining) this.track(uid, this.startPod(pod, dir));
           continue;
         }
-        if (state && !state.finished) this.config.refresh(pod, dir);
+        if (state && !state.finished) {
+          if (!this.config.knowsRuntime(uid)) {
+            try {
+              this.config.rememberRuntime(uid, readRunSpec(dir).runtime ?? PROCESS_HANDLER);
+            } catch {
+              // no readable run spec: nothing to refresh
+            }
+          }
+          this.config.refresh(pod, dir);
+        }
         await this.report(pod, state);
       }
       // Local pods the API no longer binds here (deleted, force-deleted after a failover).
@@ -402,8 +412,7 @@ export class PodManager {
   private async startPod(pod: KubeObject, dir: string): Promise<void> {
     const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
     // Images may take a while (unpacking): say ContainerCreating meanwhile.
-    const runtime = podRuntime(pod, this.options.defaultRuntimeClass?.() ?? FALLBACK_RUNTIME_CLASS);
-    if (runtime.kind === 'ok' && runtime.runtime === 'runc' && !getPath(pod, ['status', 'containerStatuses'])) await this.report(pod, undefined);
+    if (podRuntimeClassName(pod) !== PROCESS_HANDLER && !getPath(pod, ['status', 'containerStatuses'])) await this.report(pod, undefined);
     const prepared = await this.config.prepare(pod, dir);
     if (prepared.kind === 'waiting') {
       // Not created yet (an object or key it needs is missing): the next pass tries again.

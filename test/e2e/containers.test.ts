@@ -211,6 +211,17 @@ ${container}`;
     assert.equal((await kubectl(['delete', 'pod', 'hog', '--wait=false'])).code, 0);
   });
 
+  it('a RuntimeClass of its own with handler runc runs the pod under runc', async () => {
+    const created = await kubectl(['apply', '-f', '-'], 'apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: sandboxed\nhandler: runc\n');
+    assert.equal(created.code, 0, created.stderr);
+    const applied = await kubectl(['apply', '-f', '-'], podYaml('classy', `  - name: main\n    image: ${WEB}\n`).replace('runtimeClassName: runc', 'runtimeClassName: sandboxed'));
+    assert.equal(applied.code, 0, applied.stderr);
+    const running = await eventually(async () => (await listPods(server)).find((p) => p.name === 'classy' && p.ready), 'classy running', 60_000);
+    assert.deepEqual(running.containerIds, [`runc://${running.uid}_main`]);
+    assert.equal((await kexec('classy', 'main', ['hostname'])).stdout.trim(), 'classy');
+    assert.equal((await kubectl(['delete', 'pod', 'classy', '--wait=false'])).code, 0);
+  });
+
   it('a bad securityContext or resources is refused at admission with the field', async () => {
     const bad = await kubectl(
       ['apply', '-f', '-'],

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import type { KubeObject } from '../../src/apiserver/objects.js';
-import { podHostname, podRuntime, readImageFile, runcContainerSpec } from '../../src/agent/container-spec.js';
+import { podHostname, readImageFile, runcContainerSpec } from '../../src/agent/container-spec.js';
 import type { ResolvedImage } from '../../src/agent/pods/run-spec.js';
 import { CommandError } from '../../src/agent/pods/runtime/command.js';
 
@@ -40,14 +40,7 @@ function pod(spec: Record<string, unknown>, name = 'web-1'): KubeObject {
   return { metadata: { name, namespace: 'default', uid: 'u1' }, spec };
 }
 
-describe('runtime choice and hostname', () => {
-  it('runtimeClassName, else the default; an unknown class is said', () => {
-    assert.deepEqual(podRuntime(pod({ runtimeClassName: 'runc' }), 'process'), { kind: 'ok', runtime: 'runc' });
-    assert.deepEqual(podRuntime(pod({}), 'runc'), { kind: 'ok', runtime: 'runc' });
-    assert.deepEqual(podRuntime(pod({ runtimeClassName: '' }), 'process'), { kind: 'ok', runtime: 'process' });
-    assert.deepEqual(podRuntime(pod({ runtimeClassName: 'kata' }), 'runc'), { kind: 'unknown', name: 'kata' });
-  });
-
+describe('hostname', () => {
   it('spec.hostname, else the pod name, at most 63 characters', () => {
     assert.equal(podHostname(pod({ hostname: 'db' })), 'db');
     assert.equal(podHostname(pod({}, `${'a'.repeat(62)}-bcd`)), 'a'.repeat(62));
