@@ -74,7 +74,7 @@ describe('Status bodies as kube-apiserver shapes them', () => {
       ['GET', '/not/an/api/path', undefined],
       // What kubectl debug sends: ephemeral containers are not served.
       ['PATCH', `${pods}/dbg/ephemeralcontainers`, { spec: { ephemeralContainers: [] } }],
-      ['GET', `${pods}/dbg/exec`, undefined],
+      ['GET', `${pods}/dbg/nosuchsubresource`, undefined],
     ];
     for (const [method, urlPath, body] of paths) {
       const res = await request(server, method, urlPath, {
