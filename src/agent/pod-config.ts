@@ -4,7 +4,7 @@ import type { EventRecorder } from '../controllers/events.js';
 import type { Logger } from '../logging/logger.js';
 import { podConfigReferences } from '../node-protocol/pod-references.js';
 import { ConfigObjectCache } from './config-objects.js';
-import { PodVolumes, type VolumeContext } from './pod-volumes.js';
+import { nodeAllocatable, PodVolumes, type VolumeContext } from './pod-volumes.js';
 import { type Lookup, resolveContainerEnv } from './pods/env-resolution.js';
 import { CONTAINER_ROOT_ENV } from './pods/volumes.js';
 import { ImageNotFoundError, type Image, type ImageStore } from '../images/store.js';
@@ -206,7 +206,7 @@ export class PodConfigurator {
     let pending = false;
     for (const container of containers) {
       const name = String(container.name);
-      const resolved = resolveContainerEnv(container, { pod, nodeIp: this.options.nodeIp, lookup });
+      const resolved = resolveContainerEnv(container, { pod, nodeIp: this.options.nodeIp, lookup, node: nodeAllocatable(dir) });
       if (resolved.kind === 'pending') pending = true;
       else if (resolved.kind === 'failed') {
         waiting[name] = { reason: 'CreateContainerConfigError', message: resolved.message };

@@ -63,9 +63,13 @@ function setUpFailed(volume: string, message: string): string {
   return `MountVolume.SetUp failed for volume "${volume}" : ${message}`;
 }
 
+/** How long the node's figures are reused: they change only when the host does. */
+const NODE_FIGURES_MS = 60_000;
+
 export class PodVolumes {
   /** pod uid → volume name → the digest of the files last written. */
   private readonly written = new Map<string, Map<string, string>>();
+  private node: { figures: NodeAllocatable; atMs: number } | undefined;
 
   constructor(private readonly logger: Logger) {}
 
@@ -77,6 +81,13 @@ export class PodVolumes {
     for (const uid of [...this.written.keys()]) if (!uids.has(uid)) this.written.delete(uid);
   }
 
+  /** The node's figures, read at most once a minute (refresh runs every pass). */
+  private nodeFigures(dir: string): NodeAllocatable {
+    const now = Date.now();
+    if (!this.node || now - this.node.atMs > NODE_FIGURES_MS) this.node = { figures: nodeAllocatable(dir), atMs: now };
+    return this.node.figures;
+  }
+
   private payloadOf(volume: PodVolume, context: VolumeContext): PayloadResult | undefined {
     const { pod, lookup, runtime } = context;
     const namespace = pod.metadata.namespace ?? 'default';
@@ -85,9 +96,9 @@ export class PodVolumes {
       case 'secret':
         return volumePayload(volume, namespace, lookup, runtime);
       case 'downwardAPI':
-        return downwardAPIPayload(volume, pod, nodeAllocatable(context.dir));
+        return downwardAPIPayload(volume, pod, this.nodeFigures(context.dir));
       case 'projected':
-        return projectedPayload(volume, { pod, lookup, tokens: context.tokens, node: nodeAllocatable(context.dir), runtime });
+        return projectedPayload(volume, { pod, lookup, tokens: context.tokens, node: this.nodeFigures(context.dir), runtime });
       default:
         return undefined;
     }

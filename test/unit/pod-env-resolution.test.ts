@@ -135,6 +135,27 @@ describe('container environment', () => {
     });
   });
 
+  it('resourceFieldRef: the container\'s own limits and requests (by default), divided and rounded up; the node for a limit not set', () => {
+    const withResources: KubeObject = {
+      ...pod,
+      spec: { containers: [{ name: 'main', resources: { limits: { memory: '256Mi' }, requests: { cpu: '100m' } } }, { name: 'side' }] },
+    };
+    const node = { cpuMilli: 4000, memoryBytes: 8 * 2 ** 30, ephemeralStorageBytes: 0 };
+    const result = resolveContainerEnv(
+      {
+        name: 'main',
+        env: [
+          { name: 'MEM_MI', valueFrom: { resourceFieldRef: { resource: 'limits.memory', divisor: '1Mi' } } },
+          { name: 'CPU_M', valueFrom: { resourceFieldRef: { resource: 'requests.cpu', divisor: '1m' } } },
+          { name: 'CPU_LIMIT', valueFrom: { resourceFieldRef: { resource: 'limits.cpu' } } },
+          { name: 'SIDE_MEM_GI', valueFrom: { resourceFieldRef: { containerName: 'side', resource: 'limits.memory', divisor: '1Gi' } } },
+        ],
+      },
+      { pod: withResources, nodeIp: '10.0.0.7', lookup: lookupOf(), node },
+    );
+    assert.deepEqual(result, { kind: 'ready', env: { MEM_MI: '256', CPU_M: '100', CPU_LIMIT: '4', SIDE_MEM_GI: '8' }, warnings: [] });
+  });
+
   it("environment variable names as kubelet's envFrom check reads them", () => {
     for (const ok of ['A', '_a', 'a.b', 'my-name', 'x1']) assert.ok(isEnvVarName(ok), ok);
     for (const bad of ['', '1a', 'a b', 'a=b', '.', '..a', 'é']) assert.ok(!isEnvVarName(bad), bad);

@@ -7,9 +7,12 @@ import { after, describe, it } from 'node:test';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import type { Lookup } from '../../src/agent/pods/env-resolution.js';
 import { buildContainerRoots, checkHostPath, resolveSubPath, VolumeSetupError } from '../../src/agent/pods/mounts.js';
-import { downwardAPIPayload, downwardFieldValue, projectedPayload, resourceFieldValue, type TokenLookup } from '../../src/agent/pods/volume-payloads.js';
+import { resourceFieldValue } from '../../src/agent/pods/resource-fields.js';
+import { downwardAPIPayload, downwardFieldValue, projectedPayload, type TokenLookup } from '../../src/agent/pods/volume-payloads.js';
 import { mountPlan, podVolumes } from '../../src/agent/pods/volumes.js';
-import { refreshDue } from '../../src/agent/service-account-tokens.js';
+import { ApiError } from '../../src/apiserver/errors.js';
+import { refreshDue, ServiceAccountTokens } from '../../src/agent/service-account-tokens.js';
+import { createLogger } from '../../src/logging/logger.js';
 
 /** Downward API and projected volumes, hostPath checks, subPaths, mounts for runc, token refresh. */
 
@@ -142,6 +145,68 @@ describe('projected volumes', () => {
     assert.equal(refreshDue(0, hour, 0.8 * hour), true);
     assert.equal(refreshDue(0, 100 * hour, 23 * hour), false);
     assert.equal(refreshDue(0, 100 * hour, 24 * hour), true);
+  });
+});
+
+describe('the agent\'s bound tokens', () => {
+  it('asks once for a pod-bound token, serves it, asks again at 80 % of its lifetime while serving the old one, retries a failure with a back-off', async () => {
+    let now = 1_000_000;
+    const requests: { namespace: string; account: string; spec: Record<string, unknown> }[] = [];
+    let answer: () => Promise<KubeObject> = () => Promise.reject(new Error('unset'));
+    let changes = 0;
+    const tokens = new ServiceAccountTokens(
+      {
+        requestToken: (namespace, account, request) => {
+          requests.push({ namespace, account, spec: request.spec as Record<string, unknown> });
+          return answer();
+        },
+      },
+      () => changes++,
+      createLogger('silent'),
+      () => now,
+    );
+    const owner: KubeObject = { metadata: { name: 'web-0', namespace: 'shop', uid: 'u-1' }, spec: { serviceAccountName: 'app' } };
+    const issued = (token: string, seconds: number): Promise<KubeObject> =>
+      Promise.resolve({ metadata: {}, spec: { expirationSeconds: seconds }, status: { token, expirationTimestamp: 'x' } });
+    const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+    answer = () => issued('first', 600);
+    assert.deepEqual(tokens.get(owner, 'vault', 600), { state: 'pending' });
+    await settle();
+    assert.deepEqual(requests, [
+      { namespace: 'shop', account: 'app', spec: { audiences: ['vault'], expirationSeconds: 600, boundObjectRef: { apiVersion: 'v1', kind: 'Pod', name: 'web-0', uid: 'u-1' } } },
+    ]);
+    assert.ok(changes >= 1, 'the pod manager is asked for a pass');
+    assert.deepEqual(tokens.get(owner, 'vault', 600), { state: 'ready', token: 'first' });
+    now += 479_000;
+    tokens.get(owner, 'vault', 600);
+    assert.equal(requests.length, 1, 'not yet at 80 % of 600 s');
+    now += 1_000;
+    let release: (value: KubeObject) => void = () => undefined;
+    answer = () => new Promise((resolve) => (release = resolve));
+    assert.deepEqual(tokens.get(owner, 'vault', 600), { state: 'ready', token: 'first' }, 'the old token while the new one is asked for');
+    assert.equal(requests.length, 2);
+    tokens.get(owner, 'vault', 600);
+    assert.equal(requests.length, 2, 'one request at a time');
+    release((await issued('second', 600)));
+    await settle();
+    assert.deepEqual(tokens.get(owner, 'vault', 600), { state: 'ready', token: 'second' });
+
+    // Another audience is another token; a refusal is a message, retried after a back-off.
+    answer = () => Promise.reject(new ApiError(403, 'Forbidden', 'serviceaccounts "app" is forbidden', {}));
+    tokens.get(owner, '', 3607);
+    await settle();
+    assert.deepEqual(tokens.get(owner, '', 3607), { state: 'failed', message: 'failed to fetch token: serviceaccounts "app" is forbidden' });
+    assert.equal(requests.length, 3, 'no new request before the back-off');
+    assert.deepEqual(requests[2]!.spec.audiences, [], 'no audience: the API server\'s');
+    now += 1_000;
+    answer = () => issued('api', 3607);
+    tokens.get(owner, '', 3607);
+    await settle();
+    assert.deepEqual(tokens.get(owner, '', 3607), { state: 'ready', token: 'api' });
+    tokens.forgetPod('u-1');
+    answer = () => issued('again', 600);
+    assert.deepEqual(tokens.get(owner, 'vault', 600), { state: 'pending' }, 'forgotten with its pod');
   });
 });
 

@@ -1,5 +1,6 @@
 import type { KubeObject } from '../../apiserver/objects.js';
 import type { ConfigKind } from '../../node-protocol/pod-references.js';
+import { type NodeAllocatable, resourceFieldValue } from './resource-fields.js';
 
 /**
  * A container's environment from its pod spec, as kubelet builds it before it creates the
@@ -31,6 +32,8 @@ export interface EnvContext {
   /** The node's IP, which is also the pod's (process pods have no address of their own). */
   nodeIp: string;
   lookup: Lookup;
+  /** The node's capacity, for a `resourceFieldRef` limit the container does not set (absent: such variables stay unset). */
+  node?: NodeAllocatable;
 }
 
 type Json = Record<string, unknown>;
@@ -117,9 +120,8 @@ function fetch(context: EnvContext, kind: ConfigKind, name: string): Fetched {
 }
 
 /**
- * One container's environment (without what the runtime adds: PATH, HOME, HOSTNAME). Unresolved
- * `valueFrom` kinds (resourceFieldRef, field paths a process pod cannot answer) leave the variable
- * unset. `$(VAR)` references are not expanded.
+ * One container's environment (without what the runtime adds: PATH, HOME, HOSTNAME). A field path
+ * a process pod cannot answer leaves the variable unset. `$(VAR)` references are not expanded.
  */
 export function resolveContainerEnv(container: unknown, context: EnvContext): EnvResolution {
   const c = isObject(container) ? container : {};
@@ -169,6 +171,16 @@ export function resolveContainerEnv(container: unknown, context: EnvContext): En
     if (isObject(from.fieldRef) && typeof from.fieldRef.fieldPath === 'string') {
       const value = fieldRefValue(context.pod, from.fieldRef.fieldPath, context.nodeIp);
       if (value !== undefined) env[entry.name] = value;
+      continue;
+    }
+    if (isObject(from.resourceFieldRef) && typeof from.resourceFieldRef.resource === 'string') {
+      const ref = from.resourceFieldRef;
+      if (!context.node) continue;
+      // In env, containerName defaults to the container itself.
+      const owner = typeof ref.containerName === 'string' && ref.containerName ? ref.containerName : String(c.name ?? '');
+      const value = resourceFieldValue(context.pod, owner, ref.resource as string, ref.divisor, context.node);
+      if (typeof value !== 'string') return { kind: 'failed', message: value.error };
+      env[entry.name] = value;
       continue;
     }
     const keyRef = isObject(from.configMapKeyRef) ? from.configMapKeyRef : isObject(from.secretKeyRef) ? from.secretKeyRef : undefined;

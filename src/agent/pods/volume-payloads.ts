@@ -1,7 +1,7 @@
 import type { KubeObject } from '../../apiserver/objects.js';
-import { bytesOf, cpuMillis } from '../../apiserver/quantity.js';
 import type { Payload } from './atomic-writer.js';
 import type { Lookup } from './env-resolution.js';
+import { type NodeAllocatable, resourceFieldValue } from './resource-fields.js';
 import { CONFIGMAP_DEFAULT_MODE, objectPayload, type PayloadResult, type PodVolume, secretDefaultMode, validMode, type VolumeRuntime } from './volumes.js';
 
 /**
@@ -17,13 +17,6 @@ const isObject = (value: unknown): value is Json => typeof value === 'object' &&
 
 function list(value: unknown): Json[] {
   return Array.isArray(value) ? value.filter(isObject) : [];
-}
-
-/** What a container that sets no limit is limited by: the node (kubelet's allocatable). */
-export interface NodeAllocatable {
-  cpuMilli: number;
-  memoryBytes: number;
-  ephemeralStorageBytes: number;
 }
 
 /** Go's %q for a label or annotation value: JSON's quoting, which agrees for every printable string. */
@@ -60,33 +53,6 @@ export function downwardFieldValue(pod: KubeObject, fieldPath: string): string |
   }
 }
 
-/**
- * A container's resource figure (`limits.cpu`, `requests.memory`, …) divided by `divisor` and
- * rounded up, as kubelet writes it. A limit the container does not set is the node's allocatable;
- * a request it does not set is 0.
- */
-export function resourceFieldValue(pod: KubeObject, containerName: string, resource: string, divisor: unknown, node: NodeAllocatable): string | { error: string } {
-  const spec = isObject(pod.spec) ? pod.spec : {};
-  const container = [...list(spec.containers), ...list(spec.initContainers)].find((c) => c.name === containerName);
-  if (!container) return { error: `container ${JSON.stringify(containerName)} not found in the pod` };
-  const resources = isObject(container.resources) ? container.resources : {};
-  const [kind, name] = resource.split('.', 2) as [string, string | undefined];
-  const values = isObject(resources[kind]) ? (resources[kind] as Json) : {};
-  const raw = name !== undefined ? values[name] : undefined;
-  if (name === 'cpu') {
-    const milli = raw !== undefined ? cpuMillis(raw) : kind === 'limits' ? node.cpuMilli : 0;
-    const per = cpuMillis(divisor ?? '1') || 1000;
-    return String(Math.ceil((milli ?? 0) / per));
-  }
-  if (name === 'memory' || name === 'ephemeral-storage' || name?.startsWith('hugepages-')) {
-    const fallback = kind === 'limits' ? (name === 'memory' ? node.memoryBytes : name === 'ephemeral-storage' ? node.ephemeralStorageBytes : 0) : 0;
-    const bytes = raw !== undefined ? bytesOf(raw) : fallback;
-    const per = bytesOf(divisor ?? '1') || 1;
-    return String(Math.ceil((bytes ?? 0) / per));
-  }
-  return { error: `unsupported container resource: ${resource}` };
-}
-
 /** The files of a list of downward API items (a downwardAPI volume, or a projected source). */
 function downwardItems(items: unknown, pod: KubeObject, defaultMode: number, node: NodeAllocatable, payload: Payload): string | undefined {
   for (const item of list(items)) {
@@ -112,6 +78,8 @@ export function downwardAPIPayload(volume: PodVolume, pod: KubeObject, node: Nod
   const failure = downwardItems(volume.source.items, pod, validMode(volume.source.defaultMode) ?? CONFIGMAP_DEFAULT_MODE, node, payload);
   return failure ? { kind: 'failed', message: failure } : { kind: 'ready', payload };
 }
+
+export type { NodeAllocatable };
 
 /** A bound ServiceAccount token as the agent holds it (service-account-tokens.ts). */
 export type TokenLookupResult = { state: 'ready'; token: string } | { state: 'pending' } | { state: 'failed'; message: string };
