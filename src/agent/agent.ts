@@ -16,6 +16,7 @@ import { HealthCheck } from './health.js';
 import { loadOrCreateIdentity, type NodeIdentity } from './identity.js';
 import { LeaseRenewal } from './lease-renewal.js';
 import { RuntimeHandlers } from './node-resources.js';
+import { StatsSampler } from './stats.js';
 import { PodManager } from './pod-manager.js';
 import { NodeRegistration } from './registration.js';
 import { ServerConnection } from './servers.js';
@@ -52,8 +53,6 @@ export interface AgentOptions {
   imageGc?: GcPolicy;
   /** What this node holds back from pods (`system-reserved`): allocatable is capacity minus it. */
   systemReserved: ResourceReservation;
-  /** The runc binary (`runc-binary`): the node offers the runc handler only where it runs, as root. */
-  runcBinary: string;
   /** This agent's effective settings, published for `drover config drift` (standalone agents). */
   publishedConfig?: Record<string, string>;
   /**
@@ -94,6 +93,8 @@ export class Agent {
   readonly registries: RegistriesConfig;
   /** The node's image store: archives in <data-dir>/agent/images imported, images garbage-collected. */
   private images: NodeImages | undefined;
+  /** This node's and its pods' resource usage for metrics.k8s.io; present once pods run. */
+  private stats: StatsSampler | undefined;
   /** The runtime handlers this node offers (`process`; `runc` where it works), refreshed with its status. */
   readonly runtimeHandlers: RuntimeHandlers;
 
@@ -112,9 +113,10 @@ export class Agent {
       health: () => this.health.current,
       pods: () => this.pods,
       metrics: () => this.metrics,
+      stats: () => this.stats,
       logger: this.logger,
     });
-    this.runtimeHandlers = new RuntimeHandlers(options.runcBinary, this.logger);
+    this.runtimeHandlers = new RuntimeHandlers(this.logger);
     this.registration = new NodeRegistration(options, {
       identity: this.identity,
       agentDir: this.agentDir,
@@ -184,6 +186,7 @@ export class Agent {
       runtimeHandlers: () => this.runtimeHandlers.names,
     });
     await this.pods.start();
+    this.stats = new StatsSampler(this.options.nodeName, this.pods.podsDir);
     await this.connection.refresh();
     this.serverListTimer = setInterval(() => void this.connection.refresh(), SERVER_LIST_REFRESH_MS);
     if (this.options.publishedConfig) {

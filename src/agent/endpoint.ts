@@ -11,16 +11,18 @@ import type { PodManager } from './pod-manager.js';
 import { PEER_CONTROL_PLANE_PATH } from './pods/fencing.js';
 import { PodLogError, streamContainerLog } from './pods/logs.js';
 import { AgentStreams } from './streams/sessions.js';
+import { STATS_SUMMARY_PATH, type StatsSampler } from './stats.js';
 import type { Logger } from '../logging/logger.js';
 import type { Duplex } from 'node:stream';
 
 /**
  * The agent's own HTTPS endpoint (kubelet's port): `/healthz`, `/containerLogs/…` (what
- * `kubectl logs` reaches through an API server), `/metrics` when this node's `supervisor-metrics`
+ * `kubectl logs` reaches through an API server), `/stats/summary` (its and its pods' resource
+ * usage, for `kubectl top`), `/metrics` when this node's `supervisor-metrics`
  * setting is on, and the peer answer other nodes' pod supervisors ask before they fence.
  *
  * Callers authenticate with a client certificate from the client CA: the API servers'
- * (everything), or an admin's (system:masters: health and metrics). No token opens it: the join
+ * (everything), or an admin's (system:masters: health, metrics and stats). No token opens it: the join
  * token joins nodes, nothing more. It has no certificate until the first registration gives it
  * one (serveWith).
  */
@@ -32,6 +34,8 @@ export interface AgentEndpointOptions {
   pods: () => PodManager | undefined;
   /** Present when this node's own `supervisor-metrics` setting is on. */
   metrics: () => AgentMetrics | undefined;
+  /** This node's and its pods' resource usage (`/stats/summary`), once the node runs pods. */
+  stats?: () => StatsSampler | undefined;
   /** For the streaming sessions' log lines (exec, attach, port-forward). */
   logger: Logger;
 }
@@ -101,7 +105,8 @@ export class AgentEndpoint {
   private serve(req: IncomingMessage, res: ServerResponse): void {
     const caller = endpointCaller(req.socket as TLSSocket);
     const path = (req.url ?? '/').split('?')[0] ?? '/';
-    const authorized = caller === 'apiserver' || (caller === 'admin' && (path === '/healthz' || path === '/metrics'));
+    const authorized =
+      caller === 'apiserver' || (caller === 'admin' && (path === '/healthz' || path === '/metrics' || path === STATS_SUMMARY_PATH));
     const pods = this.options.pods();
     const metrics = this.options.metrics();
     if (path === PEER_CONTROL_PLANE_PATH && pods) {
@@ -118,6 +123,18 @@ export class AgentEndpoint {
       res.end(health.ready ? 'ok' : `${health.reason}: ${health.message}`);
     } else if (path.startsWith('/containerLogs/') && req.method === 'GET') {
       void this.serveLogs(req, res, path);
+    } else if (path === STATS_SUMMARY_PATH && req.method === 'GET' && this.options.stats?.()) {
+      // kubelet's Summary API shape, the part metrics.k8s.io needs (src/agent/stats.ts).
+      this.options.stats!()!.summary().then(
+        (summary) => {
+          res.writeHead(200, { 'Content-Type': 'application/json' });
+          res.end(JSON.stringify(summary));
+        },
+        (error: unknown) => {
+          res.writeHead(500, { 'Content-Type': 'text/plain' });
+          res.end(`could not read this node's usage: ${(error as Error).message}`);
+        },
+      );
     } else if (path === '/metrics' && metrics) {
       void metrics.registry.metrics().then((text) => {
         res.writeHead(200, { 'Content-Type': METRICS_CONTENT_TYPE });

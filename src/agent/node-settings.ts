@@ -16,7 +16,6 @@ export interface NodeSettings {
   imageGcHighThreshold: number;
   imageGcLowThreshold: number;
   systemReserved: string;
-  runcBinary: string;
 }
 
 /** The part of AgentOptions that comes from the node's own settings (never from another server). */
@@ -34,7 +33,6 @@ export function agentOptionsOf(
   | 'privateRegistry'
   | 'imageGc'
   | 'systemReserved'
-  | 'runcBinary'
 > {
   return {
     nodeName: settings.nodeName,
@@ -48,6 +46,5 @@ export function agentOptionsOf(
     imageGc: { highThresholdPercent: settings.imageGcHighThreshold, lowThresholdPercent: settings.imageGcLowThreshold },
     // Checked when the configuration was resolved (exit 78 on a bad entry).
     systemReserved: parseReservation([settings.systemReserved]).reserved,
-    runcBinary: settings.runcBinary,
   };
 }

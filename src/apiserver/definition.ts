@@ -8,6 +8,7 @@ import type {
   DeleteResult,
   ListOptions,
   ListResult,
+  Selection,
   UpdateFn,
   UpdateOptions,
 } from './storage-types.js';
@@ -165,6 +166,18 @@ export interface TokenStrategy {
   ): Promise<{ object: KubeObject; warnings: string[] }>;
 }
 
+/**
+ * Kinds that are not stored but read from elsewhere when asked (metrics.k8s.io: each node's usage,
+ * from its agent): `get` and `list` only, every other verb a 405, as an aggregated API serving
+ * only reads. The verb layer applies the request's selectors to what `list` answers.
+ */
+export interface ReadStrategy {
+  /** The object, or an ApiError (404 when there is none). */
+  get(namespace: string | undefined, name: string): Promise<KubeObject>;
+  /** The objects in `namespace` (all when undefined); `selection` may narrow what is fetched. */
+  list(namespace: string | undefined, selection: Selection): Promise<KubeObject[]>;
+}
+
 export interface ResourceDefinition {
   // ------------------------------------------------------------------------------------------
   // Data: names, scope, discovery, tables, selectors, storage.
@@ -256,6 +269,9 @@ export interface ResourceDefinition {
   scale?: ScaleStrategy;
   log?: LogStrategy;
   token?: TokenStrategy;
+
+  /** Not stored: read through this (see ReadStrategy). */
+  reads?: ReadStrategy;
 }
 
 export function apiVersionOf(def: Pick<ResourceDefinition, 'group' | 'version'>): string {

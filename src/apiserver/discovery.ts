@@ -14,8 +14,8 @@ export const AGGREGATED_CONTENT_TYPE = {
 
 const ALL_VERBS = ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'];
 
-/** Kinds that are never stored (the access reviews) take only create. */
-const verbsOf = (def: ResourceDefinition): string[] => (def.respondToCreate ? ['create'] : ALL_VERBS);
+/** Kinds that are never stored take only create (the access reviews) or only get and list (metrics). */
+const verbsOf = (def: ResourceDefinition): string[] => (def.respondToCreate ? ['create'] : def.reads ? ['get', 'list'] : ALL_VERBS);
 
 const serverAddresses = [{ clientCIDR: '0.0.0.0/0', serverAddress: '' }];
 

@@ -44,6 +44,10 @@ function operations(def: ResourceDefinition, withStatus: boolean): Record<string
     // Never stored (the access reviews): only a POST to the collection.
     return { [itemPath(def).replace(/\/\{name\}$/, '')]: { post: op('create') } };
   }
+  if (def.reads) {
+    // Read, not stored (metrics): get and list.
+    return { [itemPath(def)]: { get: op('get') }, [itemPath(def).replace(/\/\{name\}$/, '')]: { get: op('list') } };
+  }
   const docs: Record<string, object> = {
     [itemPath(def)]: {
       get: op('get'),

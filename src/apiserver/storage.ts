@@ -395,7 +395,7 @@ export class ObjectStore implements KindStore {
     let deleted = 0;
     const seen = new Set<string>();
     for (const def of defs) {
-      if (!def.namespaced || seen.has(def.storagePath)) continue;
+      if (!def.namespaced || def.reads || seen.has(def.storagePath)) continue;
       seen.add(def.storagePath);
       const { items } = await this.datastore.list(this.keyPrefix(def, namespace));
       for (const kv of items) {

@@ -402,14 +402,6 @@ const TABLE = [
     default: '',
   },
   {
-    name: 'runc-binary',
-    type: 'string',
-    help: 'the runc binary containers run under (a path, or a name looked up on PATH); a node where it does not run, or whose agent is not root, offers only the process runtime',
-    commands: ['server', 'agent'],
-    scope: 'node',
-    default: 'runc',
-  },
-  {
     name: 'log-level',
     type: 'enum',
     help: 'log verbosity',

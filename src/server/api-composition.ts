@@ -2,7 +2,9 @@ import path from 'node:path';
 import { TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { X509Authenticator } from '../apiserver/x509-auth.js';
 import { RbacAuthorizer } from '../apiserver/rbac/authorizer.js';
-import { ApiError } from '../apiserver/errors.js';
+import { ApiError, errors } from '../apiserver/errors.js';
+import { RESOURCES } from '../apiserver/kinds/index.js';
+import { type MetricsSource, metricsDefinitions } from '../apiserver/kinds/metrics.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
 import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js';
 import { ApiServer } from '../apiserver/server.js';
@@ -29,6 +31,7 @@ import { versionInfo } from '../version.js';
 import type { ClusterIdentity } from './bootstrap.js';
 import type { SelectedDatastore } from './datastore-selection.js';
 import { podLogProxy } from './pod-logs.js';
+import { resourceMetricsSource } from './resource-metrics.js';
 import { podStreamProxy } from './pod-streams.js';
 import { type ServiceAccountSetup, setUpServiceAccounts } from './service-accounts.js';
 
@@ -80,7 +83,21 @@ export interface ApiComposition {
 export async function composeApi(input: ApiCompositionInput): Promise<ApiComposition> {
   const { settings, datastore, identity, logger } = input;
   const store = new ObjectStore(datastore);
-  const registry = new ResourceRegistry();
+  // metrics.k8s.io is read from the agents (resource-metrics.ts), once this server can reach them.
+  let metrics: MetricsSource | undefined;
+  const metricsSource = (): MetricsSource => {
+    if (!metrics) throw errors.unavailable('metrics are not served yet: the server is starting');
+    return metrics;
+  };
+  const registry = new ResourceRegistry([
+    ...RESOURCES,
+    ...metricsDefinitions({
+      node: (name) => metricsSource().node(name),
+      nodes: (selection) => metricsSource().nodes(selection),
+      pod: (namespace, name) => metricsSource().pod(namespace, name),
+      pods: (namespace, selection) => metricsSource().pods(namespace, selection),
+    }),
+  ]);
 
   // The advertised address (used by agents failing over) must be in the certificate too.
   const tlsDir = path.join(input.serverDir, 'tls');
@@ -125,6 +142,14 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   }
   // How this server proves itself to agents when it fetches a pod's logs from them.
   const logClient = await issueCertificate(identity.clientCa, { commonName: API_SERVER_CLIENT_NAME, usage: 'client' });
+  metrics = resourceMetricsSource({
+    client,
+    registry: nodeRegistry,
+    nodeCaPem: identity.nodeCa.certificatePem,
+    clientCertificatePem: logClient.certificatePem,
+    clientKeyPem: logClient.privateKeyPem,
+    logger,
+  });
 
   const { managedEtcd, etcdAccess } = input.selected;
   const api = new ApiServer(

@@ -9,9 +9,9 @@ import { cleanup, eventually, request, type ServerProcess, startServer, tempDir 
 
 /**
  * Runtime handlers, node resources and the scheduler with real agents: one agent has runc (this
- * machine's, and it runs as root) and holds back `system-reserved`; the other is configured with
- * a runc binary that does not exist (`--runc-binary`), so it honestly has only the process
- * runtime. Pods are placed only where their class's handler is and their requests fit; a pod that
+ * machine's, and it runs as root) and holds back `system-reserved`; the other is started with
+ * DROVER_HIDE_RUNC=1, the documented way to have a node report no runc (its pods' runtime is not
+ * changed, only what it offers the scheduler). Pods are placed only where their class's handler is and their requests fit; a pod that
  * fits nowhere stays Pending with FailedScheduling and PodScheduled=False in kube-scheduler's words.
  */
 
@@ -75,7 +75,7 @@ describe('scheduling by runtime handler and resources, with real agents', { conc
     server = await startServer();
     agents = await Promise.all([
       startAgent({ server, name: RUNC_NODE, args: ['--system-reserved', 'cpu=500m,memory=256Mi'] }),
-      startAgent({ server, name: PLAIN_NODE, args: ['--runc-binary', path.join(work, 'no-such-runc')] }),
+      startAgent({ server, name: PLAIN_NODE, env: { ...process.env, DROVER_HIDE_RUNC: '1' } }),
     ]);
   });
 

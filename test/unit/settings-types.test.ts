@@ -59,7 +59,6 @@ const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
   imageGcHighThreshold: true,
   imageGcLowThreshold: true,
   systemReserved: true,
-  runcBinary: true,
   logLevel: true,
 };
 
@@ -79,7 +78,6 @@ const AGENT_FIELDS: Record<keyof AgentSettings, true> = {
   imageGcHighThreshold: true,
   imageGcLowThreshold: true,
   systemReserved: true,
-  runcBinary: true,
   logLevel: true,
 };
 

@@ -153,6 +153,10 @@ export function defaultClusterRoles(): ClusterRole[] {
     clusterRole('system:aggregate-to-admin', ADMIN_RULES, { labels: { [AGGREGATE_TO_ADMIN]: 'true' } }),
     clusterRole('system:aggregate-to-edit', EDIT_RULES, { labels: { [AGGREGATE_TO_EDIT]: 'true' } }),
     clusterRole('system:aggregate-to-view', VIEW_RULES, { labels: { [AGGREGATE_TO_VIEW]: 'true' } }),
+    // What metrics-server's aggregated role grants: `kubectl top` for whoever may view.
+    clusterRole('system:aggregated-metrics-reader', [rule(['get', 'list'], ['metrics.k8s.io'], ['nodes', 'pods'])], {
+      labels: { [AGGREGATE_TO_VIEW]: 'true', [AGGREGATE_TO_EDIT]: 'true', [AGGREGATE_TO_ADMIN]: 'true' },
+    }),
     // Every signed-in user may ask what they may do and who they are.
     clusterRole('system:basic-user', [
       rule(['create'], ['authorization.k8s.io'], ['selfsubjectaccessreviews', 'selfsubjectrulesreviews']),

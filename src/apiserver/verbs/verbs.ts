@@ -1,12 +1,12 @@
 import type { Logger } from '../../logging/logger.js';
 import type { Admission, Authorizer } from '../auth.js';
-import type { CallerWrite, KindContext, LogQuery, PodLogParams, ResourceDefinition, TokenIssuer } from '../definition.js';
+import type { CallerWrite, KindContext, LogQuery, PodLogParams, ReadStrategy, ResourceDefinition, TokenIssuer } from '../definition.js';
 import { ApiError, errors } from '../errors.js';
 import type { JsonObject } from '../json.js';
 import type { KubeObject } from '../objects.js';
 import { applyPatch, PatchError, type PatchType } from '../patch/index.js';
 import type { ResourceRegistry } from '../resources.js';
-import { parseSelection } from '../selection.js';
+import { matchesSelection, parseSelection } from '../selection.js';
 import type { RbacSource } from '../rbac/types.js';
 import type { ObjectStore } from '../storage.js';
 import type { DeleteOptions, DeleteResult, ListResult, ObjectWatch, Preconditions, WatchSink } from '../storage-types.js';
@@ -91,11 +91,13 @@ export class ResourceVerbs {
   // Reads
 
   get(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject> {
+    if (def.reads) return def.reads.get(namespace, name);
     storedKind(def);
     return this.store.get(def, namespace, name);
   }
 
   list(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, request: ListRequest = {}): Promise<ListResult> {
+    if (def.reads) return listRead(def, def.reads, namespace, request);
     storedKind(def);
     const match = request.resourceVersionMatch ?? '';
     if (match !== '' && match !== 'Exact' && match !== 'NotOlderThan') {
@@ -131,6 +133,7 @@ export class ResourceVerbs {
   // Writes of the object (and of its status)
 
   async create(ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, obj: KubeObject): Promise<WriteResult> {
+    if (def.reads) throw errors.methodNotAllowed();
     checkTypeMeta(def, obj);
     const unknownFields = pruneUnknownFields(def, obj, ctx.fieldValidation);
     if (def.respondToCreate) {
@@ -431,7 +434,14 @@ export class ResourceVerbs {
 
 /** Kinds that are never stored (access reviews) take only create: any other verb is a 405. */
 function storedKind(def: ResourceDefinition): void {
-  if (def.respondToCreate) throw errors.methodNotAllowed();
+  if (def.respondToCreate || def.reads) throw errors.methodNotAllowed();
+}
+
+/** A list of a kind that is read, not stored: what it answers, narrowed by the selectors; never paged. */
+async function listRead(def: ResourceDefinition, reads: ReadStrategy, namespace: string | undefined, request: ListRequest): Promise<ListResult> {
+  const selection = parseSelection(def, request.labelSelector, request.fieldSelector);
+  const items = (await reads.list(namespace, selection)).filter((obj) => matchesSelection(def, obj, selection));
+  return { items, resourceVersion: '' };
 }
 
 /** applyPatch, with a patch that does not apply answered as an API error (422, or 400 for a malformed one). */
