@@ -58,17 +58,17 @@ describe('scheduling by runtime handler and resources, with real agents', { conc
   const remove = async (name: string): Promise<void> => {
     await request(server, 'DELETE', `/api/v1/namespaces/default/pods/${name}?gracePeriodSeconds=0`);
   };
-  const boundTo = (name: string): Promise<string> => eventually(async () => (await getPod(name)).spec.nodeName, `${name} bound`, 30_000);
+  const boundTo = (name: string): Promise<string> => eventually(async () => (await getPod(name)).spec.nodeName, `${name} bound`, 90_000);
   const unschedulable = (name: string): Promise<string> =>
     eventually(async () => {
       const condition = (await getPod(name)).status.conditions?.find((c) => c.type === 'PodScheduled');
       return condition?.status === 'False' && condition.reason === 'Unschedulable' ? condition.message : undefined;
-    }, `${name} PodScheduled=False`, 30_000);
+    }, `${name} PodScheduled=False`, 90_000);
   const failedScheduling = (name: string, message: string): Promise<unknown> =>
     eventually(async () => {
       const res = await request(server, 'GET', `/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D${name},reason%3DFailedScheduling`);
       return (res.json as { items: { message: string; type: string }[] }).items.find((e) => e.message === message && e.type === 'Warning');
-    }, `a FailedScheduling event for ${name} saying ${message}`, 30_000);
+    }, `a FailedScheduling event for ${name} saying ${message}`, 90_000);
 
   before(async () => {
     work = tempDir('scheduling-runtime');
