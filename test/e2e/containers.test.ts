@@ -62,10 +62,20 @@ ${container}`;
 
   before(async () => {
     work = tempDir('containers');
-    server = await startServer({ embeddedAgent: true });
+    // Pods without a class run under runc here (the suite's other servers default to process).
+    server = await startServer({ embeddedAgent: true, args: ['--default-runtime-class', 'runc'] });
     await importTestImage(
       server.dataDir,
-      buildTestImage({ name: WEB, entrypoint: ['/bin/sleep'], cmd: ['1000000'], files: { '/marker.txt': 'from the image\n' }, env: ['GREETING=image'] }),
+      // StopSignal KILL: sleep as PID 1 has no SIGTERM handler, so the image says how to stop it
+      // (and a deleted pod goes at once, not after its 30 s grace period).
+      buildTestImage({
+        name: WEB,
+        entrypoint: ['/bin/sleep'],
+        cmd: ['1000000'],
+        files: { '/marker.txt': 'from the image\n' },
+        env: ['GREETING=image'],
+        stopSignal: 'SIGKILL',
+      }),
       work,
     );
     await importTestImage(server.dataDir, buildTestImage({ name: USER_IMAGE, user: 'user', cmd: ['sleep', '1000000'] }), work);
@@ -78,15 +88,8 @@ ${container}`;
   });
 
   it('a deployment without a command runs the image Entrypoint+Cmd as PID 1, in the image root, named after the pod', async () => {
-    // What `kubectl create deployment web --image=…` sends, with the runtime class named: the
-    // test servers' default class is process (until a server here defaults to runc).
-    const generated = await kubectl(['create', 'deployment', 'web', `--image=${WEB}`, '--dry-run=client', '-o', 'json']);
-    assert.equal(generated.code, 0, generated.stderr);
-    const object = JSON.parse(generated.stdout) as { spec: { template: { spec: Record<string, unknown> & { containers: Record<string, unknown>[] } } } };
-    assert.equal(object.spec.template.spec.containers[0]!.command, undefined, 'no command');
-    object.spec.template.spec.runtimeClassName = 'runc';
-    object.spec.template.spec.terminationGracePeriodSeconds = 1;
-    const applied = await kubectl(['apply', '-f', '-'], JSON.stringify(object));
+    // This server's default-runtime-class is runc: a plain `kubectl create deployment` runs a container.
+    const applied = await kubectl(['create', 'deployment', 'web', `--image=${WEB}`]);
     assert.equal(applied.code, 0, applied.stderr);
     const [ready] = await waitForReadyPods(server, 'app=web', 1, 60_000);
     const uid = ready!.uid;
@@ -112,7 +115,8 @@ ${container}`;
 
     const deleted = await kubectl(['delete', 'deployment', 'web', '--wait=false']);
     assert.equal(deleted.code, 0, deleted.stderr);
-    await eventually(async () => ((await listPods(server, 'app=web')).length === 0 ? true : undefined), 'web pods gone', 60_000);
+    // Well inside the 30 s grace period: the image's StopSignal ended it.
+    await eventually(async () => ((await listPods(server, 'app=web')).length === 0 ? true : undefined), 'web pods gone', 25_000);
     await eventually(() => (podLeftovers(server.dataDir, uid).length === 0 ? true : undefined), `no leftovers of pod ${uid}`, 30_000).catch(() => {
       assert.fail(`pod ${uid} left: ${podLeftovers(server.dataDir, uid).join(', ')}`);
     });

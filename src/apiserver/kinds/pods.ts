@@ -62,7 +62,8 @@ function validateContainers(
   causes: StatusCause[],
   seen: Set<string>,
   volumes: ReadonlySet<string>,
-  commandRequired: boolean,
+  /** true: process runtime; false: runc; undefined: not known yet (a template: admission checks it). */
+  commandRequired: boolean | undefined,
 ): void {
   if (list === undefined && !required) return;
   if (!Array.isArray(list) || (required && list.length === 0)) {
@@ -84,7 +85,7 @@ function validateContainers(
     }
     if (c.image !== undefined && typeof c.image !== 'string') {
       causes.push({ reason: 'FieldValueInvalid', message: 'must be a string', field: `${at}.image` });
-    } else if (!commandRequired && !c.image) {
+    } else if (commandRequired === false && !c.image) {
       // A container runtime makes the root file system from the image: there is no container without one.
       causes.push({ reason: 'FieldValueRequired', message: 'Required value', field: `${at}.image` });
     }
@@ -95,7 +96,7 @@ function validateContainers(
     // the image has neither).
     const absent = command === undefined || command === null || (Array.isArray(command) && command.length === 0);
     const argsOnly = absent && Array.isArray(c.args) && c.args.length > 0;
-    if (argsOnly || (absent && !commandRequired)) {
+    if (argsOnly || (absent && commandRequired !== true)) {
       // fine: checked as args below
     } else if (!Array.isArray(command) || command.length === 0) {
       causes.push({ reason: 'FieldValueRequired', message: COMMAND_REQUIRED_MESSAGE, field: `${at}.command` });
@@ -115,9 +116,10 @@ function validateContainers(
 /**
  * A PodSpec's rules; `prefix` names where it sits (`spec`, `spec.template.spec`).
  * `defaultRuntimeClass` is the cluster's, for a pod that names none: under the process runtime
- * every container needs a command.
+ * every container needs a command, under runc an image; null when it is not known here (a
+ * template: admitTemplateRuntime checks those two rules).
  */
-export function validatePodSpec(spec: unknown, prefix: string, defaultRuntimeClass: string = VALIDATION_DEFAULT_RUNTIME_CLASS): StatusCause[] {
+export function validatePodSpec(spec: unknown, prefix: string, defaultRuntimeClass: string | null = VALIDATION_DEFAULT_RUNTIME_CLASS): StatusCause[] {
   const causes: StatusCause[] = [];
   if (spec === undefined) {
     causes.push({ reason: 'FieldValueRequired', message: 'Required value', field: `${prefix}.containers` });
@@ -130,7 +132,7 @@ export function validatePodSpec(spec: unknown, prefix: string, defaultRuntimeCla
   const seen = new Set<string>();
   const volumes = validateVolumes(spec.volumes, `${prefix}.volumes`, causes);
   const runtimeClass = typeof spec.runtimeClassName === 'string' && spec.runtimeClassName ? spec.runtimeClassName : defaultRuntimeClass;
-  const commandRequired = runtimeClass === 'process';
+  const commandRequired = runtimeClass === null ? undefined : runtimeClass === 'process';
   validateContainers(spec.containers, `${prefix}.containers`, true, causes, seen, volumes, commandRequired);
   validateContainers(spec.initContainers, `${prefix}.initContainers`, false, causes, seen, volumes, commandRequired);
   validatePodSecurityContext(spec.securityContext, `${prefix}.securityContext`, causes);
@@ -159,6 +161,22 @@ export function validatePodSpec(spec: unknown, prefix: string, defaultRuntimeCla
     });
   }
   return causes;
+}
+
+/**
+ * A pod template's command and image rules, which depend on the cluster's default-runtime-class
+ * when the template names no class: checked at admission, where the setting is known (the
+ * store's validation of a template leaves them out). Throws the 422 a pod would get.
+ */
+export async function admitTemplateRuntime(context: KindContext, obj: KubeObject, kind: string): Promise<void> {
+  const template = isObject(obj.spec) && isObject(obj.spec.template) ? obj.spec.template : undefined;
+  if (!template || !isObject(template.spec)) return; // validation says what is wrong
+  const named = typeof template.spec.runtimeClassName === 'string' && template.spec.runtimeClassName !== '';
+  if (named) return;
+  const causes = validatePodSpec(template.spec, 'spec.template.spec', context.defaultRuntimeClass ?? 'runc').filter(
+    (c) => c.field !== undefined && /\.(command|image)$/.test(c.field) && c.reason === 'FieldValueRequired',
+  );
+  if (causes.length) throw errors.invalid(kind, obj.metadata.name ?? obj.metadata.generateName ?? '', 'apps', causes);
 }
 
 export function validatePod(pod: KubeObject): StatusCause[] {

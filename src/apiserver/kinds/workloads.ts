@@ -9,7 +9,7 @@ import {
   matchesLabels,
 } from '../selectors.js';
 import { AGE_COLUMN, ageOf, column, NAME_COLUMN, type Printer } from '../table.js';
-import { defaultPodSpec, validatePodSpec } from './pods.js';
+import { admitTemplateRuntime, defaultPodSpec, validatePodSpec } from './pods.js';
 
 /**
  * apps/v1 Deployment, ReplicaSet and StatefulSet: defaults, validation and printers as
@@ -177,7 +177,9 @@ export function validateWorkload(obj: KubeObject): StatusCause[] {
       field: 'spec.template.metadata.labels',
     });
   }
-  causes.push(...validatePodSpec(template.spec, 'spec.template.spec'));
+  // The command and image rules of a template without a class need the cluster's default class:
+  // admission checks them (admitTemplateRuntime).
+  causes.push(...validatePodSpec(template.spec, 'spec.template.spec', null));
   return causes;
 }
 
@@ -318,6 +320,7 @@ export const DEPLOYMENT_DEFINITION: ResourceDefinition = {
   group: 'apps',
   version: 'v1',
   kind: 'Deployment',
+  admitCreate: (context, obj) => admitTemplateRuntime(context, obj, 'Deployment'),
   plural: 'deployments',
   singular: 'deployment',
   namespaced: true,
@@ -339,6 +342,7 @@ export const REPLICASET_DEFINITION: ResourceDefinition = {
   group: 'apps',
   version: 'v1',
   kind: 'ReplicaSet',
+  admitCreate: (context, obj) => admitTemplateRuntime(context, obj, 'ReplicaSet'),
   plural: 'replicasets',
   singular: 'replicaset',
   namespaced: true,
@@ -360,6 +364,7 @@ export const STATEFULSET_DEFINITION: ResourceDefinition = {
   group: 'apps',
   version: 'v1',
   kind: 'StatefulSet',
+  admitCreate: (context, obj) => admitTemplateRuntime(context, obj, 'StatefulSet'),
   plural: 'statefulsets',
   singular: 'statefulset',
   namespaced: true,
