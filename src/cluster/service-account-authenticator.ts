@@ -89,6 +89,12 @@ interface Verified {
   until: number;
   needed: Needed[];
   user: UserInfo | undefined;
+  /**
+   * The cached facts (one per needed object) the token was last found good against, when none
+   * is being deleted: while the cache still holds these very objects, the checks would find the
+   * same, so they are not made again.
+   */
+  confirmed: ObjectFacts[] | undefined;
 }
 
 /** What must exist for the token to be good: its account, and its bound object (a node only when not pod-bound). */
@@ -163,11 +169,15 @@ export class ServiceAccountAuthenticator implements Authenticator {
     const known = this.verified.get(presented.digest);
     if (known && now.getTime() <= known.until) {
       // The common case, without a turn of the event loop: a token seen lately, its objects in the cache.
+      if (known.confirmed && known.user && this.stillConfirmed(known.needed, known.confirmed)) return known.user;
       const facts = this.cachedFacts(known.needed);
       if (facts) {
         try {
-          return userOf(known, this.check(known, facts, now));
+          const user = userOf(known, this.check(known, facts, now));
+          known.confirmed = facts.some((f) => f.deletionTimestamp !== undefined) ? undefined : facts;
+          return user;
         } catch (error) {
+          known.confirmed = undefined;
           return this.refused(error);
         }
       }
@@ -205,6 +215,15 @@ export class ServiceAccountAuthenticator implements Authenticator {
     if (!(error instanceof ServiceAccountTokenError)) throw error;
     if (error.recognised) this.options.logger.debug({ reason: error.reason }, `refused a service account token: ${error.message}`);
     return undefined;
+  }
+
+  /** Whether the cache still holds, for every needed object, the very facts the token was found good against. */
+  private stillConfirmed(needed: readonly Needed[], confirmed: readonly ObjectFacts[]): boolean {
+    for (let i = 0; i < needed.length; i++) {
+      const n = needed[i]!;
+      if (this.objects.cached(n.kind, n.namespace, n.name) !== confirmed[i]) return false;
+    }
+    return true;
   }
 
   /** The facts of every needed object, from the cache, or undefined when any must be read from the store. */
@@ -251,7 +270,13 @@ export class ServiceAccountAuthenticator implements Authenticator {
       pending = this.verify(token, now).then((verified) => {
         if (this.verified.size >= VERIFIED_MAX) this.verified.delete(this.verified.keys().next().value!);
         const expires = (verified.claims.exp + TOKEN_LEEWAY_SECONDS) * 1000;
-        const entry: Verified = { verified, until: Math.min(now.getTime() + VERIFIED_TTL_MS, expires), needed: neededBy(verified.claims), user: undefined };
+        const entry: Verified = {
+          verified,
+          until: Math.min(now.getTime() + VERIFIED_TTL_MS, expires),
+          needed: neededBy(verified.claims),
+          user: undefined,
+          confirmed: undefined,
+        };
         this.verified.set(digest, entry);
         return entry;
       });

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { decide } from '../../src/apiserver/rbac/authorizer.js';
-import { goQuote } from '../../src/apiserver/rbac/go-format.js';
+import { decide, type Grant, RbacAuthorizer, visitRulesFor } from '../../src/apiserver/rbac/authorizer.js';
+import { describeGrant, ruleAllows } from '../../src/apiserver/rbac/rules.js';
+import { aggregateMessages, goQuote } from '../../src/apiserver/rbac/go-format.js';
 import { InMemoryRbacSource } from '../../src/apiserver/rbac/source.js';
-import type { AuthorizationAttributes, RbacSource } from '../../src/apiserver/rbac/types.js';
+import type { AuthorizationAttributes, RbacSource, UserInfo } from '../../src/apiserver/rbac/types.js';
 import { clusterRole, clusterRoleBinding, group, role, roleBinding, saUser, serviceAccount, user, who } from '../helpers/rbac.js';
 
 /**
@@ -79,6 +80,64 @@ describe('InMemoryRbacSource shortcuts', () => {
       }
     }
     assert.ok(allowed >= 5, 'the cases include allowed requests');
+  });
+
+  it('the authorizer’s one-loop walk decides as the general walk (visitRulesFor, ruleAllows), with the same reasons', () => {
+    const source = objects();
+    source.putClusterRole(clusterRole('any-status', [{ verbs: ['*'], apiGroups: ['*'], resources: ['*/status'] }]));
+    source.putClusterRole(clusterRole('healthz', [{ verbs: ['get'], nonResourceURLs: ['/healthz/*', '/version'] }]));
+    source.putClusterRole(clusterRole('everything-apps', [{ verbs: ['get', 'list'], apiGroups: ['apps'], resources: ['*'] }]));
+    source.putClusterRole(clusterRole('empty', []));
+    source.putClusterRoleBinding(clusterRoleBinding('status-team', 'any-status', [group('ops')]));
+    source.putClusterRoleBinding(clusterRoleBinding('health', 'healthz', [group('team'), group('ops')]));
+    source.putClusterRoleBinding(clusterRoleBinding('apps', 'everything-apps', [user('bob')]));
+    source.putClusterRoleBinding(clusterRoleBinding('nothing', 'empty', [group('team')]));
+    source.putRoleBinding(roleBinding('a', 'gone-role', { kind: 'Role', name: 'no-such-role' }, [group('team')]));
+    source.putRoleBinding({ ...roleBinding('a', 'odd-kind', { kind: 'Role', name: 'x' }, [user('bob')]), roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Unknown', name: 'x' } });
+    source.putRoleBinding(roleBinding('b', 'cluster-in-b', { kind: 'ClusterRole', name: 'reader' }, [user('bob')]));
+    /** What the authorizer decided before its one loop: the general walk, rule by rule. */
+    const reference = (u: UserInfo, request: AuthorizationAttributes): { allowed: boolean; reason: string } => {
+      let allowedBy: Grant | undefined;
+      const errors: string[] = [];
+      const namespace = 'path' in request ? '' : (request.namespace ?? '');
+      visitRulesFor(source, u, namespace, (grant, error) => {
+        if (grant && ruleAllows(request, grant.rule)) {
+          allowedBy = grant;
+          return false;
+        }
+        if (error !== undefined) errors.push(error);
+        return true;
+      });
+      if (allowedBy) return { allowed: true, reason: `RBAC: allowed by ${describeGrant(allowedBy.binding, allowedBy.subject, allowedBy.bindingNamespace)}` };
+      return { allowed: false, reason: errors.length ? `RBAC: ${aggregateMessages(errors)}` : '' };
+    };
+    const authorizer = new RbacAuthorizer(source);
+    const users = [who('alice', 'team'), who('bob'), who('bob', 'ops'), who('carol', 'ops', 'team'), saUser('a', 'bot'), saUser('b', 'bot'), who('someone-else')];
+    const requests: AuthorizationAttributes[] = [];
+    for (const verb of ['get', 'list', 'patch', 'create']) {
+      for (const [group, resource, subresource] of [['', 'pods'], ['', 'nodes', 'status'], ['apps', 'deployments'], ['apps', 'deployments', 'status'], ['', 'configmaps'], ['', 'pods', 'log']] as const) {
+        for (const namespace of [undefined, 'a', 'b']) {
+          for (const name of [undefined, 'settings', 'n1']) {
+            requests.push({ verb, group, resource, ...(subresource ? { subresource } : {}), ...(namespace ? { namespace } : {}), ...(name ? { name } : {}) });
+          }
+        }
+      }
+      for (const path of ['/healthz/ping', '/healthz', '/version', '/api']) requests.push({ verb, path });
+    }
+    const seen = { allowed: 0, deniedWithReason: 0 };
+    for (const u of users) {
+      for (const request of requests) {
+        const expected = reference(u, request);
+        const what = `${u.name} ${JSON.stringify(request)}`;
+        assert.deepEqual(decide(source, u, request), expected, what);
+        const decision = authorizer.authorize(u, request);
+        assert.equal(decision.allowed, expected.allowed, what);
+        assert.equal(decision.reason ?? '', expected.reason, what);
+        if (expected.allowed) seen.allowed++;
+        else if (expected.reason) seen.deniedWithReason++;
+      }
+    }
+    assert.ok(seen.allowed >= 50 && seen.deniedWithReason >= 20, `the cases include both: ${JSON.stringify(seen)}`);
   });
 
   it('goQuote quotes plain names as they are and escapes the rest as Go does', () => {

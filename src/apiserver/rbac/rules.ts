@@ -58,6 +58,40 @@ export function nonResourceURLMatches(rule: PolicyRule, path: string): boolean {
   return false;
 }
 
+function includesOrAll(values: readonly string[] | undefined, value: string): boolean {
+  if (!values) return false;
+  for (const v of values) if (v === ALL || v === value) return true;
+  return false;
+}
+
+/**
+ * ruleAllows for one request and many rules: what the request says (the combined resource name
+ * above all) is worked out once, and each rule is then matched without making anything.
+ */
+export function ruleMatcher(attributes: AuthorizationAttributes): (rule: PolicyRule) => boolean {
+  const verb = attributes.verb;
+  if (isNonResource(attributes)) {
+    const path = attributes.path;
+    return (rule) => includesOrAll(rule.verbs, verb) && nonResourceURLMatches(rule, path);
+  }
+  const { group } = attributes;
+  const subresource = attributes.subresource ?? '';
+  const combined = subresource ? `${attributes.resource}/${subresource}` : attributes.resource;
+  const anyOfSubresource = subresource ? `*/${subresource}` : undefined;
+  const name = attributes.name ?? '';
+  return (rule) => {
+    if (!includesOrAll(rule.verbs, verb) || !includesOrAll(rule.apiGroups, group)) return false;
+    let resource = false;
+    for (const r of rule.resources ?? []) {
+      if (r === ALL || r === combined || r === anyOfSubresource) {
+        resource = true;
+        break;
+      }
+    }
+    return resource && resourceNameMatches(rule, name);
+  };
+}
+
 export function ruleAllows(attributes: AuthorizationAttributes, rule: PolicyRule): boolean {
   if (isNonResource(attributes)) {
     return verbMatches(rule, attributes.verb) && nonResourceURLMatches(rule, attributes.path);

@@ -37,7 +37,15 @@ export class InMemoryRbacSource implements RbacSource {
   private clusterRoleBindingList: readonly ClusterRoleBinding[] | undefined;
   private readonly roleBindingLists = new Map<string, readonly RoleBinding[]>();
   /** bindingsFor() answers, per namespace and user, until the next binding changes. */
-  private readonly userBindings = new Map<string, readonly RoleBinding[]>();
+  /** User (name and groups) → namespace → the bindings naming them. */
+  private readonly userBindings = new Map<string, Map<string, readonly RoleBinding[]>>();
+  /** How many lists userBindings holds. */
+  private remembered = 0;
+  /**
+   * The name-and-groups part of a user's key, per user object: authenticators hand the same
+   * object to every request of a connection (certificates) or of a token (ServiceAccounts).
+   */
+  private readonly userKeys = new WeakMap<UserInfo, string>();
 
   constructor(objects: RbacObjects = {}) {
     for (const role of objects.roles ?? []) this.putRole(role);
@@ -57,13 +65,13 @@ export class InMemoryRbacSource implements RbacSource {
   putRoleBinding(binding: RoleBinding): void {
     inNamespace(this.roleBindings, namespaceOf(binding)).set(nameOf(binding), binding);
     this.roleBindingLists.delete(namespaceOf(binding));
-    this.userBindings.clear();
+    this.forgetUserBindings();
   }
 
   putClusterRoleBinding(binding: ClusterRoleBinding): void {
     this.clusterRoleBindings.set(nameOf(binding), binding);
     this.clusterRoleBindingList = undefined;
-    this.userBindings.clear();
+    this.forgetUserBindings();
   }
 
   deleteRole(namespace: string, name: string): void {
@@ -77,13 +85,13 @@ export class InMemoryRbacSource implements RbacSource {
   deleteRoleBinding(namespace: string, name: string): void {
     this.roleBindings.get(namespace)?.delete(name);
     this.roleBindingLists.delete(namespace);
-    this.userBindings.clear();
+    this.forgetUserBindings();
   }
 
   deleteClusterRoleBinding(name: string): void {
     this.clusterRoleBindings.delete(name);
     this.clusterRoleBindingList = undefined;
-    this.userBindings.clear();
+    this.forgetUserBindings();
   }
 
   getRole(namespace: string, name: string): Role | undefined {
@@ -110,16 +118,34 @@ export class InMemoryRbacSource implements RbacSource {
 
   bindingsFor(namespace: string, user: UserInfo): readonly RoleBinding[] {
     // Subjects match by name, groups and (for ServiceAccounts) the name alone, so these decide.
-    const key = `${namespace}\u0000${user.name}\u0000${user.groups.join('\u0000')}`;
-    let list = this.userBindings.get(key);
+    let who = this.userKeys.get(user);
+    if (who === undefined) {
+      who = `${user.name}\u0000${user.groups.join('\u0000')}`;
+      this.userKeys.set(user, who);
+    }
+    let byNamespace = this.userBindings.get(who);
+    let list = byNamespace?.get(namespace);
     if (!list) {
       const all = namespace ? this.listRoleBindings(namespace) : this.listClusterRoleBindings();
       list = Object.freeze(all.filter((binding) => matchingSubject(user, binding, namespace) !== undefined));
       // Bounded: many users times many namespaces must not grow without end.
-      if (this.userBindings.size >= MAX_REMEMBERED_USERS) this.userBindings.clear();
-      this.userBindings.set(key, list);
+      if (this.remembered >= MAX_REMEMBERED_USERS) {
+        this.forgetUserBindings();
+        byNamespace = undefined;
+      }
+      if (!byNamespace) {
+        byNamespace = new Map();
+        this.userBindings.set(who, byNamespace);
+      }
+      byNamespace.set(namespace, list);
+      this.remembered++;
     }
     return list;
+  }
+
+  private forgetUserBindings(): void {
+    this.userBindings.clear();
+    this.remembered = 0;
   }
 
   /** Every ClusterRole, for aggregation. */
