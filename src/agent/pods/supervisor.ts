@@ -1,20 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from '../../logging/logger.js';
-import { FENCING_TIMEOUT_WITHOUT_FILE_MS } from '../../node-protocol/fencing.js';
-import {
-  countPeers,
-  judgeOutage,
-  peerCutOffMs,
-  monoNowMs,
-  queryPeers,
-  readFencingState,
-  type FencingState,
-  type PeerControlPlaneAnswer,
-} from './fencing.js';
+import { FenceWatch } from './fence-watch.js';
+import { monoNowMs } from './fencing.js';
 import { containerEnvironment, supervisorEnvironment } from './environment.js';
 import { InstanceLogWriter, pruneInstanceLogs } from './logs.js';
 import { planExec } from './probe-handlers.js';
@@ -32,7 +22,6 @@ import {
   type ContainerRunState,
   type ContainerRunStatus,
   type PodFinishReason,
-  type PodOutageState,
   type PodRunSpec,
   type PodRunState,
 } from './run-spec.js';
@@ -54,7 +43,6 @@ export const BACKOFF_INITIAL_MS = 1000;
 export const BACKOFF_MAX_MS = 60_000;
 /** A container that ran this long before failing restarts after the initial back-off again. */
 export const BACKOFF_RESET_AFTER_MS = 60_000;
-const FENCING_CHECK_MS = 100;
 /** How much better than its agent's a supervisor's CPU priority is (nice steps). */
 export const SUPERVISOR_PRIORITY_BOOST = 10;
 /** The priority the supervisor was started with, for its containers (set by supervisor-main). */
@@ -70,23 +58,6 @@ function restorePriority(pid: number): void {
     // the process is gone already, or not permitted: nothing to undo
   }
 }
-/** While an outage holds, peers are asked again this often: a partition that follows is caught fast. */
-const OUTAGE_RECHECK_MS = 500;
-/**
- * How far past the fencing timeout an undecided answer may hold the fence back. The controller
- * replaces a singleton only fencing-timeout + 1.5 s after the last renewal it saw, so the fence
- * must land well before that: 300 ms of waiting, one 400 ms round of questions, one 100 ms check.
- */
-const UNDECIDED_MS = 300;
-/**
- * Once the newest confirmed renewal is this much short of the fencing timeout (at most a third of
- * it), the supervisor opens its connections to the peers, so that the questions that decide go
- * over connections already made: on a busy host a TLS handshake alone can outlast the 400 ms a
- * round of questions is given, and a peer that does not answer counts as no evidence of an outage.
- */
-const WARM_AHEAD_MS = 1000;
-/** A warming round may take longer than a deciding one: nothing waits for it. */
-const WARM_TIMEOUT_MS = 1500;
 /** After its main process exits, how long to wait for the rest of the output before closing the log. */
 const OUTPUT_DRAIN_MS = 1000;
 const FENCE_FINISH_CEILING_MS = 2000;
@@ -159,25 +130,9 @@ export class PodSupervisor {
   private stopping = false;
   private fencedAt: { at: string; message: string } | undefined;
   private finishReason: PodFinishReason | undefined;
-  private outage: PodOutageState | undefined;
   private graceTimer: NodeJS.Timeout | undefined;
-  private fencingTimer: NodeJS.Timeout | undefined;
-  private peerQuery: Promise<void> | undefined;
-  private lastPeerQueryMono = 0;
-  /**
-   * Monotonic ms when the last round that found an outage began (every answer came later, each
-   * from a peer then cut off for more than the peer cut-off: a majority was silent then). Once
-   * the peers are back, this node gets one fencing timeout from there for its own renewal
-   * (docs/failover.md, "The outage case").
-   */
-  private outageHeardMono = 0;
-  /** Set while the peers are back from an outage and this node's own renewal is still missing. */
-  private peersBackLogged = false;
-  /** Kept-alive connections to the peers (the agents' endpoints close them after 5 s idle). */
-  private readonly peerAgent = new https.Agent({ keepAlive: true });
-  private warming: Promise<void> | undefined;
-  private lastWarmMono = 0;
-  private lastFencing: FencingState | undefined;
+  /** Set for an `atMostOne` pod with a fencing file: fences it when the node loses the control plane. */
+  private fenceWatch: FenceWatch | undefined;
   private finishing = false;
 
   constructor(private readonly options: SupervisorOptions) {
@@ -231,7 +186,8 @@ export class PodSupervisor {
     };
     if (this.finishReason) state.finishReason = this.finishReason;
     if (this.fencedAt) state.fenced = this.fencedAt;
-    if (this.outage) state.outage = this.outage;
+    const outage = this.fenceWatch?.outage;
+    if (outage) state.outage = outage;
     return state;
   }
 
@@ -251,8 +207,17 @@ export class PodSupervisor {
       'supervisor started',
     );
     if (this.spec.atMostOne && this.spec.fencingFile) {
-      this.fencingTimer = setInterval(() => this.checkFencing(), FENCING_CHECK_MS);
-      this.checkFencing();
+      this.fenceWatch = new FenceWatch({
+        fencingFile: this.spec.fencingFile,
+        logger: this.logger,
+        startedAtMono: this.startedAtMono,
+        target: {
+          isTerminal: () => this.isTerminal(),
+          fence: (message, figures) => this.fence(message, figures),
+          outageChanged: () => this.writeState(),
+        },
+      });
+      this.fenceWatch.start();
     }
     for (const runner of this.runners) {
       try {
@@ -578,15 +543,13 @@ export class PodSupervisor {
   private finish(reason: PodFinishReason): void {
     this.finishing = true;
     clearTimeout(this.graceTimer);
-    clearInterval(this.fencingTimer);
     for (const runner of this.runners) {
       clearTimeout(runner.restartTimer);
       runner.probes?.stop();
       runner.stdin?.close();
     }
     this.finishReason = reason;
-    this.outage = undefined;
-    this.peerAgent.destroy();
+    this.fenceWatch?.stop();
     if (this.spec.runtime === 'runc') this.releaseSandbox();
     this.writeState();
     this.logger.info({ reason }, 'pod finished');
@@ -603,117 +566,7 @@ export class PodSupervisor {
     }
   }
 
-  // --- fencing ---
-
-  /** Age of the last confirmed renewal, and the figures that go with it. */
-  private renewalAge(): { ageMs: number; timeoutMs: number } {
-    const now = monoNowMs();
-    const read = readFencingState(this.spec.fencingFile!);
-    // A time in the future comes from before a reboot (the monotonic clock restarted): ignore it.
-    if (read && read.confirmedAtMonoMs <= now + 1000) this.lastFencing = read;
-    // Never confirmed counts from the supervisor's own start.
-    const confirmedAt = this.lastFencing?.confirmedAtMonoMs ?? this.startedAtMono;
-    return { ageMs: now - confirmedAt, timeoutMs: this.lastFencing?.fencingTimeoutMs ?? FENCING_TIMEOUT_WITHOUT_FILE_MS };
-  }
-
-  private checkFencing(): void {
-    if (this.isTerminal()) return;
-    const { ageMs, timeoutMs } = this.renewalAge();
-    if (ageMs <= timeoutMs) {
-      if (this.outage) {
-        this.logger.info({ ageMs, timeoutMs, outageSince: this.outage.since }, 'lease renewals confirmed again; control-plane outage over');
-        this.outage = undefined;
-        this.peersBackLogged = false;
-        this.writeState();
-      }
-      if (ageMs > timeoutMs - Math.min(WARM_AHEAD_MS, timeoutMs / 3)) this.warmPeers();
-      return;
-    }
-    if (this.peerQuery) return;
-    const now = monoNowMs();
-    // Once the peers are back from an outage, this node's fresh fencing timeout ends at a fixed
-    // time: the round that fences then is not put off to the next half second.
-    const holdOver = this.peersBackLogged && now - this.outageHeardMono > timeoutMs;
-    if (this.outage && !holdOver && now - this.lastPeerQueryMono < OUTAGE_RECHECK_MS) return;
-    this.lastPeerQueryMono = now;
-    this.peerQuery = this.decide().finally(() => {
-      this.peerQuery = undefined;
-    });
-  }
-
-  /**
-   * Renewals are late enough that questions may follow: ask the peers now, answers unused, only to
-   * have the connections open by the time the answers count. It changes no verdict and no timing
-   * of the fence; a deciding round never waits for it.
-   */
-  private warmPeers(): void {
-    const fencing = this.lastFencing;
-    const now = monoNowMs();
-    if (!fencing?.peers.length || this.warming || now - this.lastWarmMono < WARM_AHEAD_MS) return;
-    this.lastWarmMono = now;
-    this.warming = queryPeers(fencing, WARM_TIMEOUT_MS, this.peerAgent).then(
-      () => undefined,
-      () => undefined,
-    );
-    void this.warming.finally(() => {
-      this.warming = undefined;
-    });
-  }
-
-  private async decide(): Promise<void> {
-    const askedAtMono = monoNowMs();
-    const fencing = this.lastFencing;
-    let answers: (PeerControlPlaneAnswer | undefined)[] = [];
-    try {
-      answers = fencing ? await queryPeers(fencing, undefined, this.peerAgent) : [];
-    } catch (error) {
-      this.logger.error({ err: error }, 'asking peers failed');
-    }
-    if (this.isTerminal()) return;
-    // The renewal may have been confirmed while the peers were asked.
-    const { ageMs, timeoutMs } = this.renewalAge();
-    if (ageMs <= timeoutMs) return;
-    // Without the fencing file there is no cluster size to compare with: no evidence of an outage.
-    const nodeCount = fencing?.nodeCount ?? Number.POSITIVE_INFINITY;
-    const cutOffMs = peerCutOffMs(fencing, timeoutMs);
-    const { cutOff, maybe } = countPeers(answers, cutOffMs);
-    const answered = answers.filter((a) => a !== undefined).length;
-    const figures = { ageMs, timeoutMs, nodeCount: fencing?.nodeCount ?? null, peers: answers.length, answered, cutOff, maybe, cutOffMs };
-    const verdict = judgeOutage(ageMs, answers, nodeCount, cutOffMs, timeoutMs + UNDECIDED_MS);
-    if (verdict === 'undecided') {
-      // Ask again at the next check rather than in a second.
-      this.logger.info(figures, 'no confirmed lease renewal; peers are on the edge of an outage: asking again');
-      this.lastPeerQueryMono = 0;
-      return;
-    }
-    if (verdict === 'outage') {
-      this.outageHeardMono = askedAtMono;
-      this.peersBackLogged = false;
-      if (!this.outage) {
-        this.logger.warn(figures, 'no confirmed lease renewal, but a majority of nodes is cut off too: control-plane outage, workload keeps running');
-      }
-      const changed = !this.outage || this.outage.cutOff !== cutOff || this.outage.nodeCount !== nodeCount;
-      this.outage = { since: this.outage?.since ?? nowIso(), cutOff, nodeCount };
-      if (changed) this.writeState();
-      return;
-    }
-    if (this.outage && monoNowMs() - this.outageHeardMono <= timeoutMs) {
-      // The outage is over for the peers, not yet for this node: its renewals may simply come a
-      // little later than theirs (a renewal under way, a server still reconnecting to its
-      // datastore). The controller gives silent nodes a fresh grace when an outage ends, and
-      // replaces a singleton no sooner than fencing-timeout + margin after the majority was last
-      // silent; so this node gets one fencing timeout from then, and fences at its end (checkFencing).
-      if (!this.peersBackLogged) {
-        this.peersBackLogged = true;
-        this.logger.warn(figures, 'the peers reach the control plane again, this node not yet: fencing unless a renewal is confirmed within the fencing timeout');
-      }
-      return;
-    }
-    const message =
-      `no confirmed lease renewal for ${Math.round(ageMs)} ms (fencing timeout ${timeoutMs} ms); ` +
-      `${cutOff} of ${fencing?.nodeCount ?? 'unknown'} nodes cut off (${answered} of ${answers.length} peers answered), not a control-plane outage`;
-    this.fence(message, figures);
-  }
+  // --- fencing (the decision is FenceWatch's) ---
 
   private fence(message: string, figures: Record<string, unknown>): void {
     const at = nowIso();
@@ -737,7 +590,7 @@ export class PodSupervisor {
       runner.done = true;
     }
     this.fencedAt = { at, message };
-    this.outage = undefined;
+    this.fenceWatch?.stop();
     this.logger.error({ ...figures, message }, 'fencing pod: killed every container');
     this.writeState();
     this.maybeFinish();
