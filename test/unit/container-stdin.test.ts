@@ -80,6 +80,22 @@ describe('container stdin relay', () => {
     }
   });
 
+  it("only the supervisor's user reaches a container's stdin: the socket's directory is 0700, even when it was left wider", async () => {
+    const dir = path.join(root, 'modes');
+    fs.mkdirSync(path.join(dir, 'stdin'), { recursive: true, mode: 0o777 });
+    fs.chmodSync(path.join(dir, 'stdin'), 0o777);
+    const relay = new ContainerStdin(dir, 'main', false, () => undefined);
+    relay.listen();
+    try {
+      await until(() => fs.existsSync(path.join(dir, 'stdin', 'main')), 'the socket is bound');
+      const stat = fs.statSync(path.join(dir, 'stdin'));
+      assert.equal(stat.mode & 0o777, 0o700, `mode ${(stat.mode & 0o777).toString(8)}`);
+      assert.equal(stat.uid, process.getuid!(), 'owned by the supervisor');
+    } finally {
+      relay.close();
+    }
+  });
+
   it('a container whose stdin is not kept open is a StdinError', async () => {
     await assert.rejects(connectContainerStdin(path.join(root, 'none'), 'main'), (error: unknown) => error instanceof StdinError && /stdin of container main is not open/.test(error.message));
   });

@@ -59,6 +59,9 @@ export class ContainerStdin {
   listen(): void {
     const dir = stdinSocketDir(this.podDir);
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    // Whoever can connect writes to the container's stdin: the directory is the supervisor's
+    // user's (root's) alone, also when an earlier run or a umask left it wider.
+    fs.chmodSync(dir, 0o700);
     fs.rmSync(path.join(dir, this.container), { force: true });
     const server = net.createServer((connection) => this.serve(connection));
     server.on('error', (error) => this.warn('the stdin socket failed; attach -i is unavailable', { err: error, container: this.container }));
