@@ -26,10 +26,14 @@ import type { Printer } from './table.js';
 /**
  * `status`: the status-only write path; `eviction`: policy Eviction (pods); `scale`: the
  * autoscaling/v1 Scale view of `spec.replicas`; `log`: a pod's container log, served by a hook;
- * `token`: a TokenRequest (ServiceAccounts). Every name but `status` needs its hook below (the
- * registry refuses a definition without it).
+ * `token`: a TokenRequest (ServiceAccounts); `ephemeralcontainers`: the write path of a pod's
+ * spec.ephemeralContainers (pods; its rules are the kind's validateUpdate). Every name but
+ * `status` and `ephemeralcontainers` needs its hook below (the registry refuses a definition
+ * without it).
  */
-export type Subresource = 'status' | 'eviction' | 'scale' | 'log' | 'token' | StreamSubresource;
+export type Subresource = 'status' | 'eviction' | 'scale' | 'log' | 'token' | 'ephemeralcontainers' | StreamSubresource;
+/** The subresources written through the object's own update path (the store's UpdateOptions). */
+export type WriteSubresource = 'status' | 'ephemeralcontainers';
 /** Served by the handler's upgrade path (src/apiserver/streaming/), not by kind hooks. */
 export type StreamSubresource = 'exec' | 'attach' | 'portforward';
 
@@ -215,7 +219,8 @@ export interface ResourceDefinition {
   applyDefaults?(obj: KubeObject): void;
   validate?(obj: KubeObject): StatusCause[];
   /** Rules about what an update (not a status write) may change, given the stored object. */
-  validateUpdate?(next: KubeObject, current: KubeObject): StatusCause[];
+  /** `subresource`: the write path the update came through (absent: the object itself). */
+  validateUpdate?(next: KubeObject, current: KubeObject, subresource?: WriteSubresource): StatusCause[];
 
   /**
    * Checks that depend on who writes (RBAC's escalation prevention: nobody grants what they do not
@@ -284,7 +289,7 @@ export const standardFields = (...extra: string[]): ReadonlySet<string> =>
 
 /** A definition's subresources and its hooks must agree: a listed subresource without its hook would be routed to nothing. */
 export function checkDefinition(def: ResourceDefinition): void {
-  const hooks: Record<Exclude<Subresource, 'status' | StreamSubresource>, unknown> = { eviction: def.eviction, scale: def.scale, log: def.log, token: def.token };
+  const hooks: Record<Exclude<Subresource, WriteSubresource | StreamSubresource>, unknown> = { eviction: def.eviction, scale: def.scale, log: def.log, token: def.token };
   for (const [name, hook] of Object.entries(hooks)) {
     const listed = def.subresources.includes(name as Subresource);
     if (listed !== (hook !== undefined)) {

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { apiVersionOf, type PodLogParams } from './definition.js';
+import { apiVersionOf, type PodLogParams, type WriteSubresource } from './definition.js';
 import { ApiError, deletedStatus, errors } from './errors.js';
 import { decodeBody, negotiate, readBody, sendJson } from './http.js';
 import type { KubeObject } from './objects.js';
@@ -37,12 +37,17 @@ export async function serveCreate(call: HttpCall): Promise<void> {
   respondObject(res, 201, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
 }
 
+/** The subresources a PUT or PATCH writes through the object's own update path. */
+function writeSubresource(name: string | undefined): WriteSubresource | undefined {
+  return name === 'status' || name === 'ephemeralcontainers' ? name : undefined;
+}
+
 export async function serveUpdate(call: HttpCall): Promise<void> {
   const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
   const obj = await readObject(req, fieldValidation);
-  const subresource = request.subresource === 'status' ? 'status' : undefined;
+  const subresource = writeSubresource(request.subresource);
   const { object, unknownFields } = await verbs.update({ ...ctx, fieldValidation }, request.def, request.namespace, request.name!, obj, subresource);
   respondObject(res, 200, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
 }
@@ -53,7 +58,7 @@ export async function servePatch(call: HttpCall): Promise<void> {
   const patchType = patchTypeOf(req);
   const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
   const patch = parsePatch(await readBody(req), fieldValidation);
-  const subresource = request.subresource === 'status' ? 'status' : undefined;
+  const subresource = writeSubresource(request.subresource);
   const { object, unknownFields } = await verbs.patch(
     { ...ctx, fieldValidation },
     request.def,

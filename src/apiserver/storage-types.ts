@@ -32,7 +32,8 @@ export interface WriteOptions {
 }
 
 export interface UpdateOptions extends WriteOptions {
-  subresource?: 'status';
+  /** `status`: status only; `ephemeralcontainers`: a pod's spec.ephemeralContainers only. */
+  subresource?: 'status' | 'ephemeralcontainers';
   /**
    * Mark the object as going away: set metadata.deletionTimestamp and deletionGracePeriodSeconds
    * (it has finalizers, or it is deleted gracefully).

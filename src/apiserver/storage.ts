@@ -192,11 +192,11 @@ export class ObjectStore implements KindStore {
     }
   }
 
-  private validate(def: ResourceDefinition, obj: KubeObject, current?: KubeObject): void {
+  private validate(def: ResourceDefinition, obj: KubeObject, current?: KubeObject, subresource?: 'ephemeralcontainers'): void {
     const causes = [
       ...validateObjectMeta(obj, def.nameRule),
       ...(def.validate?.(obj) ?? []),
-      ...(current && def.validateUpdate ? def.validateUpdate(obj, current) : []),
+      ...(current && def.validateUpdate ? def.validateUpdate(obj, current, subresource) : []),
     ];
     if (causes.length) throw errors.invalid(def.kind, obj.metadata.name ?? '', def.group, causes);
   }
@@ -252,7 +252,7 @@ export class ObjectStore implements KindStore {
       const next = prepareForUpdate(def, current, proposed, options);
       // A status write keeps the stored metadata and spec, which were valid when written.
       if (options.subresource === 'status') this.validateStatus(def, next);
-      else this.validate(def, next, current);
+      else this.validate(def, next, current, options.subresource);
       const nextValue = this.codec.encode(def, next);
       // Byte-equal is the common no-op; otherwise compare as data, since key order means nothing.
       const unchanged =

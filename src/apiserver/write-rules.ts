@@ -57,7 +57,15 @@ export function prepareForUpdate(
   options: UpdateOptions,
 ): KubeObject {
   let next: KubeObject;
-  if (options.subresource === 'status') {
+  if (options.subresource === 'ephemeralcontainers') {
+    // Only spec.ephemeralContainers comes from the caller; the kind's validateUpdate judges it.
+    next = structuredClone(current);
+    const proposedSpec = proposed.spec as Record<string, unknown> | undefined;
+    const spec = (next.spec ?? {}) as Record<string, unknown>;
+    if (proposedSpec?.ephemeralContainers === undefined) delete spec.ephemeralContainers;
+    else spec.ephemeralContainers = proposedSpec.ephemeralContainers;
+    next.spec = spec;
+  } else if (options.subresource === 'status') {
     next = { ...current, metadata: { ...current.metadata } };
     if (proposed.status === undefined) delete next.status;
     else next.status = proposed.status;

@@ -148,6 +148,10 @@ export class NodeRestrictionAdmission implements Admission {
       }
       return;
     }
+    if (a.group === '' && a.resource === 'pods' && a.subresource === 'ephemeralcontainers') {
+      // A node runs what the API says; it never decides what runs in a pod (Kubernetes' node restriction refuses it too).
+      forbid('may not add or change ephemeral containers');
+    }
     if (a.group === '' && a.resource === 'pods') {
       // Status writes, final deletes and evictions: only for pods bound to this node, judged on
       // the stored pod (which the caller cannot choose) and on the one it would leave behind.

@@ -135,6 +135,11 @@ const cases: Array<[string, UserInfo, AuthorizationAttributes, boolean]> = [
   ['admin: roles', who('ann'), r('create', 'rbac.authorization.k8s.io', 'roles', 'team'), true],
   ['admin: rolebindings', who('ann'), r('delete', 'rbac.authorization.k8s.io', 'rolebindings', 'team', undefined, 'b'), true],
   ['admin: everything edit can', who('ann'), r('create', '', 'pods', 'team', 'exec', 'p'), true],
+  // As Kubernetes' default roles: adding a container to a running pod is not granted by admin or
+  // edit (older admission policies do not see ephemeral containers); cluster-admin has it.
+  ['admin: not ephemeral containers', who('ann'), r('patch', '', 'pods', 'team', 'ephemeralcontainers', 'p'), false],
+  ['edit: not ephemeral containers', who('ed'), r('update', '', 'pods', 'team', 'ephemeralcontainers', 'p'), false],
+  ['masters: ephemeral containers', masters, r('patch', '', 'pods', 'team', 'ephemeralcontainers', 'p'), true],
   ['admin: not escalate', who('ann'), r('escalate', 'rbac.authorization.k8s.io', 'roles', 'team', undefined, 'r'), false],
   ['admin: not clusterroles', who('ann'), r('create', 'rbac.authorization.k8s.io', 'clusterroles', ''), false],
   ['admin: not nodes', who('ann'), r('list', '', 'nodes'), false],

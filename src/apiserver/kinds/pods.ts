@@ -10,6 +10,7 @@ import { validateContainerSecurityContext, validatePodSecurityContext, validateR
 import { defaultProbes, validateProbes } from './probe-validation.js';
 import { POD_PRINTER } from './pod-printer.js';
 import { admitPodRuntimeClass, keepPodRuntimeClass, validatePodRuntimeClassUpdate } from './runtime-classes.js';
+import { validateEphemeralContainers, validateEphemeralContainersOnCreate, validateEphemeralContainersUpdate } from './ephemeral-containers.js';
 
 /**
  * Pods: defaults, validation, the rules of updates and graceful deletion, and the two pod-only
@@ -53,6 +54,7 @@ export function defaultPodSpec(spec: unknown): void {
   spec.schedulerName ??= 'default-scheduler';
   defaultContainers(spec.containers);
   defaultContainers(spec.initContainers);
+  defaultContainers(spec.ephemeralContainers);
 }
 
 function validateContainers(
@@ -180,7 +182,14 @@ export async function admitTemplateRuntime(context: KindContext, obj: KubeObject
 }
 
 export function validatePod(pod: KubeObject): StatusCause[] {
-  return validatePodSpec(pod.spec, 'spec');
+  return [...validatePodSpec(pod.spec, 'spec'), ...validateEphemeralContainers(pod.spec)];
+}
+
+/** Admission of a new pod: no ephemeral containers yet (kube's wording), then its runtime class. */
+async function admitPodCreate(context: KindContext, pod: KubeObject): Promise<void> {
+  const causes = validateEphemeralContainersOnCreate(pod);
+  if (causes.length) throw errors.invalid('Pod', pod.metadata.name ?? pod.metadata.generateName ?? '', '', causes);
+  await admitPodRuntimeClass(context, pod);
 }
 
 /**
@@ -260,6 +269,7 @@ function resolveLogContainer(pod: KubeObject, params: PodLogParams): PodLogParam
   const name = pod.metadata.name;
   const containers = containerNames(pod, 'containers');
   const initContainers = containerNames(pod, 'initContainers');
+  const ephemeral = containerNames(pod, 'ephemeralContainers');
   const container = params.container;
   if (container === undefined) {
     if (containers.length !== 1) {
@@ -268,7 +278,7 @@ function resolveLogContainer(pod: KubeObject, params: PodLogParams): PodLogParam
     }
     return { ...params, container: containers[0]! };
   }
-  if (!containers.includes(container) && !initContainers.includes(container)) {
+  if (!containers.includes(container) && !initContainers.includes(container) && !ephemeral.includes(container)) {
     throw errors.badRequest(`container ${container} is not valid for pod ${name}`);
   }
   return params;
@@ -300,7 +310,7 @@ export const POD_DEFINITION: ResourceDefinition = {
   namespaced: true,
   shortNames: ['po'],
   categories: ['all'],
-  subresources: ['status', 'eviction', 'log', 'exec', 'attach', 'portforward'],
+  subresources: ['status', 'eviction', 'log', 'exec', 'attach', 'portforward', 'ephemeralcontainers'],
   printer: POD_PRINTER,
   fieldLabels: {
     'spec.nodeName': (p) => getString(p, ['spec', 'nodeName']),
@@ -321,8 +331,12 @@ export const POD_DEFINITION: ResourceDefinition = {
   prepareForUpdate: keepPodRuntimeClass,
   applyDefaults: (pod) => defaultPodSpec(pod.spec),
   validate: validatePod,
-  validateUpdate: (next, current) => [...validatePodUpdate(next, current), ...validatePodRuntimeClassUpdate(next, current)],
-  admitCreate: admitPodRuntimeClass,
+  validateUpdate: (next, current, subresource) => [
+    ...validatePodUpdate(next, current),
+    ...validatePodRuntimeClassUpdate(next, current),
+    ...validateEphemeralContainersUpdate(next, current, subresource === 'ephemeralcontainers'),
+  ],
+  admitCreate: admitPodCreate,
   deletionGracePeriod: podDeletionGracePeriod,
   garbageCollected: true,
   returnsDeletedObject: true,

@@ -1,6 +1,6 @@
 import type { Logger } from '../../logging/logger.js';
 import type { Admission, Authorizer } from '../auth.js';
-import type { CallerWrite, KindContext, LogQuery, PodLogParams, ReadStrategy, ResourceDefinition, TokenIssuer } from '../definition.js';
+import type { CallerWrite, KindContext, LogQuery, PodLogParams, ReadStrategy, ResourceDefinition, TokenIssuer, WriteSubresource } from '../definition.js';
 import { ApiError, errors } from '../errors.js';
 import type { JsonObject } from '../json.js';
 import type { KubeObject } from '../objects.js';
@@ -160,7 +160,7 @@ export class ResourceVerbs {
     namespace: string | undefined,
     name: string,
     obj: KubeObject,
-    subresource?: 'status',
+    subresource?: WriteSubresource,
   ): Promise<WriteResult> {
     storedKind(def);
     checkTypeMeta(def, obj);
@@ -197,7 +197,7 @@ export class ResourceVerbs {
     name: string,
     patchType: PatchType,
     patch: unknown,
-    subresource?: 'status',
+    subresource?: WriteSubresource,
   ): Promise<WriteResult> {
     storedKind(def);
     const admission = ctx.user && this.options.admission?.judges(ctx.user) ? this.options.admission : undefined;
