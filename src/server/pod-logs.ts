@@ -1,12 +1,12 @@
 import https from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { ApiError, errors } from '../apiserver/errors.js';
 import type { PodLogParams } from '../apiserver/handler.js';
 import { getPath, type KubeObject } from '../apiserver/objects.js';
 import type { ApiClient } from '../client/types.js';
 import type { AgentEndpoint } from '../cluster/node-registry.js';
 import type { Logger } from '../logging/logger.js';
+import { type AgentClientCredentials, agentTlsOptions } from './agent-tls.js';
 
 /**
  * `kubectl logs` through the API server: find the pod's node, and stream from that node's agent
@@ -17,24 +17,14 @@ import type { Logger } from '../logging/logger.js';
  * cannot use the server to probe addresses and read the answers.
  */
 
-export interface PodLogProxyOptions {
+export interface PodLogProxyOptions extends AgentClientCredentials {
   client: ApiClient;
   registry: { agentEndpoint(nodeName: string): AgentEndpoint | undefined };
-  nodeCaPem: string;
-  clientCertificatePem: string;
-  clientKeyPem: string;
   logger: Logger;
 }
 
 /** The most of an agent's error answer relayed to the client. */
 const MAX_RELAYED_ERROR = 1024;
-
-/** The agent's certificate must be this node's, for the address dialled. */
-export function agentIdentityProblem(nodeName: string, ip: string, cert: PeerCertificate): string | undefined {
-  if (cert.subject?.CN !== `system:node:${nodeName}`) return `certificate is for "${String(cert.subject?.CN)}", not node ${nodeName}`;
-  const mismatch = checkServerIdentity(ip, cert);
-  return mismatch ? mismatch.message : undefined;
-}
 
 export function podLogProxy(options: PodLogProxyOptions) {
   return async (pod: KubeObject, params: PodLogParams, req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -64,15 +54,7 @@ export function podLogProxy(options: PodLogProxyOptions) {
           port,
           path: `${path}${query.size ? `?${query}` : ''}`,
           method: 'GET',
-          ca: options.nodeCaPem,
-          cert: options.clientCertificatePem,
-          key: options.clientKeyPem,
-          // Node names need not resolve: the certificate must name this node and the registered IP.
-          servername: '',
-          checkServerIdentity: (_host, cert) => {
-            const problem = agentIdentityProblem(nodeName, ip, cert);
-            return problem ? new Error(problem) : undefined;
-          },
+          ...agentTlsOptions(options, nodeName, ip),
           timeout: params.follow ? 0 : 30_000,
         },
         (answer) => {

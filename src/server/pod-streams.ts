@@ -1,4 +1,3 @@
-import type { PeerCertificate } from 'node:tls';
 import { type ClientOptions, WebSocket } from 'ws';
 import { ApiError, errors } from '../apiserver/errors.js';
 import { getPath, type KubeObject } from '../apiserver/objects.js';
@@ -8,7 +7,7 @@ import { type PodStreamBackend } from '../apiserver/streaming/upgrade.js';
 import { WebSocketPeer } from '../apiserver/streaming/peers.js';
 import type { AgentEndpoint } from '../cluster/node-registry.js';
 import type { Logger } from '../logging/logger.js';
-import { agentIdentityProblem } from './pod-logs.js';
+import { type AgentClientCredentials, agentTlsOptions } from './agent-tls.js';
 
 /**
  * `kubectl exec`/`attach`/`cp`/`port-forward` through the API server: once the API server has
@@ -19,11 +18,8 @@ import { agentIdentityProblem } from './pod-logs.js';
  * `/attach/…`, `/portForward/<ns>/<pod>` (one connection per session, `ports=<port>`).
  */
 
-export interface PodStreamProxyOptions {
+export interface PodStreamProxyOptions extends AgentClientCredentials {
   registry: { agentEndpoint(nodeName: string): AgentEndpoint | undefined };
-  nodeCaPem: string;
-  clientCertificatePem: string;
-  clientKeyPem: string;
   logger: Logger;
 }
 
@@ -55,16 +51,8 @@ export function podStreamProxy(options: PodStreamProxyOptions): PodStreamBackend
       const host = ip.includes(':') ? `[${ip}]` : ip;
       return new Promise((resolve, reject) => {
         const ws = new WebSocket(`wss://${host}:${endpoint.port}${path}?${agentQuery}`, [PROTOCOL_V5], {
-          ca: options.nodeCaPem,
-          cert: options.clientCertificatePem,
-          key: options.clientKeyPem,
-          // Node names need not resolve: the certificate must name this node and the registered IP.
-          ...({ servername: '' } as ClientOptions),
-          // Handed to tls.connect as is (ws's typing of it is not node's).
-          checkServerIdentity: ((_host: string, cert: PeerCertificate) => {
-            const problem = agentIdentityProblem(nodeName, ip, cert);
-            return problem ? new Error(problem) : undefined;
-          }) as unknown as ClientOptions['checkServerIdentity'],
+          // Handed to tls.connect as they are (ws's typing of checkServerIdentity is not node's).
+          ...(agentTlsOptions(options, nodeName, ip) as unknown as ClientOptions),
           handshakeTimeout: AGENT_HANDSHAKE_TIMEOUT_MS,
           perMessageDeflate: false,
           maxPayload: 16 * 1024 * 1024,

@@ -7,7 +7,7 @@ import { type ApiClient, NODES, PODS } from '../client/types.js';
 import type { AgentEndpoint } from '../cluster/node-registry.js';
 import type { Logger } from '../logging/logger.js';
 import { formatBytes } from '../node-protocol/quantity.js';
-import { agentIdentityProblem } from './pod-logs.js';
+import { type AgentClientCredentials, agentTlsOptions } from './agent-tls.js';
 
 /**
  * metrics.k8s.io from the agents, asked when a request comes (no cache of its own: each agent keeps
@@ -18,12 +18,9 @@ import { agentIdentityProblem } from './pod-logs.js';
  * out of a list and is a 404 for a get, as metrics-server treats a node it could not scrape.
  */
 
-export interface ResourceMetricsOptions {
+export interface ResourceMetricsOptions extends AgentClientCredentials {
   client: ApiClient;
   registry: { agentEndpoint(nodeName: string): AgentEndpoint | undefined };
-  nodeCaPem: string;
-  clientCertificatePem: string;
-  clientKeyPem: string;
   logger: Logger;
   /** Per agent; its first answer takes two samples a second apart. */
   timeoutMs?: number;
@@ -49,14 +46,7 @@ function fetchSummary(options: ResourceMetricsOptions, nodeName: string): Promis
         port: endpoint.port,
         path: STATS_SUMMARY_PATH,
         method: 'GET',
-        ca: options.nodeCaPem,
-        cert: options.clientCertificatePem,
-        key: options.clientKeyPem,
-        servername: '',
-        checkServerIdentity: (_host, cert) => {
-          const problem = agentIdentityProblem(nodeName, ip, cert);
-          return problem ? new Error(problem) : undefined;
-        },
+        ...agentTlsOptions(options, nodeName, ip),
         timeout: options.timeoutMs ?? 10_000,
       },
       (res) => {

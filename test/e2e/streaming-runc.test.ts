@@ -7,6 +7,7 @@ import { freePort } from '../helpers/agent.js';
 import { importTestImage, nodeLeftovers } from '../helpers/containers.js';
 import { buildTestImage } from '../helpers/images.js';
 import { type KubectlClient, kubectlClients, MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
+import { pidsRunning } from '../helpers/pods.js';
 import { cleanup, eventually, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 import { runOnTerminal, spawnForward, spawnKubectl } from '../helpers/streams.js';
 
@@ -140,14 +141,7 @@ describe('kubectl exec, cp and port-forward under runc', { concurrency: false },
 
   it('a runc exec whose client goes away is ended with it, in the container', async () => {
     const marker = String(100_000 + Math.floor(Math.random() * 800_000));
-    const running = (): number[] =>
-      fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((pid) => {
-        try {
-          return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === `sleep\0${marker}\0`;
-        } catch {
-          return false;
-        }
-      }).map(Number);
+    const running = (): number[] => pidsRunning(['sleep', marker]);
     const live = spawnKubectl(MODERN_KUBECTL, target(), ['exec', 'box', '-c', 'shell', '--', 'sh', '-c', `echo started; exec sleep ${marker}`]);
     await eventually(() => live.output().includes('started') && running().length === 1, 'the command runs');
     // In the container's PID namespace: not the host's.

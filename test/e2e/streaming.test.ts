@@ -7,6 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { WebSocket } from 'ws';
 import { cleanupAgents, freePort, registerNode } from '../helpers/agent.js';
 import { type KubectlClient, kubectlClients, MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
+import { pidsRunning } from '../helpers/pods.js';
 import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 import { PYTHON, runOnTerminal, spawnForward as spawnForwardIn } from '../helpers/streams.js';
 
@@ -224,14 +225,7 @@ describe('kubectl exec, cp and port-forward', { concurrency: false }, () => {
 
   it('a command whose client goes away is ended with it', async () => {
     const marker = String(100_000 + Math.floor(Math.random() * 800_000));
-    const running = (): number[] =>
-      fs.readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((pid) => {
-        try {
-          return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8') === `sleep\0${marker}\0`;
-        } catch {
-          return false;
-        }
-      }).map(Number);
+    const running = (): number[] => pidsRunning(['sleep', marker]);
     const child = spawn(MODERN_KUBECTL.bin, ['--kubeconfig', server.kubeconfig, '--cache-dir', cacheDir, 'exec', 'shell', '-c', 'main', '--', 'sh', '-c', `echo started; exec sleep ${marker}`], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -53,3 +53,18 @@ export function reapRuncPod(dir: string, runcRoot: string): void {
   unmountAllUnder(dir);
   removeCgroup(podCgroupPath(spec.uid));
 }
+
+/** PIDs of the host's processes whose command line is exactly `argv` (a test's marker command). */
+export function pidsRunning(argv: readonly string[]): number[] {
+  const cmdline = argv.map((a) => `${a}\0`).join('');
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8') === cmdline) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
