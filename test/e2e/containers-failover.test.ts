@@ -14,9 +14,11 @@ import {
   journalOverlap,
   type JournalCopy,
   listEvents,
+  POD_UID_ENV,
   listPods,
   type PodView,
   readyPods,
+  singletonStatefulSet,
   waitForReadyPods,
 } from '../helpers/workloads.js';
 
@@ -52,32 +54,19 @@ function webDeployment(name: string, replicas: number): Record<string, unknown> 
 
 /** A one-replica StatefulSet whose container prints `<pod uid> <host uptime>` every 50 ms (its log is the journal). */
 function journalingContainer(name: string): Record<string, unknown> {
-  return {
-    apiVersion: 'apps/v1',
-    kind: 'StatefulSet',
-    metadata: { name },
-    spec: {
-      replicas: 1,
-      serviceName: name,
-      selector: { matchLabels: { app: name } },
-      template: {
-        metadata: { labels: { app: name } },
-        spec: {
-          runtimeClassName: 'runc',
-          terminationGracePeriodSeconds: 2,
-          containers: [
-            {
-              name: 'main',
-              image: IMAGE,
-              // /proc/uptime is the host's (no time namespace): one clock for every copy on this machine.
-              command: ['sh', '-c', 'while :; do echo "$POD_UID $(cut -d" " -f1 /proc/uptime)"; sleep 0.05; done'],
-              env: [{ name: 'POD_UID', valueFrom: { fieldRef: { fieldPath: 'metadata.uid' } } }],
-            },
-          ],
-        },
+  return singletonStatefulSet(name, {
+    runtimeClassName: 'runc',
+    terminationGracePeriodSeconds: 2,
+    containers: [
+      {
+        name: 'main',
+        image: IMAGE,
+        // /proc/uptime is the host's (no time namespace): one clock for every copy on this machine.
+        command: ['sh', '-c', 'while :; do echo "$POD_UID $(cut -d" " -f1 /proc/uptime)"; sleep 0.05; done'],
+        env: POD_UID_ENV,
       },
-    },
-  };
+    ],
+  });
 }
 
 /** Every copy's journal lines seen so far in the container logs of `dataDirs`, kept across reads (a removed pod dir takes its logs). */

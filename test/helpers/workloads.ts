@@ -88,8 +88,8 @@ export function deployment(name: string, replicas: number, command: string[]): R
   };
 }
 
-/** A one-replica StatefulSet whose process journals `<pod uid> <epoch ms>` every 50 ms. */
-export function journalingSingleton(name: string, journal: string): Record<string, unknown> {
+/** A one-replica StatefulSet (the singleton of the failover tests) running `podSpec`. */
+export function singletonStatefulSet(name: string, podSpec: Record<string, unknown>): Record<string, unknown> {
   return {
     apiVersion: 'apps/v1',
     kind: 'StatefulSet',
@@ -98,21 +98,26 @@ export function journalingSingleton(name: string, journal: string): Record<strin
       replicas: 1,
       serviceName: name,
       selector: { matchLabels: { app: name } },
-      template: {
-        metadata: { labels: { app: name } },
-        spec: {
-          terminationGracePeriodSeconds: 5,
-          containers: [
-            {
-              name: 'main',
-              command: ['sh', '-c', `while :; do echo "$POD_UID $(date +%s%3N)" >> ${journal}; sleep 0.05; done`],
-              env: [{ name: 'POD_UID', valueFrom: { fieldRef: { fieldPath: 'metadata.uid' } } }],
-            },
-          ],
-        },
-      },
+      template: { metadata: { labels: { app: name } }, spec: podSpec },
     },
   };
+}
+
+/** The environment variable a journaling container writes its pod's UID from. */
+export const POD_UID_ENV = [{ name: 'POD_UID', valueFrom: { fieldRef: { fieldPath: 'metadata.uid' } } }];
+
+/** A one-replica StatefulSet whose process journals `<pod uid> <epoch ms>` every 50 ms. */
+export function journalingSingleton(name: string, journal: string): Record<string, unknown> {
+  return singletonStatefulSet(name, {
+    terminationGracePeriodSeconds: 5,
+    containers: [
+      {
+        name: 'main',
+        command: ['sh', '-c', `while :; do echo "$POD_UID $(date +%s%3N)" >> ${journal}; sleep 0.05; done`],
+        env: POD_UID_ENV,
+      },
+    ],
+  });
 }
 
 export interface JournalCopy {
