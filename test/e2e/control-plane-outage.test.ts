@@ -429,7 +429,8 @@ describe('the disruption rule in the running controller: most agents frozen at o
         for (const bad of ['Unavailable', 'NotReady', 'Down']) {
           assert.ok(!sampler.everIn(live, bad, from, to), `${live} was seen ${bad}: ${sampler.transitions(live, from, to).join(' → ')}`);
         }
-        assert.equal(nodeState((await getNode(cluster.server, live))!), 'Ready');
+        // Ready again, once any late renewal has landed (a snapshot may catch such a moment).
+        await waitForNode(cluster.server, live, (n) => nodeState(n) === 'Ready', 'Ready', 15_000);
         note(t, `states: ${transitions(sampler, from, to)}`);
       } finally {
         for (const name of frozen) process.kill(cluster.agents.get(name)!.pid, 'SIGCONT');
