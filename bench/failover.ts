@@ -32,7 +32,8 @@
  *
  * Pod supervisors and runc containers outlive their agent on purpose, so every pod is reaped from
  * the agents' pod dirs at the end (processes by PID, runc containers through their cgroups, their
- * mounts and cgroups removed), also on errors and Ctrl-C. Writes bench/results/failover.json.
+ * mounts and cgroups removed), also on errors and Ctrl-C. Writes bench/results/failover.json
+ * (failover-runc.json / failover-process.json with --runtime runc / process).
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -805,7 +806,8 @@ async function main(): Promise<void> {
     console.log(`  Deployment: Kubernetes midpoint / our p50 = ${RUNTIMES.map((r) => `${r} ${ratio[r] ?? '-'}×`).join(', ')}`);
   }
 
-  const file = writeResult('failover', {
+  // One runtime alone is another configuration: it does not overwrite the same-run comparison.
+  const file = writeResult(args.runtime === 'both' ? 'failover' : `failover-${args.runtime}`, {
     benchmark: `workload failover after the abrupt loss of one agent (SIGKILL / SIGSTOP), real pods (${RUNTIMES.join(' and ')})`,
     command: `node --import tsx bench/failover.ts --runtime ${args.runtime} --trials ${TRIALS} --agents ${AGENTS} --replicas ${REPLICAS} --poll-ms ${POLL_MS}`,
     machine,
