@@ -1,4 +1,6 @@
+import type { Datastore } from '../datastore/types.js';
 import type { Logger } from '../logging/logger.js';
+import type { ServiceNetwork } from '../node-protocol/service-network.js';
 import type { Authorizer, UserInfo } from './auth.js';
 import type { IssuedToken, IssueTokenRequest } from '../security/service-account-tokens.js';
 import type { StatusCause } from './errors.js';
@@ -56,6 +58,11 @@ export interface KindStore {
     options?: UpdateOptions,
   ): Promise<KubeObject>;
   delete(def: ResourceDefinition, namespace: string | undefined, name: string, options?: DeleteOptions): Promise<DeleteResult>;
+  /**
+   * The datastore beneath, for records that are not objects: the Service allocators' reservation
+   * keys (kinds/service-allocation.ts), which must be compare-and-swaps in the shared datastore.
+   */
+  readonly datastore?: Datastore;
   /** Removes every object of the given namespaced kinds in one namespace; answers how many. */
   deleteNamespaceContents(defs: readonly ResourceDefinition[], namespace: string): Promise<number>;
 }
@@ -81,6 +88,8 @@ export interface KindContext {
    * (kinds/runtime-classes.ts); the setting's default when absent.
    */
   defaultRuntimeClass?: string;
+  /** The cluster's Service network settings (service-cidr, node port range, ...); their defaults when absent. */
+  serviceNetwork?: ServiceNetwork;
 }
 
 /** A write as its caller asked for it, for the checks that depend on who asks. */
@@ -240,7 +249,12 @@ export interface ResourceDefinition {
    * admission too), before the store's defaults and validation. It may change the object (a
    * mutating admission plug-in); it throws an ApiError to refuse.
    */
-  admitCreate?(context: KindContext, obj: KubeObject): Promise<void>;
+  admitCreate?(context: KindContext, obj: KubeObject, namespace?: string): Promise<void>;
+  /**
+   * The same for an update or patch (not a status write), inside the compare-and-swap, with the
+   * stored object it replaces (Services: node ports and a ClusterIP a type change needs).
+   */
+  admitUpdate?(context: KindContext, next: KubeObject, current: KubeObject): Promise<void>;
 
   // ------------------------------------------------------------------------------------------
   // Delete rules.
@@ -266,7 +280,7 @@ export interface ResourceDefinition {
    * The delete itself, in place of the store's plain one (namespaces: their contents go with
    * them). Called by the verb layer for every delete of this kind, dry runs included.
    */
-  delete?(context: KindContext, name: string, options: DeleteOptions): Promise<DeleteResult>;
+  delete?(context: KindContext, name: string, options: DeleteOptions, namespace?: string): Promise<DeleteResult>;
 
   // ------------------------------------------------------------------------------------------
   // Subresource hooks: one for each of `eviction`, `scale`, `log`, `token` listed in `subresources`.

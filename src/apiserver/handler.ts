@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ServiceNetwork } from '../node-protocol/service-network.js';
 import type { Logger } from '../logging/logger.js';
 import { METRICS_CONTENT_TYPE } from '../metrics/content-type.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -80,6 +81,8 @@ export interface HandlerOptions {
   tokens?: TokenIssuer;
   /** The cluster's `default-runtime-class`: the class of pods created without one. */
   defaultRuntimeClass?: string;
+  /** The cluster's Service network (service-cidr, node port range): what Services are allocated from. */
+  serviceNetwork?: ServiceNetwork;
   /**
    * The service account issuer's OpenID discovery documents, for external verifiers of tokens
    * (/.well-known/openid-configuration, /openid/v1/jwks); without it, both are 404.
@@ -129,6 +132,7 @@ export class ApiHandler {
       ...(options.rbac ? { rbac: options.rbac } : {}),
       ...(options.tokens ? { tokens: options.tokens } : {}),
       ...(options.defaultRuntimeClass ? { defaultRuntimeClass: options.defaultRuntimeClass } : {}),
+      ...(options.serviceNetwork ? { serviceNetwork: options.serviceNetwork } : {}),
     });
     this.watchSettings = {
       bookmarkIntervalMs: options.bookmarkIntervalMs ?? 15_000,

@@ -35,6 +35,7 @@ import {
 } from './protobuf/reviews-v1.js';
 import { embedded, parseMessage, str } from './protobuf/reader.js';
 import { decodeServiceAccount, decodeTokenRequest } from './protobuf/service-accounts.js';
+import { decodeService } from './protobuf/services-v1.js';
 
 export { ProtobufDecodeError, ProtobufUnsupportedError } from './protobuf/errors.js';
 
@@ -48,7 +49,7 @@ export interface DecodedProtobuf {
 const MAGIC = Buffer.from([0x6b, 0x38, 0x73, 0x00]); // "k8s\0"
 
 const SUPPORTED =
-  'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 ServiceAccount, authentication.k8s.io/v1 TokenRequest, apps/v1 Deployment, policy/v1 PodDisruptionBudget, the rbac.authorization.k8s.io/v1 kinds and the access reviews';
+  'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 Service, v1 ServiceAccount, authentication.k8s.io/v1 TokenRequest, apps/v1 Deployment, policy/v1 PodDisruptionBudget, the rbac.authorization.k8s.io/v1 kinds and the access reviews';
 
 const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Namespace', decodeNamespace],
@@ -56,6 +57,7 @@ const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Pod', decodePod],
   ['v1/ConfigMap', decodeConfigMap],
   ['v1/Secret', decodeSecret],
+  ['v1/Service', decodeService],
   ['v1/ServiceAccount', decodeServiceAccount],
   ['authentication.k8s.io/v1/TokenRequest', decodeTokenRequest],
   ['apps/v1/Deployment', decodeDeployment],

@@ -47,7 +47,7 @@ const REGISTRY_PREFIX = '/registry/';
 const MAX_UPDATE_ATTEMPTS = 100;
 const NAME_SUFFIX_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
 
-function generateNameSuffix(): string {
+export function generateNameSuffix(): string {
   let suffix = '';
   for (let i = 0; i < 5; i++) suffix += NAME_SUFFIX_ALPHABET[randomInt(NAME_SUFFIX_ALPHABET.length)];
   return suffix;
@@ -60,7 +60,7 @@ export class ObjectStore implements KindStore {
   private readonly codec = new ObjectCodec();
   private readonly writeListeners: WriteListener[] = [];
 
-  constructor(private readonly datastore: Datastore) {}
+  constructor(readonly datastore: Datastore) {}
 
   /**
    * Call `listener` after each write of this store commits, before the writer is answered: for

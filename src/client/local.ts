@@ -1,4 +1,5 @@
 import type { ResourceDefinition } from '../apiserver/definition.js';
+import type { ServiceNetwork } from '../node-protocol/service-network.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import type { ResourceRegistry } from '../apiserver/resources.js';
@@ -34,7 +35,7 @@ export class LocalClient implements ApiClient {
   private readonly context: RequestContext = { fieldValidation: 'Ignore' };
 
   /** `defaultRuntimeClass`: the cluster's setting, for the pods the server's own code creates. */
-  constructor(store: ObjectStore, private readonly registry: ResourceRegistry, options: { defaultRuntimeClass?: string } = {}) {
+  constructor(store: ObjectStore, private readonly registry: ResourceRegistry, options: { defaultRuntimeClass?: string; serviceNetwork?: ServiceNetwork } = {}) {
     this.verbs = new ResourceVerbs({ store, registry, ...options });
   }
 

@@ -5,6 +5,10 @@ import { ConfigError, type ResolvedConfig } from './resolve.js';
 import { defaultValue, type Setting, SETTINGS, SETTINGS_BY_NAME } from './schema.js';
 import { formatValue, parseText, ValueError } from './values.js';
 import { timingProblems } from './timings.js';
+import { parseServiceNetwork } from '../node-protocol/service-network.js';
+
+/** The settings of the Service network, checked together (src/node-protocol/service-network.ts). */
+const NETWORK_KEYS: readonly string[] = ['cluster-cidr', 'service-cidr', 'service-node-port-range', 'cluster-dns', 'cluster-domain'];
 
 /**
  * The cluster's record of its cluster-scoped settings, in the datastore. The first server writes
@@ -210,6 +214,21 @@ export async function setClusterValue(
 
 /** The timing rules (renew, grace, fencing), checked against the record with the new value in place. */
 function checkCombination(record: ClusterRecord, key: string, formatted: string, _setting: Setting): void {
+  if (NETWORK_KEYS.includes(key)) {
+    const text = (name: string): string => (name === key ? formatted : (record.values[name]?.value ?? String(defaultValue(SETTINGS_BY_NAME.get(name)!))));
+    const { problems } = parseServiceNetwork(
+      {
+        clusterCidr: text('cluster-cidr'),
+        serviceCidr: text('service-cidr'),
+        serviceNodePortRange: text('service-node-port-range'),
+        clusterDns: text('cluster-dns'),
+        clusterDomain: text('cluster-domain'),
+      },
+      (name) => (name === key ? 'drover cluster config set' : (record.values[name]?.source ?? 'default')),
+    );
+    if (problems.length) throw new ConfigError(problems);
+    return;
+  }
   if (key !== 'node-monitor-grace-period' && key !== 'node-lease-renew-interval' && key !== 'fencing-timeout') return;
   const read = (name: string): number => {
     const text = name === key ? formatted : record.values[name]?.value;

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { isMap, isNode, isScalar, LineCounter, parseDocument } from 'yaml';
 import { timingProblems } from './timings.js';
 import { issuerProblem } from '../security/service-account-tokens.js';
+import { parseServiceNetwork } from '../node-protocol/service-network.js';
 import { runtimeClassNameProblem } from '../node-protocol/runtime-classes.js';
 import { parseReservation } from '../node-protocol/node-resources.js';
 import { readTokenFile, TokenFileError } from './token-file.js';
@@ -320,6 +321,18 @@ function serverProblems(config: ResolvedConfig<'server'>): string[] {
   const runtimeClass = runtimeClassNameProblem(config.get('default-runtime-class'));
   if (runtimeClass) problems.push(`default-runtime-class (${config.source('default-runtime-class')}): ${runtimeClass}`);
   problems.push(...reservationProblems(config));
+  problems.push(
+    ...parseServiceNetwork(
+      {
+        clusterCidr: config.get('cluster-cidr'),
+        serviceCidr: config.get('service-cidr'),
+        serviceNodePortRange: config.get('service-node-port-range'),
+        clusterDns: config.get('cluster-dns'),
+        clusterDomain: config.get('cluster-domain'),
+      },
+      (key) => config.source(key),
+    ).problems,
+  );
   const role = config.get('role');
   const clusterInit = config.get('cluster-init');
   const joins = Boolean(config.get('server'));

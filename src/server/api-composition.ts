@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { serviceNetworkFromSettings } from './service-network.js';
 import { TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { X509Authenticator } from '../apiserver/x509-auth.js';
 import { RbacAuthorizer } from '../apiserver/rbac/authorizer.js';
@@ -83,6 +84,7 @@ export interface ApiComposition {
 export async function composeApi(input: ApiCompositionInput): Promise<ApiComposition> {
   const { settings, datastore, identity, logger } = input;
   const store = new ObjectStore(datastore);
+  const serviceNetwork = serviceNetworkFromSettings(settings);
   // metrics.k8s.io is read from the agents (resource-metrics.ts), once this server can reach them.
   let metrics: MetricsSource | undefined;
   const metricsSource = (): MetricsSource => {
@@ -107,7 +109,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   adminAuthenticator.add(identity.adminToken, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
   const nodeRegistry = new NodeRegistry(datastore);
   await nodeRegistry.start();
-  const client = new LocalClient(store, registry, { defaultRuntimeClass: settings.defaultRuntimeClass });
+  const client = new LocalClient(store, registry, { defaultRuntimeClass: settings.defaultRuntimeClass, serviceNetwork });
   // Which ConfigMaps and Secrets each node's pods use: all a node may read of them.
   const nodeGraph = new NodeConfigGraph(client, logger);
   await nodeGraph.start();
@@ -165,6 +167,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
       admission: new NodeRestrictionAdmission(client),
       tokens: serviceAccounts.tokens,
       defaultRuntimeClass: settings.defaultRuntimeClass,
+      serviceNetwork,
       issuerDiscovery: serviceAccounts.discovery,
       ...(input.metrics ? { metrics: input.metrics } : {}),
       kubernetesApi: input.runsApi,

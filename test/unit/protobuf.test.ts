@@ -372,12 +372,30 @@ describe('decodeKubernetesProtobuf: bodies captured from kubectl', () => {
   });
 
   it('refuses kinds Drover does not decode, naming the kind and a way out', () => {
-    const service = envelope('v1', 'Service', m(1, s(1, 'svc')));
+    const quota = envelope('v1', 'ResourceQuota', m(1, s(1, 'q')));
     assertUnsupported(
-      service,
-      /only for v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 ServiceAccount, authentication\.k8s\.io\/v1 TokenRequest, apps\/v1 Deployment, policy\/v1 PodDisruptionBudget, the rbac\.authorization\.k8s\.io\/v1 kinds and the access reviews \(got v1 Service\)/,
+      quota,
+      /only for v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 Service, v1 ServiceAccount, authentication\.k8s\.io\/v1 TokenRequest, apps\/v1 Deployment, policy\/v1 PodDisruptionBudget, the rbac\.authorization\.k8s\.io\/v1 kinds and the access reviews \(got v1 ResourceQuota\)/,
     );
-    assertUnsupported(service, /kubectl create service clusterip \.\.\. --dry-run=client -o yaml \| kubectl apply -f -/);
+    assertUnsupported(quota, /kubectl create quota/);
+  });
+
+  it('decodes a v1 Service as kubectl create service sends it (ports with IntOrString targetPorts, selector, type, clusterIP)', () => {
+    // ServicePort {1 name, 2 protocol, 3 port, 4 targetPort {1 type, 2 intVal, 3 strVal}, 5 nodePort}
+    const port1 = m(1, s(1, 'http'), s(2, 'TCP'), v(3, 80), m(4, v(1, 0), v(2, 8080), s(3, '')), v(5, 30080));
+    const port2 = m(1, s(1, 'web'), s(2, 'TCP'), v(3, 443), m(4, v(1, 1), v(2, 0), s(3, 'https')), v(5, 0));
+    const spec = m(2, port1, port2, entry(2, 'app', 'web'), s(3, '10.43.0.50'), s(4, 'NodePort'), s(7, ''), v(13, false));
+    const decoded = decodeKubernetesProtobuf(envelope('v1', 'Service', Buffer.concat([m(1, s(1, 'web'), ...emptyMetaFields()), spec]))).object;
+    assert.deepEqual(decoded.spec, {
+      ports: [
+        { name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30080 },
+        { name: 'web', protocol: 'TCP', port: 443, targetPort: 'https' },
+      ],
+      selector: { app: 'web' },
+      clusterIP: '10.43.0.50',
+      type: 'NodePort',
+    });
+    assert.equal((decoded.metadata as { name: string }).name, 'web');
   });
 
   it('recognises the magic', () => {
@@ -934,7 +952,7 @@ describe('decodeKubernetesProtobuf: malformed input', () => {
 
 describe('decodeKubernetesProtobuf: unsupported input', () => {
   it('other kinds, other versions, and an envelope without a kind', () => {
-    assertUnsupported(envelope('v1', 'Service', m(1, s(1, 'p'))), /got v1 Service/);
+    assertUnsupported(envelope('v1', 'Endpoints', m(1, s(1, 'p'))), /got v1 Endpoints/);
     assertUnsupported(envelope('apps/v1', 'StatefulSet', m(1, s(1, 'p'))), /got apps\/v1 StatefulSet/);
     assertUnsupported(envelope('extensions/v1beta1', 'Deployment', m(1, s(1, 'p'))), /got extensions\/v1beta1 Deployment.*kubectl create deployment/);
     assertUnsupported(envelope('policy/v1beta1', 'PodDisruptionBudget', m(1, s(1, 'p'))), /got policy\/v1beta1 PodDisruptionBudget/);

@@ -11,6 +11,8 @@ import { REVIEW_DEFINITIONS } from './reviews.js';
 import { RUNTIME_CLASS_DEFINITION } from './runtime-classes.js';
 import { SECRET_DEFINITION } from './secrets.js';
 import { SERVICE_ACCOUNT_DEFINITION } from './service-accounts.js';
+import { SERVICE_DEFINITION } from './services.js';
+import { ENDPOINTS_DEFINITION, ENDPOINT_SLICE_DEFINITION } from './endpoints.js';
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
 
 /**
@@ -28,6 +30,9 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   CONFIGMAP_DEFINITION,
   SECRET_DEFINITION,
   SERVICE_ACCOUNT_DEFINITION,
+  SERVICE_DEFINITION,
+  ENDPOINTS_DEFINITION,
+  ENDPOINT_SLICE_DEFINITION,
   DEPLOYMENT_DEFINITION,
   REPLICASET_DEFINITION,
   STATEFULSET_DEFINITION,

@@ -1,4 +1,5 @@
 import type { Logger } from '../../logging/logger.js';
+import type { ServiceNetwork } from '../../node-protocol/service-network.js';
 import type { Admission, Authorizer } from '../auth.js';
 import type { CallerWrite, KindContext, LogQuery, PodLogParams, ReadStrategy, ResourceDefinition, TokenIssuer, WriteSubresource } from '../definition.js';
 import { ApiError, errors } from '../errors.js';
@@ -39,6 +40,8 @@ export interface VerbsOptions {
   tokens?: TokenIssuer;
   /** The cluster's `default-runtime-class` (KindContext.defaultRuntimeClass). */
   defaultRuntimeClass?: string;
+  /** The cluster's Service network (KindContext.serviceNetwork). */
+  serviceNetwork?: ServiceNetwork;
   logger?: Logger;
 }
 
@@ -84,6 +87,7 @@ export class ResourceVerbs {
       ...(options.authorizer ? { authorizer: options.authorizer } : {}),
       ...(options.rbac ? { rbac: options.rbac } : {}),
       ...(options.defaultRuntimeClass ? { defaultRuntimeClass: options.defaultRuntimeClass } : {}),
+      ...(options.serviceNetwork ? { serviceNetwork: options.serviceNetwork } : {}),
     };
   }
 
@@ -148,7 +152,7 @@ export class ResourceVerbs {
     }
     await this.admit(ctx, 'create', { def, namespace }, obj);
     await this.authorizeWrite(ctx, def, { verb: 'create', namespace, object: obj });
-    await def.admitCreate?.(this.kindContext, obj);
+    await def.admitCreate?.(this.kindContext, obj, namespace);
     const object = await this.store.create(def, namespace, obj, { dryRun: ctx.dryRun === true });
     return { object, unknownFields };
   }
@@ -182,6 +186,7 @@ export class ResourceVerbs {
         checkPreconditions(def, name, current, { uid });
         await this.admit(ctx, 'update', target, obj, current);
         await this.authorizeWrite(ctx, def, { verb: 'update', namespace, name, object: obj, oldObject: current });
+        if (!subresource) await def.admitUpdate?.(this.kindContext, obj, current);
         return obj;
       },
       { dryRun: ctx.dryRun === true, ...(subresource ? { subresource } : {}) },
@@ -213,6 +218,7 @@ export class ResourceVerbs {
         // The patch consumes `current`; admission judges the stored object as it was.
         const stored = admission ? admissionSnapshot(current) : undefined;
         const old = callerChecked ? structuredClone(current) : undefined;
+        const before = !subresource && def.admitUpdate ? structuredClone(current) : undefined;
         // `current` is this attempt's private copy: the patch may work in it directly.
         const patched = asKubeObject(applyPatchAsApi(patchType, current, patch, def.kind, true), 'the patched object');
         checkTypeMeta(def, patched);
@@ -225,6 +231,7 @@ export class ResourceVerbs {
         unknownFields = pruneUnknownFields(def, patched, ctx.fieldValidation);
         await this.admit(ctx, 'patch', target, patched, stored);
         await this.authorizeWrite(ctx, def, { verb: 'patch', namespace, name, object: patched, ...(old ? { oldObject: old } : {}) });
+        if (before) await def.admitUpdate?.(this.kindContext, patched, before);
         return patched;
       },
       { dryRun: ctx.dryRun === true, ...(subresource ? { subresource } : {}) },
@@ -274,7 +281,7 @@ export class ResourceVerbs {
   }
 
   private deleteObject(def: ResourceDefinition, namespace: string | undefined, name: string, options: DeleteOptions): Promise<DeleteResult> {
-    if (def.delete) return def.delete(this.kindContext, name, options);
+    if (def.delete) return def.delete(this.kindContext, name, options, namespace);
     return this.store.delete(def, namespace, name, options);
   }
 
