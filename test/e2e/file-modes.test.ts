@@ -27,8 +27,8 @@ interface Rule {
 }
 
 const RULES: Rule[] = [
-  // "Directories Drover creates (server/, db/, tls/, cred/, agent/, agent/pods/ and each pod's directory and logs/) get mode 0700."
-  { pattern: /^(server|server\/(db|tls|cred)|agent|agent\/pods|agent\/pods\/[^/]+|agent\/pods\/[^/]+\/logs(\/[^/]+)?)$/, kind: 'dir', mode: 0o700 },
+  // "Directories Drover creates (server/, db/, tls/, cred/, agent/, agent/images/, agent/pods/ and each pod's directory and logs/) get mode 0700."
+  { pattern: /^(server|server\/(db|tls|cred)|agent|agent\/images|agent\/pods|agent\/pods\/[^/]+|agent\/pods\/[^/]+\/logs(\/[^/]+)?)$/, kind: 'dir', mode: 0o700 },
   // "A pod's work/ directory gets the process umask" (and what the pod writes there is its own).
   { pattern: /^agent\/pods\/[^/]+\/work$/, kind: 'dir', mode: UMASK_DIR },
   { pattern: /^agent\/pods\/[^/]+\/work\//, kind: 'dir', mode: 'skip' },
@@ -183,6 +183,7 @@ describe('files and modes, as docs/security.md lists them', () => {
     assert.equal(modeOf(serverDir), 0o700, 'the data dir the server created');
     const pod = `agent/pods/${serverPod}`;
     assertModes(serverDir, [
+      'agent/images',
       'server.lock',
       'kubeconfig.yaml',
       'token',
