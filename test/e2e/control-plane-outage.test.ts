@@ -247,7 +247,14 @@ async function outageScenario(t: TestContext, cluster: Cluster, label: string, s
     assert.equal(state.finished, false, 'the singleton\'s supervisor still runs it');
     assert.equal(state.fenced, undefined);
     assert.equal(state.outage, undefined, 'the supervisor saw renewals confirmed again and ended its outage record');
-    const now = [...(await readyPods(cluster.server, WEB)), ...(await readyPods(cluster.server, SOLO))];
+    // The same pods, all Ready again: a pod's Ready condition may lag its node's return by a status
+    // report, so this is polled; a replaced pod has another UID and never matches.
+    const expected = pods.map((p) => p.uid).sort().join(' ');
+    const readyNow = async (): Promise<Awaited<ReturnType<typeof readyPods>>> => [...(await readyPods(cluster.server, WEB)), ...(await readyPods(cluster.server, SOLO))];
+    const now = await eventually(async () => {
+      const ready = await readyNow();
+      return ready.map((p) => p.uid).sort().join(' ') === expected ? ready : undefined;
+    }, 'the same pods Ready again', 30_000).catch(async () => readyNow());
     assert.deepEqual(now.map((p) => p.uid).sort(), pods.map((p) => p.uid).sort(), 'no pod was replaced');
     assert.deepEqual(now.map((p) => p.restarts), now.map(() => 0), 'no container was restarted');
     for (const pid of pids) assert.ok(alive(pid), `pod process ${pid} is still the one running`);

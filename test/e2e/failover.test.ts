@@ -235,7 +235,13 @@ describe('failover after an abrupt loss (SQLite)', { concurrency: false }, () =>
       30_000,
     );
     note(t, `replacements ready ${(((replacedAt ?? NaN) - since) / 1000).toFixed(2)} s, node Down ${((downAt! - since) / 1000).toFixed(2)} s after SIGTERM`);
-    assert.ok(replacedAt !== undefined && replacedAt <= downAt!, 'replacements ran before the node went Down');
+    const drainLog = (): string =>
+      agent
+        .output()
+        .split('\n')
+        .filter((line) => /drain|replacements|Ready node/.test(line))
+        .join('\n');
+    assert.ok(replacedAt !== undefined && replacedAt <= downAt!, `replacements ran before the node went Down; the agent's drain said:\n${drainLog()}`);
     const exit = await agent.exited;
     assert.equal(exit.code, 0);
     for (const pod of leaving) for (const pid of containerPids(pod)) assert.ok(!alive(pid), `pod process ${pid} stopped by the drain`);
