@@ -271,10 +271,13 @@ export interface CliResult {
 /** Run `drover <args>` to completion (SIGKILL after the ceiling). */
 const runningCli = new Set<ChildProcess>();
 
-/** `node dist/cli/main.js <args>` to completion; SIGKILL (by PID) after the ceiling. */
+/**
+ * `node dist/cli/main.js <args>` to completion; SIGKILL (by PID) after the ceiling, a generous one:
+ * on a loaded 2-core machine loading the CLI alone has taken tens of seconds.
+ */
 export function runDrover(
   args: string[],
-  timeoutMs = 30_000,
+  timeoutMs = 120_000,
   options: { env?: NodeJS.ProcessEnv; cwd?: string } = {},
 ): Promise<CliResult> {
   return new Promise((resolve, reject) => {
