@@ -264,6 +264,28 @@ export class PodConfigurator {
     return { kind: 'ready', env, runtime };
   }
 
+  /**
+   * An ephemeral container's run spec (`kubectl debug`), for a pod already running under runc:
+   * its environment and image resolved as any container's. It gets no volume mounts (the pod's
+   * volumes are laid out per container when the pod starts).
+   */
+  async prepareEphemeral(pod: KubeObject, dir: string, container: Json): Promise<{ kind: 'ready'; spec: ContainerRunSpec } | { kind: 'waiting'; reason: string; message: string }> {
+    const name = String(container.name);
+    const resolved = resolveContainerEnv(container, { pod, nodeIp: this.options.nodeIp, lookup: this.lookupFor(pod), node: nodeAllocatable(dir) });
+    if (resolved.kind === 'pending') return { kind: 'waiting', reason: 'ContainerCreating', message: `waiting for the objects the environment of ${name} refers to` };
+    if (resolved.kind === 'failed') return { kind: 'waiting', reason: 'CreateContainerConfigError', message: resolved.message };
+    const ensure = this.options.ensureImage ?? (this.options.images ? storeOnlyImages(this.options.images) : undefined);
+    if (!ensure) return { kind: 'waiting', reason: 'CreateContainerError', message: 'this agent has no image store' };
+    const image = await ensure(pod, container);
+    if (image.kind === 'waiting') return image;
+    try {
+      return { kind: 'ready', spec: runcContainerSpec(pod, container, resolvedImage(image.image, image.layerDirs), resolved.env) };
+    } catch (error) {
+      if (!(error instanceof CommandError)) throw error;
+      return { kind: 'waiting', reason: error.reason, message: error.message };
+    }
+  }
+
   private containerNames(pod: KubeObject): string[] {
     const containers = isObject(pod.spec) && Array.isArray(pod.spec.containers) ? pod.spec.containers : [];
     return containers.filter(isObject).map((c) => String(c.name));

@@ -10,6 +10,7 @@ import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { type ContainerWaiting, PodConfigurator } from './pod-config.js';
 import { podStatusFrom } from './pod-status.js';
+import { EphemeralContainers } from './ephemeral-containers.js';
 import { type FencingPeer, monoNowMs, type PeerControlPlaneAnswer, writeFencingState } from './pods/fencing.js';
 import {
   killPodProcesses,
@@ -183,6 +184,8 @@ export class PodManager {
   private readonly events: EventRecorder;
   /** ConfigMaps, Secrets and volumes: what a pod needs before it starts, and its volumes' updates. */
   private readonly config: PodConfigurator;
+  /** `kubectl debug`: ephemeral containers handed to running pods' supervisors. */
+  private readonly ephemeral: EphemeralContainers;
   /** Last status written per pod uid, so unchanged status is not written again. */
   private readonly reported = new Map<string, string>();
   /** Monotonic ms when the last renewal the server confirmed was sent; 0 before the first. */
@@ -213,6 +216,7 @@ export class PodManager {
       ensureImage: options.ensureImage ?? ((pod, container) => this.puller.ensureImage(pod, container)),
       ...(options.runtimeHandlers ? { runtimeHandlers: options.runtimeHandlers } : {}),
     });
+    this.ephemeral = new EphemeralContainers({ config: this.config, events: this.events, logger: this.logger });
     this.puller = new ImagePuller({
       store: this.images,
       registries: options.registries ?? EMPTY_REGISTRIES,
@@ -385,6 +389,7 @@ export class PodManager {
             }
           }
           this.config.refresh(pod, dir);
+          if (this.ephemeral.pending(pod, dir)) this.track(uid, this.ephemeral.sync(pod, dir));
         }
         await this.report(pod, state);
       }
@@ -477,6 +482,7 @@ export class PodManager {
     this.announced.delete(pod.metadata.uid!);
     this.launchFailedAt.delete(pod.metadata.uid!);
     this.config.forget(pod.metadata.uid!);
+    this.ephemeral.forget(pod.metadata.uid!);
     this.puller.forget(pod.metadata.uid!);
     this.logger.info({ pod: name, graceSeconds: grace }, 'pod stopped and deleted');
   }
@@ -501,7 +507,15 @@ export class PodManager {
   }
 
   private async report(pod: KubeObject, state: ReturnType<typeof readRunState>, waiting?: Record<string, ContainerWaiting>): Promise<void> {
-    const status = podStatusFrom({ pod, state, nodeIp: this.options.nodeIp, now: new Date().toISOString(), ...(waiting ? { waiting } : {}) });
+    const ephemeralWaiting = this.ephemeral.waitingFor(pod.metadata.uid!);
+    const status = podStatusFrom({
+      pod,
+      state,
+      nodeIp: this.options.nodeIp,
+      now: new Date().toISOString(),
+      ...(waiting ? { waiting } : {}),
+      ...(ephemeralWaiting ? { ephemeralWaiting } : {}),
+    });
     const text = JSON.stringify(status);
     const uid = pod.metadata.uid!;
     // Before the comparison: a probe failing again changes no status, yet its event is due.

@@ -50,9 +50,30 @@ export interface PodStatusInput {
    * `CreateContainerConfigError` and its message); the others are `ContainerCreating`.
    */
   waiting?: Record<string, { reason: string; message: string }>;
+  /** Ephemeral containers not handed to the supervisor yet: why, per name. */
+  ephemeralWaiting?: Record<string, { reason: string; message: string }>;
 }
 
-export function podStatusFrom({ pod, state, nodeIp, now, waiting }: PodStatusInput): Record<string, unknown> {
+/** `status.ephemeralContainerStatuses`, as kubelet reports them (never ready, never restarted). */
+function ephemeralStatuses(pod: KubeObject, state: PodRunState | undefined, waiting: PodStatusInput['ephemeralWaiting']): Record<string, unknown>[] {
+  const specs = (getPath(pod, ['spec', 'ephemeralContainers']) as ContainerSpecLike[] | undefined) ?? [];
+  const runByName = new Map((state?.ephemeralContainers ?? []).map((c) => [c.name, c]));
+  return specs.map((spec) => {
+    const run = runByName.get(spec.name);
+    return {
+      name: spec.name,
+      state: kubeState(run?.state, run ? undefined : waiting?.[spec.name]),
+      lastState: {},
+      ready: false,
+      restartCount: 0,
+      image: spec.image ?? '',
+      imageID: run?.imageId ?? '',
+      ...(run?.containerId && !('waiting' in run.state) ? { containerID: run.containerId } : {}),
+    };
+  });
+}
+
+export function podStatusFrom({ pod, state, nodeIp, now, waiting, ephemeralWaiting }: PodStatusInput): Record<string, unknown> {
   const containers = (getPath(pod, ['spec', 'containers']) as ContainerSpecLike[] | undefined) ?? [];
   const runByName = new Map((state?.containers ?? []).map((c) => [c.name, c]));
   const statuses = containers.map((spec) => {
@@ -115,6 +136,7 @@ export function podStatusFrom({ pod, state, nodeIp, now, waiting }: PodStatusInp
     podIPs: [{ ip: nodeIp }],
     ...(state ? { startTime: state.startedAt } : {}),
     containerStatuses: statuses,
+    ...(Array.isArray(getPath(pod, ['spec', 'ephemeralContainers'])) ? { ephemeralContainerStatuses: ephemeralStatuses(pod, state, ephemeralWaiting) } : {}),
     qosClass: 'BestEffort',
   };
 }

@@ -71,6 +71,11 @@ describe('ephemeral container validation', () => {
     assert.ok(causes.every((c) => c.reason === 'FieldValueForbidden' && /cannot be set for an Ephemeral Container/.test(c.message)));
   });
 
+  it('takes empty fields as unset, as kubectl debug sends them (resources: {})', () => {
+    assert.deepEqual(validateEphemeralContainers(pod([{ ...debuggerContainer, resources: {}, ports: [], lifecycle: { preStop: null } }]).spec), []);
+    assert.equal(validateEphemeralContainers(pod([{ ...debuggerContainer, resources: { limits: { cpu: '1' } } }]).spec).length, 1);
+  });
+
   it('refuses a target that is not one of the containers (an init container is not one), and a missing image', () => {
     const causes = validateEphemeralContainers(pod([{ ...debuggerContainer, targetContainerName: 'init' }, { name: 'noimage' }]).spec);
     assert.deepEqual(fields(causes), ['spec.ephemeralContainers[0].targetContainerName', 'spec.ephemeralContainers[1].image']);

@@ -170,7 +170,7 @@ export function killPodProcesses(dir: string): void {
   try {
     // runc containers are not in their runc process' group: kill them through their cgroups.
     const spec = readRunSpec(dir);
-    if (spec.runtime === 'runc') killRuncPod(spec);
+    if (spec.runtime === 'runc') killRuncPod({ ...spec, containers: [...spec.containers, ...(spec.ephemeralContainers ?? [])] });
   } catch {
     // no readable pod.json: nothing ran under runc from it
   }
@@ -232,6 +232,6 @@ export async function releasePodRuntime(dir: string): Promise<void> {
   } catch {
     spec = undefined;
   }
-  if (spec?.runtime === 'runc') await cleanupRuncPod(dir, spec);
+  if (spec?.runtime === 'runc') await cleanupRuncPod(dir, { ...spec, containers: [...spec.containers, ...(spec.ephemeralContainers ?? [])] });
   unmountAllUnder(dir);
 }

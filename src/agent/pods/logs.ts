@@ -126,7 +126,7 @@ function instanceEnded(dir: string, container: string, instance: number): boolea
   const state = readRunState(dir);
   if (!state) return supervisorAlive(dir) === undefined;
   if (state.finished) return true;
-  const status = state.containers.find((c) => c.name === container);
+  const status = [...state.containers, ...(state.ephemeralContainers ?? [])].find((c) => c.name === container);
   if (!status || status.restartCount !== instance) return true;
   if ('running' in status.state) return supervisorAlive(dir) === undefined;
   // The log file appears just before the state says running.
@@ -226,14 +226,15 @@ export async function streamContainerLog(
     throw new PodLogError('NoSuchPod', `no pod in ${dir}: ${(error as Error).message}`);
   }
   const podName = `${spec.namespace}/${spec.name}`;
-  if (!spec.containers.some((c) => c.name === container)) {
+  if (!spec.containers.some((c) => c.name === container) && !spec.ephemeralContainers?.some((c) => c.name === container)) {
     const names = spec.containers.map((c) => c.name).join(', ');
     throw new PodLogError('NoSuchContainer', `container ${container} is not valid for pod ${podName} (its containers: ${names})`);
   }
   const instances = logInstances(dir, container);
   const current = instances.at(-1);
   if (current === undefined) {
-    const status = readRunState(dir)?.containers.find((c) => c.name === container);
+    const run = readRunState(dir);
+    const status = [...(run?.containers ?? []), ...(run?.ephemeralContainers ?? [])].find((c) => c.name === container);
     const waiting = status && 'waiting' in status.state ? `: ${status.state.waiting.reason}` : '';
     throw new PodLogError('ContainerNotStarted', `container "${container}" in pod "${podName}" is waiting to start${waiting}`);
   }

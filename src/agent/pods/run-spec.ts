@@ -150,6 +150,16 @@ export interface PodRunSpec {
   hostname?: string;
   /** runc's state directory (`<data-dir>/agent/runc`); required when runtime is runc. */
   runcRoot?: string;
+  /**
+   * runc: containers added to the running pod (`kubectl debug`). The agent appends to this list
+   * and sends the supervisor SIGUSR2; each runs once, never restarted.
+   */
+  ephemeralContainers?: EphemeralContainerRunSpec[];
+}
+
+export interface EphemeralContainerRunSpec extends ContainerRunSpec {
+  /** The container whose PID namespace it joins (its processes are visible); absent: one of its own. */
+  targetContainerName?: string;
 }
 
 export type ContainerRunState =
@@ -216,6 +226,8 @@ export interface PodRunState {
   /** why it finished: 'Completed' (all exited per restartPolicy), 'Stopped' (asked to stop), 'Fenced' */
   finishReason?: PodFinishReason;
   fenced?: { at: string; message: string };
+  /** The ephemeral containers' statuses; present (maybe empty) when the supervisor takes SIGUSR2 for new ones. */
+  ephemeralContainers?: ContainerRunStatus[];
   /** present while renewals are missing but a majority of nodes is cut off too: the workload keeps running */
   outage?: PodOutageState;
   updatedAt: string;
@@ -287,6 +299,22 @@ export function validateRunSpec(value: unknown, file: string): PodRunSpec {
   const runc = spec.runtime === 'runc';
   if (runc && !isAbsolute(spec.runcRoot)) fail('runcRoot must be an absolute path when runtime is runc');
   for (const c of spec.containers ?? []) validateContainerExtras(c, runc, (what) => fail(`container ${c.name}: ${what}`));
+  if (spec.ephemeralContainers !== undefined) {
+    if (!runc || !Array.isArray(spec.ephemeralContainers)) fail('ephemeralContainers must be a list, under runc only');
+    for (const c of spec.ephemeralContainers ?? []) {
+      if (typeof c?.name !== 'string' || !/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(c.name) || names.has(c.name)) {
+        fail(`ephemeral container name ${JSON.stringify(c?.name)} is not a DNS label or is used twice`);
+      }
+      names.add(c.name);
+      if (!Array.isArray(c.command) || !Array.isArray(c.args) || ![...c.command, ...c.args].every((a) => typeof a === 'string')) {
+        fail(`ephemeral container ${c.name}: command and args must be lists of strings`);
+      }
+      if (c.targetContainerName !== undefined && !spec.containers?.some((t) => t.name === c.targetContainerName)) {
+        fail(`ephemeral container ${c.name}: target ${String(c.targetContainerName)} is not a container of the pod`);
+      }
+      validateContainerExtras(c, runc, (what) => fail(`ephemeral container ${c.name}: ${what}`));
+    }
+  }
   return spec as PodRunSpec;
 }
 

@@ -7,7 +7,7 @@ import { INHERITED_PRIORITY_ENV, PodSupervisor, SUPERVISOR_PRIORITY_BOOST } from
 /**
  * Entry point of a pod's supervisor process: `node supervisor-main.js <podDir>`. Started
  * detached by the agent with stdout and stderr going to `<podDir>/supervisor.log`.
- * SIGTERM (or SIGINT) stops the pod gracefully.
+ * SIGTERM (or SIGINT) stops the pod gracefully; SIGUSR2 starts ephemeral containers newly in pod.json.
  */
 
 const dirArg = process.argv[2];
@@ -30,6 +30,15 @@ try {
 process.env[INHERITED_PRIORITY_ENV] = String(inheritedPriority);
 
 let supervisor: PodSupervisor | undefined;
+// The agent appended ephemeral containers to pod.json (`kubectl debug`). Listened for before
+// anything else, so the signal never finds its default action (exit).
+process.on('SIGUSR2', () => {
+  try {
+    supervisor?.addEphemeralContainers(readRunSpec(dir));
+  } catch (error) {
+    logger.error({ err: error }, 'cannot read the ephemeral containers from pod.json');
+  }
+});
 try {
   const spec = readRunSpec(dir);
   supervisor = new PodSupervisor({

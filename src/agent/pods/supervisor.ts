@@ -20,6 +20,7 @@ import {
   writeRunState,
   type ContainerRunSpec,
   type ContainerRunState,
+  type EphemeralContainerRunSpec,
   type ContainerRunStatus,
   type PodFinishReason,
   type PodRunSpec,
@@ -94,6 +95,8 @@ interface ContainerRunner {
   creating?: boolean;
   /** `stdin: true`: the socket `kubectl attach -i` writes the container's stdin through (stdin.ts). */
   stdin?: ContainerStdin;
+  /** An ephemeral container (`kubectl debug`): runs once, never restarted, does not keep the pod going. */
+  ephemeral?: EphemeralContainerRunSpec;
 }
 
 const SIGNAL_NUMBERS = os.constants.signals as Record<string, number>;
@@ -143,35 +146,62 @@ export class PodSupervisor {
     // numbers (and log file names) never repeat.
     const previous = readRunState(this.dir);
     const wasFenced = previous?.finishReason === 'Fenced';
-    this.runners = this.spec.containers.map((spec) => {
-      const before = previous?.containers.find((c) => c.name === spec.name);
-      if (wasFenced && before) {
-        // Nothing will run again: keep the record of the fencing as it was.
-        return { spec, status: before, nextBackoffMs: BACKOFF_INITIAL_MS, done: true };
-      }
-      const ran = before !== undefined && !('waiting' in before.state && before.state.waiting.reason === 'ContainerCreating');
-      const runc =
-        this.spec.runtime === 'runc'
-          ? new RuncContainer(this.dir, this.spec, spec, (message, details) => this.logger.warn({ container: spec.name, ...details }, message))
-          : undefined;
-      return {
-        spec,
-        status: {
-          name: spec.name,
-          state: { waiting: { reason: 'ContainerCreating' } },
-          restartCount: before ? before.restartCount + (ran ? 1 : 0) : 0,
-          ...(before?.probes ? { probes: before.probes } : {}),
-          ...(runc ? { containerId: `runc://${runc.id}` } : {}),
-          ...(spec.image ? { imageId: imageId(spec.image.ref, spec.image.digest) } : {}),
-        },
-        nextBackoffMs: BACKOFF_INITIAL_MS,
-        done: false,
-        ...(runc ? { runc } : {}),
-        ...(spec.stdin ? { stdin: new ContainerStdin(this.dir, spec.name, spec.stdinOnce === true, (message, details) => this.logger.warn(details, message)) } : {}),
-      };
-    });
+    this.runners = this.spec.containers.map((spec) => this.newRunner(spec, previous?.containers.find((c) => c.name === spec.name), wasFenced));
+    for (const spec of this.spec.ephemeralContainers ?? []) {
+      this.runners.push(this.newRunner(spec, previous?.ephemeralContainers?.find((c) => c.name === spec.name), wasFenced, spec));
+    }
     if (wasFenced) {
       this.fencedAt = previous.fenced ?? { at: previous.updatedAt, message: 'fenced by an earlier supervisor' };
+    }
+  }
+
+  /** A container's runner; `before`: its status from an earlier supervisor on this pod dir. */
+  private newRunner(spec: ContainerRunSpec, before: ContainerRunStatus | undefined, wasFenced: boolean, ephemeral?: EphemeralContainerRunSpec): ContainerRunner {
+    // Fenced, nothing runs again: keep the record as it was. An ephemeral container runs once:
+    // one an earlier supervisor started stays as it ended.
+    if ((wasFenced || ephemeral) && before) {
+      return { spec, status: before, nextBackoffMs: BACKOFF_INITIAL_MS, done: true, ...(ephemeral ? { ephemeral } : {}) };
+    }
+    const ran = before !== undefined && !('waiting' in before.state && before.state.waiting.reason === 'ContainerCreating');
+    const runc =
+      this.spec.runtime === 'runc'
+        ? new RuncContainer(this.dir, this.spec, spec, (message, details) => this.logger.warn({ container: spec.name, ...details }, message))
+        : undefined;
+    return {
+      spec,
+      status: {
+        name: spec.name,
+        state: { waiting: { reason: 'ContainerCreating' } },
+        restartCount: before ? before.restartCount + (ran ? 1 : 0) : 0,
+        ...(before?.probes ? { probes: before.probes } : {}),
+        ...(runc ? { containerId: `runc://${runc.id}` } : {}),
+        ...(spec.image ? { imageId: imageId(spec.image.ref, spec.image.digest) } : {}),
+      },
+      nextBackoffMs: BACKOFF_INITIAL_MS,
+      done: false,
+      ...(runc ? { runc } : {}),
+      ...(spec.stdin ? { stdin: new ContainerStdin(this.dir, spec.name, spec.stdinOnce === true, (message, details) => this.logger.warn(details, message)) } : {}),
+      ...(ephemeral ? { ephemeral } : {}),
+    };
+  }
+
+  /**
+   * The agent added ephemeral containers to pod.json (SIGUSR2): start the new ones in the pod's
+   * sandbox. Nothing else of the run spec is taken up: the pod's containers run as they were started.
+   */
+  addEphemeralContainers(spec: PodRunSpec): void {
+    if (this.isTerminal() || this.stopping) return;
+    for (const added of spec.ephemeralContainers ?? []) {
+      if (this.runners.some((r) => r.spec.name === added.name)) continue;
+      const runner = this.newRunner(added, undefined, false, added);
+      this.runners.push(runner);
+      this.logger.info({ container: added.name, target: added.targetContainerName }, 'ephemeral container added');
+      try {
+        runner.stdin?.listen();
+      } catch (error) {
+        this.logger.warn({ err: error, container: added.name }, 'cannot open the stdin socket; attach -i is unavailable');
+      }
+      this.startContainer(runner);
     }
   }
 
@@ -180,7 +210,8 @@ export class PodSupervisor {
       uid: this.spec.uid,
       supervisorPid: process.pid,
       startedAt: this.startedAt,
-      containers: this.runners.map((r) => structuredClone(r.status)),
+      containers: this.runners.filter((r) => !r.ephemeral).map((r) => structuredClone(r.status)),
+      ephemeralContainers: this.runners.filter((r) => r.ephemeral).map((r) => structuredClone(r.status)),
       finished: this.finishReason !== undefined,
       updatedAt: nowIso(),
     };
@@ -225,7 +256,7 @@ export class PodSupervisor {
       } catch (error) {
         this.logger.warn({ err: error, container: runner.spec.name }, 'cannot open the stdin socket; attach -i is unavailable');
       }
-      if (!this.isTerminal()) this.startContainer(runner);
+      if (!this.isTerminal() && !runner.done) this.startContainer(runner);
     }
   }
 
@@ -305,6 +336,7 @@ export class PodSupervisor {
   private async startRuncContainer(runner: ContainerRunner, runc: RuncContainer): Promise<void> {
     runner.creating = true;
     try {
+      if (runner.ephemeral?.targetContainerName) runc.pidNamespace = await this.targetPidNamespace(runner.ephemeral.targetContainerName);
       await runc.prepare();
     } catch (error) {
       runner.creating = false;
@@ -331,6 +363,15 @@ export class PodSupervisor {
       return;
     }
     this.attachChild(runner, child);
+  }
+
+  /** The PID namespace of a running container (an ephemeral container's target), by its init's pid as runc reports it. */
+  private async targetPidNamespace(name: string): Promise<string> {
+    const target = this.runners.find((r) => r.spec.name === name && !r.ephemeral);
+    if (!target?.runc || !target.child || !this.spec.runcRoot) throw new Error(`target container ${name} is not running`);
+    const state = await runcState(this.spec.runcRoot, target.runc.id);
+    if (!state?.pid) throw new Error(`target container ${name} is not running (runc reports ${state?.status ?? 'nothing'})`);
+    return `/proc/${state.pid}/ns/pid`;
   }
 
   private startProcessContainer(runner: ContainerRunner): void {
@@ -425,8 +466,11 @@ export class PodSupervisor {
   }
 
   private createFailed(runner: ContainerRunner, message: string): void {
-    if (this.isTerminal() || this.stopping) {
+    if (this.isTerminal() || this.stopping || runner.ephemeral) {
+      // An ephemeral container is tried once, as kubelet does: it says why in its status.
+      if (runner.ephemeral) runner.status.state = { waiting: { reason: 'CreateContainerError', message } };
       runner.done = true;
+      this.writeState();
       this.maybeFinish();
       return;
     }
@@ -475,6 +519,7 @@ export class PodSupervisor {
       return;
     }
     const restart =
+      !runner.ephemeral &&
       !this.stopping &&
       !this.isTerminal() &&
       // A container a probe killed restarts unless the policy is Never, whatever its exit code (kubelet).
@@ -536,7 +581,8 @@ export class PodSupervisor {
 
   private maybeFinish(): void {
     if (this.finishing || this.finishReason) return;
-    if (!this.runners.every((r) => r.done && !r.child)) return;
+    // Ephemeral containers do not keep a pod going: finish() kills those still running.
+    if (!this.runners.every((r) => r.ephemeral || (r.done && !r.child))) return;
     this.finish(this.fencedAt ? 'Fenced' : this.stopping ? 'Stopped' : 'Completed');
   }
 
@@ -547,6 +593,7 @@ export class PodSupervisor {
       clearTimeout(runner.restartTimer);
       runner.probes?.stop();
       runner.stdin?.close();
+      if (runner.ephemeral && runner.child) this.killRunner(runner);
     }
     this.finishReason = reason;
     this.fenceWatch?.stop();

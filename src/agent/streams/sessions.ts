@@ -141,7 +141,8 @@ export class AgentStreams {
     } catch (error) {
       throw new Refusal(400, (error as Error).message);
     }
-    const containerSpec = spec.containers.find((c) => c.name === container);
+    // An ephemeral container too: `kubectl debug` attaches to the one it added.
+    const containerSpec = [...spec.containers, ...(spec.ephemeralContainers ?? [])].find((c) => c.name === container);
     if (!containerSpec) throw new Refusal(404, `container ${container} is not valid for pod ${podName}`);
     this.checkRunning(dir, spec, container);
     if (kind === 'attach') {
@@ -185,7 +186,8 @@ export class AgentStreams {
   }
 
   private checkRunning(dir: string, spec: PodRunSpec, container: string): void {
-    const state = readRunState(dir)?.containers.find((c) => c.name === container)?.state;
+    const run = readRunState(dir);
+    const state = [...(run?.containers ?? []), ...(run?.ephemeralContainers ?? [])].find((c) => c.name === container)?.state;
     if (state && 'running' in state) return;
     const why = !state ? 'it has not started' : 'waiting' in state ? `waiting: ${state.waiting.reason}` : `terminated: ${state.terminated.reason}`;
     throw new Refusal(400, `container ${container} is not running in pod ${spec.namespace}/${spec.name} (${why})`);

@@ -31,6 +31,13 @@ export const EPHEMERAL_FORBIDDEN_FIELDS: readonly string[] = [
 
 const FIELD = 'spec.ephemeralContainers';
 
+function isSet(value: unknown): boolean {
+  if (value === undefined || value === null || value === '') return false;
+  if (Array.isArray(value)) return value.length > 0;
+  if (isObject(value)) return Object.values(value).some(isSet);
+  return true;
+}
+
 function list(spec: Json, field: string): unknown[] {
   const value = spec[field];
   return Array.isArray(value) ? value : [];
@@ -75,7 +82,8 @@ export function validateEphemeralContainers(spec: unknown): StatusCause[] {
       causes.push({ reason: 'FieldValueRequired', message: 'Required value', field: `${at}.image` });
     }
     for (const field of EPHEMERAL_FORBIDDEN_FIELDS) {
-      if (c[field] !== undefined && c[field] !== null) {
+      // Set means non-empty: kubectl debug sends `resources: {}`, which Kubernetes takes as unset.
+      if (isSet(c[field])) {
         causes.push({ reason: 'FieldValueForbidden', message: 'Forbidden: cannot be set for an Ephemeral Container', field: `${at}.${field}` });
       }
     }

@@ -57,6 +57,8 @@ export interface OciConfig {
 
 /** The pod sandbox's namespaces to join (pinned files); a missing one is new (IPC, UTS) or the host's (network). */
 export interface SandboxNamespaces {
+  /** Another container's PID namespace to join (an ephemeral container's target); absent: its own. */
+  pid?: string;
   ipc?: string;
   uts?: string;
   network?: string;
@@ -152,7 +154,7 @@ export function ociMount(mount: ContainerMount): OciMount {
 }
 
 function namespaces(ns: SandboxNamespaces): OciNamespace[] {
-  const list: OciNamespace[] = [{ type: 'pid' }, { type: 'mount' }, ns.ipc ? { type: 'ipc', path: ns.ipc } : { type: 'ipc' }, ns.uts ? { type: 'uts', path: ns.uts } : { type: 'uts' }];
+  const list: OciNamespace[] = [ns.pid ? { type: 'pid', path: ns.pid } : { type: 'pid' }, { type: 'mount' }, ns.ipc ? { type: 'ipc', path: ns.ipc } : { type: 'ipc' }, ns.uts ? { type: 'uts', path: ns.uts } : { type: 'uts' }];
   // Without a pod network the container shares the host's network namespace (no entry = the runtime's).
   if (ns.network) list.push({ type: 'network', path: ns.network });
   return list;

@@ -26,6 +26,8 @@ export class RuncContainer {
   readonly cgroup: string;
   readonly root: string;
   private rootfsKind: RootfsKind | undefined;
+  /** Set before `prepare`: the PID namespace to join (`/proc/<pid>/ns/pid` of an ephemeral container's target). */
+  pidNamespace: string | undefined;
 
   constructor(
     private readonly podDir: string,
@@ -56,7 +58,7 @@ export class RuncContainer {
       spec: this.spec,
       container: this.container,
       rootfs: 'rootfs',
-      namespaces: { ipc: sandbox.ipc, uts: sandbox.uts },
+      namespaces: { ipc: sandbox.ipc, uts: sandbox.uts, ...(this.pidNamespace ? { pid: this.pidNamespace } : {}) },
       cgroupsPath: this.cgroup,
       shmPath: sandbox.shm,
       podFiles: sandbox.files,
