@@ -42,12 +42,32 @@ function writeSubresource(name: string | undefined): WriteSubresource | undefine
   return name === 'status' || name === 'ephemeralcontainers' ? name : undefined;
 }
 
+/**
+ * kubectl before 1.22 (Debian's 1.20) PUTs the alpha `EphemeralContainers` kind (metadata and the
+ * whole list) to pods/ephemeralcontainers; since 1.22 that path takes (and GET answers) a Pod, which
+ * such a kubectl reads as an empty list. So the containers it names are added to the stored ones
+ * (removing one is refused anyway), then judged by the same rules: one named again must be unchanged.
+ */
+function legacyEphemeralContainers(obj: KubeObject, current: KubeObject): KubeObject {
+  const sent = (obj as { ephemeralContainers?: unknown }).ephemeralContainers;
+  const spec = current.spec as { ephemeralContainers?: unknown } | undefined;
+  const stored = Array.isArray(spec?.ephemeralContainers) ? (spec.ephemeralContainers as unknown[]) : [];
+  const nameOf = (c: unknown): unknown => (isJsonObject(c) ? c.name : undefined);
+  const sentByName = new Map((Array.isArray(sent) ? sent : []).map((c) => [nameOf(c), c]));
+  const merged = [...stored.map((c) => sentByName.get(nameOf(c)) ?? c), ...[...sentByName.values()].filter((c) => !stored.some((s) => nameOf(s) === nameOf(c)))];
+  const { resourceVersion: _ignored, ...metadata } = obj.metadata;
+  return { apiVersion: 'v1', kind: 'Pod', metadata, spec: { ephemeralContainers: merged } };
+}
+
 export async function serveUpdate(call: HttpCall): Promise<void> {
   const { verbs, ctx, req, res, url, request } = call;
   const negotiated = negotiate(req.headers.accept);
   const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
-  const obj = await readObject(req, fieldValidation);
+  let obj = await readObject(req, fieldValidation);
   const subresource = writeSubresource(request.subresource);
+  if (subresource === 'ephemeralcontainers' && obj.kind === 'EphemeralContainers') {
+    obj = legacyEphemeralContainers(obj, await verbs.get(ctx, request.def, request.namespace, request.name!));
+  }
   const { object, unknownFields } = await verbs.update({ ...ctx, fieldValidation }, request.def, request.namespace, request.name!, obj, subresource);
   respondObject(res, 200, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
 }

@@ -72,8 +72,6 @@ describe('Status bodies as kube-apiserver shapes them', () => {
       ['GET', '/apis/nope.example.com/v1', undefined],
       ['GET', '/apis/apps/v9/deployments', undefined],
       ['GET', '/not/an/api/path', undefined],
-      // What kubectl debug sends: ephemeral containers are not served.
-      ['PATCH', `${pods}/dbg/ephemeralcontainers`, { spec: { ephemeralContainers: [] } }],
       ['GET', `${pods}/dbg/nosuchsubresource`, undefined],
     ];
     for (const [method, urlPath, body] of paths) {
@@ -293,13 +291,17 @@ describe('Status bodies as kube-apiserver shapes them', () => {
   for (const [index, client] of kubectlClients().entries()) {
     const kubectl = (args: string[]) => runKubectl(client, server.kubeconfig, path.join(work, `cache-${index}`), args);
 
-    it(`${client.name}: kubectl debug fails with a clear error instead of a panic (ephemeral containers are not served)`, async () => {
+    it(`${client.name}: kubectl debug adds ephemeral containers (pods/ephemeralcontainers)`, async () => {
       const name = `debug-${index}`;
       assert.equal((await request(server, 'POST', pods, { body: pod(name) })).status, 201);
-      const result = await kubectl(['debug', name, '--image=busybox']);
-      assert.notEqual(result.code, 0, result.stdout);
-      assert.doesNotMatch(result.stderr, /panic|nil pointer|goroutine/);
-      assert.match(result.stderr, /ephemeral containers are disabled for this cluster \(error from server: "the server could not find the requested resource"\)/);
+      // Twice: the second sees the first (kubectl 1.20 speaks the alpha EphemeralContainers kind).
+      for (const debugger_ of ['first', 'second']) {
+        const result = await kubectl(['debug', name, '--image=busybox', `--container=${debugger_}`]);
+        assert.equal(result.code, 0, result.stderr);
+        assert.doesNotMatch(result.stderr, /panic|nil pointer|goroutine/);
+      }
+      const stored = (await request(server, 'GET', `${pods}/${name}`)).json as { spec: { ephemeralContainers?: { name: string; image: string }[] } };
+      assert.deepEqual(stored.spec.ephemeralContainers?.map((c) => `${c.name} ${c.image}`), ['first busybox', 'second busybox']);
     });
 
     it(`${client.name}: kubectl renders a 404 of an unknown path, and deletes a deployment answered with a Status`, async () => {
