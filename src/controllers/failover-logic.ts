@@ -84,7 +84,8 @@ export function majoritySilentDuring(histories: readonly SilenceHistory[], from:
 
 export type FailoverDecision =
   | { action: 'keep'; why: string }
-  | { action: 'wait'; untilMs: number; why: string }
+  /** `outage`: held by the outage rule (most nodes silent at once), not by the node's own silence. */
+  | { action: 'wait'; untilMs: number; why: string; outage?: true }
   | { action: 'evict'; message: string }
   | { action: 'replace-singleton'; message: string };
 
@@ -127,6 +128,7 @@ export function decideFailover(pod: KubeObject, facts: LostNodeFacts, now: numbe
       action: 'wait',
       untilMs: now + settings.fencingMarginMs,
       why: 'most nodes were silent at once within fencing-timeout + margin: an outage, during which nodes keep their singletons',
+      outage: true,
     };
   }
   const safeAt = facts.lastRenewalObservedAt + settings.fencingTimeoutMs + settings.fencingMarginMs;

@@ -28,6 +28,17 @@ interface LostNode {
   since: number;
   admitted: boolean;
   announced: boolean;
+  /** When the outage rule first held one of its singletons (its SingletonFailover says so: that wait is not the node's). */
+  outageHoldSince?: number;
+}
+
+/**
+ * For a SingletonFailover message: how long past its safe time (`safeAt`, the last renewal +
+ * fencing-timeout + margin) the singleton waited, when the outage rule held it.
+ */
+function outageHold(lost: LostNode, now: number, safeAt: number): string {
+  if (lost.outageHoldSince === undefined || now <= safeAt) return '';
+  return `; held ${((now - safeAt) / 1000).toFixed(1)}s past that because most nodes were silent at once within fencing-timeout + margin (the outage rule)`;
 }
 
 function isLost(node: KubeObject): boolean {
@@ -184,6 +195,10 @@ export class FailoverController {
     for (const pod of pods) {
       const uid = pod.metadata.uid!;
       const decision = decideFailover(pod, facts, now, this.settings);
+      if (decision.action === 'wait' && decision.outage && lost.outageHoldSince === undefined) {
+        lost.outageHoldSince = now;
+        this.logger.info({ node: name, pod: pod.metadata.name }, `singleton held: ${decision.why}`);
+      }
       if (decision.action !== 'evict' && decision.action !== 'replace-singleton') continue;
       if (this.handled.get(uid) === decision.action) continue;
       const ref = { kind: 'Pod', name: pod.metadata.name!, namespace: pod.metadata.namespace!, uid };
@@ -210,7 +225,12 @@ export class FailoverController {
           }
           await this.client.delete(PODS, pod.metadata.namespace, pod.metadata.name!, { gracePeriodSeconds: 0, preconditions: { uid } });
           this.handled.set(uid, decision.action);
-          await this.events.record(ref, 'Warning', 'SingletonFailover', `Deleted singleton ${pod.metadata.namespace}/${pod.metadata.name} from lost node ${name} so it can start elsewhere: ${decision.message}`);
+          await this.events.record(
+            ref,
+            'Warning',
+            'SingletonFailover',
+            `Deleted singleton ${pod.metadata.namespace}/${pod.metadata.name} from lost node ${name} so it can start elsewhere: ${decision.message}${outageHold(lost, now, facts.lastRenewalObservedAt + this.settings.fencingTimeoutMs + this.settings.fencingMarginMs)}`,
+          );
         }
       } catch (error) {
         if (error instanceof ApiError && (error.code === 404 || error.code === 409)) {

@@ -123,4 +123,37 @@ describe('failover controller on a fake clock', () => {
     const single = await api.client.get(PODS, 'default', 'single');
     assert.ok(single && !single.metadata.deletionTimestamp, 'the singleton is neither evicted nor replaced during an outage');
   });
+
+  it('a singleton held by a moment when most nodes were late is replaced later, and its event says why', async () => {
+    // A loaded host: while node a is lost, b and c renew 1.75 s apart once (past the 1.5 s
+    // controller silence, short of grace/2), so for a moment 3 of 4 nodes are silent at once.
+    const nodes = ['a', 'b', 'c', 'd'].map((name) => new InProcessNode(api, clock, name));
+    for (const n of nodes) {
+      await n.register();
+      await n.renew();
+    }
+    await api.client.create(PODS, 'default', pod('single', 'a', { [AT_MOST_ONE_ANNOTATION]: 'true' }));
+    await informers.start();
+    await lifecycle.start();
+    failover.start();
+    const [, b, c, d] = nodes as [InProcessNode, InProcessNode, InProcessNode, InProcessNode];
+    const all = async (): Promise<void> => {
+      await b.renew();
+      await c.renew();
+      await d.renew();
+    };
+    // a's last renewal is at 0; b and c renew until 1 s, skip to 2.75 s (silent over [2.5, 2.75)).
+    await advance(clock, 1250, all);
+    await advance(clock, 1500, () => d.renew());
+    await advance(clock, FENCING_MS + FENCING_MARGIN_MS - 2750 + 1500, all);
+    await eventually(async () => (await nodes[0]!.state()) === 'Unavailable', 'a Unavailable', 5000, 5);
+    // 6.5 s after a's last renewal, past fencing-timeout + margin (5 s), but within 5 s of the
+    // moment most nodes were silent: still held.
+    const held = await api.client.get(PODS, 'default', 'single');
+    assert.ok(held && !held.metadata.deletionTimestamp, 'the singleton waits out the outage window');
+    await advance(clock, 2000, all);
+    await eventually(async () => !(await api.client.get(PODS, 'default', 'single')), 'singleton replaced once the window has passed', 5000, 5);
+    const event = (await api.client.list(EVENTS, 'default')).items.find((e) => e.reason === 'SingletonFailover');
+    assert.match(String(event?.message), /held \d+\.\ds past that because most nodes were silent at once/, String(event?.message));
+  });
 });
