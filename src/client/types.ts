@@ -20,6 +20,9 @@ export const NAMESPACES: ResourceRef = { group: '', version: 'v1', plural: 'name
 export const CONFIGMAPS: ResourceRef = { group: '', version: 'v1', plural: 'configmaps', namespaced: true };
 export const SECRETS: ResourceRef = { group: '', version: 'v1', plural: 'secrets', namespaced: true };
 export const SERVICEACCOUNTS: ResourceRef = { group: '', version: 'v1', plural: 'serviceaccounts', namespaced: true };
+export const SERVICES: ResourceRef = { group: '', version: 'v1', plural: 'services', namespaced: true };
+export const ENDPOINTS: ResourceRef = { group: '', version: 'v1', plural: 'endpoints', namespaced: true };
+export const ENDPOINTSLICES: ResourceRef = { group: 'discovery.k8s.io', version: 'v1', plural: 'endpointslices', namespaced: true };
 export const LEASES: ResourceRef = {
   group: 'coordination.k8s.io',
   version: 'v1',

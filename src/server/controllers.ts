@@ -6,6 +6,8 @@ import type { NodeRegistry } from '../cluster/node-registry.js';
 import type { ServerSettings } from '../config/schema.js';
 import type { DerivedTimings } from '../config/timings.js';
 import { ControllerManager } from '../controllers/controller-manager.js';
+import { EndpointsController } from '../controllers/endpoints.js';
+import type { KubernetesServiceReconciler } from './kubernetes-service.js';
 import { ClusterRoleAggregationController } from '../controllers/rbac-aggregation.js';
 import type { Logger } from '../logging/logger.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
@@ -35,6 +37,8 @@ export interface ControllerDeps {
   serviceAccounts: ServiceAccountSetup;
   /** The CA of the API servers' certificates (`ca.crt` of legacy token Secrets). */
   caCertificatePem: string;
+  /** Keeps the default `kubernetes` Service and its endpoints while this server leads. */
+  kubernetesService?: KubernetesServiceReconciler;
 }
 
 export function startControllers(deps: ControllerDeps): ControllerManager {
@@ -55,8 +59,15 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
       fencingTimeoutMs: timings.fencingTimeoutMs,
       defaultUnavailableTolerationMs: settings.defaultUnavailableTolerationMs,
     },
-    extraControllers: [records, new ClusterRoleAggregationController(client, logger.child({ controller: 'clusterrole-aggregation' }))],
-    termControllers: serviceAccountControllers(serviceAccounts, client, logger, deps.caCertificatePem),
+    extraControllers: [
+      records,
+      new ClusterRoleAggregationController(client, logger.child({ controller: 'clusterrole-aggregation' })),
+      ...(deps.kubernetesService ? [deps.kubernetesService] : []),
+    ],
+    termControllers: [
+      ...serviceAccountControllers(serviceAccounts, client, logger, deps.caCertificatePem),
+      (informers, clock) => new EndpointsController(client, informers, logger.child({ controller: 'endpoints' }), { clock }),
+    ],
     lifecycle: {
       tickMs: timings.lifecycleTickMs,
       ...(metrics

@@ -1,4 +1,6 @@
 import { defaultNodeIp } from '../agent/identity.js';
+import { KubernetesServiceReconciler } from './kubernetes-service.js';
+import { serviceNetworkFromSettings } from './service-network.js';
 import type { ApiServerDirectory } from '../cluster/apiservers.js';
 import { checkClusterRecord } from '../config/cluster-record.js';
 import { publication, publishConfig, publishedValues } from '../config/drift.js';
@@ -155,6 +157,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       runsApi,
       serviceAccounts,
       caCertificatePem,
+      kubernetesService: new KubernetesServiceReconciler(client, directory, serviceNetworkFromSettings(settings), logger.child({ controller: 'kubernetes-service' })),
     });
     let embeddedAgent: EmbeddedAgent | undefined;
     if (!settings.disableAgent) {

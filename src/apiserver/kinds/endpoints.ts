@@ -53,7 +53,7 @@ function portCauses(port: Obj, at: string, nameRequired: boolean, portRequired: 
 }
 
 /** An endpoint address that no Service may send traffic to (kube refuses these too). */
-function unroutable(ip: string): string | undefined {
+export function unroutable(ip: string): string | undefined {
   if (ip === '0.0.0.0' || ip === '::') return 'may not be unspecified (0.0.0.0)';
   if (ip.startsWith('127.') || ip === '::1') return 'may not be in the loopback range (127.0.0.0/8, ::1/128)';
   if (ip.startsWith('169.254.') || ip.toLowerCase().startsWith('fe80:')) return 'may not be in the link-local range (169.254.0.0/16, fe80::/10)';
