@@ -114,8 +114,8 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
   const opaques: string[] = [];
   const skipped: string[] = [];
   const problems: string[] = [];
-  const links: PendingLink[] = [];
-  const symlinkPaths = new Set<string>();
+  // Symlinks to make after the files, by path; a Map keeps the order of their (last) entries.
+  const links = new Map<string, PendingLink>();
 
   const filter = (entryPath: string, entry: ReadEntry | fs.Stats): boolean => {
     const e = entry as ReadEntry;
@@ -131,20 +131,24 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
       else if (base.length > WHITEOUT_PREFIX.length) whiteouts.push(parent ? `${parent}/${base.slice(WHITEOUT_PREFIX.length)}` : base.slice(WHITEOUT_PREFIX.length));
       return false;
     }
-    if (e.type === 'SymbolicLink' || (e.type === 'Link' && symlinkPaths.has(cleanPath(String(e.linkpath)) ?? ''))) {
-      // A hard link to a symlink is another symlink with the same target.
-      const target = e.type === 'SymbolicLink' ? String(e.linkpath) : links.find((l) => l.path === cleanPath(String(e.linkpath)))!.target;
-      const earlier = links.findIndex((l) => l.path === clean);
-      if (earlier >= 0) links.splice(earlier, 1);
-      links.push({ path: clean, target, uid: e.uid, gid: e.gid, mtime: e.mtime });
-      symlinkPaths.add(clean);
+    const linkTarget = e.type === 'Link' ? cleanPath(String(e.linkpath)) : undefined;
+    if (e.type === 'Link' && linkTarget === undefined) {
+      problems.push(`hard link ${JSON.stringify(entryPath)} points out of the layer with .. (${JSON.stringify(String(e.linkpath))})`);
       return false;
     }
-    if (symlinkPaths.has(clean)) {
-      // A later entry for the same path replaces the symlink, as it would on any tar extraction.
-      symlinkPaths.delete(clean);
-      links.splice(links.findIndex((l) => l.path === clean), 1);
+    if (e.type === 'SymbolicLink' || (linkTarget !== undefined && links.has(linkTarget))) {
+      // A hard link to a symlink is another symlink with the same target.
+      const target = e.type === 'SymbolicLink' ? String(e.linkpath) : links.get(linkTarget!)!.target;
+      links.delete(clean);
+      links.set(clean, { path: clean, target, uid: e.uid, gid: e.gid, mtime: e.mtime });
+      return false;
     }
+    // A later entry for the same path replaces the symlink, as it would on any tar extraction.
+    links.delete(clean);
+    // The tar package runs with preservePaths (see below), so the paths it gets are the clean,
+    // relative ones: nothing absolute, no '..', for the entry and for a hard link's target.
+    e.path = clean === '' ? '.' : clean;
+    if (linkTarget !== undefined) e.linkpath = linkTarget;
     return true;
   };
   // UnpackSync: each file's syscalls run one after another on this thread. The asynchronous
@@ -152,12 +156,20 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
   // at a time, and on a busy machine that wait, not the work, was most of an unpack (about
   // 4x slower than GNU tar; see bench/images.ts). Chunks come from the stream, so the event
   // loop runs between them.
+  //
+  // preservePaths: without it the tar package makes each file's parent directories by a mkdir
+  // and an lstat per path component, each mkdir failing with EEXIST (a thrown error) - most of
+  // its syscalls per file. With it, one recursive mkdir of the parent. What it turns off is
+  // done here instead: the filter above hands it only clean relative paths (no root, no '..',
+  // also for hard-link targets), and no symlink exists in the directory while the tar package
+  // writes (they are all made afterwards, below), so nothing can be written through one.
   const unpack = new UnpackSync({
     cwd: fsDir,
     filter,
     chmod: true,
     processUmask: 0,
     maxDepth: Infinity,
+    preservePaths: true,
     onwarn: (code: string, message: string | Error, data: Record<string, unknown>) => {
       const text = message instanceof Error ? message.message : message;
       const entryPath = (data.entry as ReadEntry | undefined)?.path;
@@ -186,7 +198,7 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
   }
   if (problems.length) throw new LayerError(`layer ${options.blob} cannot be unpacked safely: ${problems.slice(0, 5).join('; ')}`);
 
-  for (const link of links) {
+  for (const link of links.values()) {
     const file = path.join(fsDir, link.path);
     if (!insideWithoutSymlinks(fsDir, path.posix.dirname(link.path))) {
       skipped.push(`${link.path}: symlink below another symlink`);

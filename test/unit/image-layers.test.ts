@@ -3,9 +3,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { describe, it } from 'node:test';
-import { applyLayers, LayerError, unpackedLayerAt } from '../../src/images/layers.js';
+import { applyLayers, LayerError, unpackLayer, unpackedLayerAt } from '../../src/images/layers.js';
 import { ImageStore } from '../../src/images/store.js';
-import { buildTestImage, type LayerEntry, type TestImage } from '../helpers/images.js';
+import { buildTestImage, type LayerEntry, sha256, type TarEntry, tarBytes, type TestImage } from '../helpers/images.js';
 import { tempDir } from '../helpers/server.js';
 
 /**
@@ -122,6 +122,52 @@ describe('image layers: OCI whiteouts', () => {
 });
 
 describe('image layers: hostile layers', () => {
+  /** A raw tar (paths as given, not cleaned by the test image builder) unpacked into a fresh work dir. */
+  async function unpackRaw(entries: TarEntry[]): Promise<{ fsDir: string; result: Promise<unknown> }> {
+    const tar = tarBytes(entries);
+    const workDir = path.join(tempDir('image-raw-layer'), 'work');
+    fs.mkdirSync(workDir);
+    const result = unpackLayer({ source: Readable.from([tar]), compression: 'none', diffId: sha256(tar), blob: 'sha256:raw', workDir, overlayMarks: false });
+    return { fsDir: path.join(workDir, 'fs'), result };
+  }
+
+  it('unpacks absolute entry paths inside the layer, never at the host path they name', async () => {
+    const outside = tempDir('image-outside');
+    const hostFile = path.join(outside, 'planted');
+    const modeBefore = fs.statSync(outside).mode;
+    const { fsDir, result } = await unpackRaw([
+      { path: `${outside}/`, type: 'Directory', mode: 0o700 },
+      { path: hostFile, type: 'File', content: Buffer.from('inside\n') },
+    ]);
+    await result;
+    assert.equal(fs.existsSync(hostFile), false, 'nothing written at the host path');
+    assert.equal(fs.readFileSync(path.join(fsDir, hostFile), 'utf8'), 'inside\n');
+    assert.equal(fs.statSync(outside).mode, modeBefore, 'the host directory named by the entry keeps its mode');
+    assert.equal(fs.statSync(path.join(fsDir, outside)).mode & 0o777, 0o700, 'its namesake inside the layer got the mode');
+  });
+
+  it('never hard-links a host file: an absolute hard-link target is read inside the layer', async () => {
+    const outside = tempDir('image-outside');
+    const secret = path.join(outside, 'secret');
+    fs.writeFileSync(secret, 'host secret\n');
+    const { fsDir, result } = await unpackRaw([{ path: 'leak', type: 'Link', linkpath: secret }]);
+    await assert.rejects(result, LayerError, 'the target does not exist inside the layer');
+    assert.equal(fs.statSync(secret).nlink, 1, 'the host file got no second name');
+    assert.equal(fs.existsSync(path.join(fsDir, 'leak')), false);
+  });
+
+  it('refuses a hard link whose target climbs out with ..', async () => {
+    const { result } = await unpackRaw([
+      { path: 'a', type: 'File', content: Buffer.from('a\n') },
+      { path: 'dir/leak', type: 'Link', linkpath: '../../a' },
+    ]);
+    await assert.rejects(result, (error: unknown) => {
+      assert.ok(error instanceof LayerError);
+      assert.match(error.message, /hard link "dir\/leak" points out of the layer/);
+      return true;
+    });
+  });
+
   it('refuses a layer with a path that climbs out with ..', async () => {
     const store = await stored(buildTestImage({ name: 'bad:1', base: 'empty', layers: [[{ path: '../escaped', content: 'x' }]] }));
     await assert.rejects(store.layerDirs(await store.resolve('bad:1')), (error: unknown) => {
