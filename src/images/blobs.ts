@@ -152,11 +152,13 @@ export class BlobStore {
       await pipeline(source, hashing, out);
       const digest = hashing.digest();
       if (expected !== undefined && digest !== expected) throw new DigestMismatchError(expected, digest, what);
-      const fd = fs.openSync(temp, 'r');
+      // On disk before it gets its name. In the thread pool: this thread goes on meanwhile (an
+      // import's next archive member streams into the store while this one is flushed).
+      const handle = await fs.promises.open(temp, 'r');
       try {
-        fs.fsyncSync(fd);
+        await handle.sync();
       } finally {
-        fs.closeSync(fd);
+        await handle.close();
       }
       fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
       const target = this.file(digest);
