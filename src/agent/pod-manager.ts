@@ -26,6 +26,7 @@ import {
 } from './pods/launch.js';
 import { containerProbeSpecs, probeEvents } from './pods/probe-spec.js';
 import { readRunSpec, type ContainerRunSpec } from './pods/run-spec.js';
+import { RunStateWatch } from './pods/state-watch.js';
 import { ImageStore } from '../images/store.js';
 import { type EnsureImage } from './pod-config.js';
 import { ImagePuller } from './image-pull.js';
@@ -175,6 +176,10 @@ export class PodManager {
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private reconciling = false;
+  /** A kick came while a pass ran: run another right after it. */
+  private rerun = false;
+  /** Supervisors' state.json writes kick a pass (a started container is reported at once). */
+  private readonly stateWatch = new RunStateWatch(() => this.kick());
   /** Pods being stopped or started right now (uid → what), so a pass does not do it twice. */
   private readonly inFlight = new Map<string, Promise<void>>();
   /** When a pod's supervisor last failed to start: it is tried again only after LAUNCH_RETRY_MS. */
@@ -240,6 +245,7 @@ export class PodManager {
   stop(): void {
     this.running = false;
     clearTimeout(this.timer);
+    this.stateWatch.close();
     this.pods.stop();
     this.nodes.stop();
     this.config.stop();
@@ -346,17 +352,21 @@ export class PodManager {
   private pass(): void {
     void this.reconcile()
       .catch((error: unknown) => this.logger.warn({ err: error }, 'pod reconcile pass failed'))
-      .finally(() => this.schedule());
+      // A pass that found another running leaves the rerun to that one (no spinning meanwhile).
+      .finally(() => (this.rerun && !this.reconciling ? this.kick() : this.schedule()));
   }
 
   /** One pass: start, stop and report. Exposed for the drain and for tests. */
   async reconcile(): Promise<void> {
+    if (this.reconciling) this.rerun = true;
     if (this.reconciling || !this.pods.hasSynced) return;
     this.reconciling = true;
+    this.rerun = false;
     try {
       const wanted = new Map<string, KubeObject>();
       for (const pod of this.pods.items()) wanted.set(pod.metadata.uid!, pod);
       this.config.track([...wanted.values()].filter((pod) => !pod.metadata.deletionTimestamp));
+      this.stateWatch.keep([...wanted.values()].filter((pod) => !pod.metadata.deletionTimestamp).map((pod) => podDir(this.podsDir, pod.metadata.uid!)));
       for (const [uid, pod] of wanted) {
         if (this.inFlight.has(uid)) continue;
         const dir = podDir(this.podsDir, uid);
