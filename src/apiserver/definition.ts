@@ -247,7 +247,7 @@ export interface ResourceDefinition {
    * Admission that reads other objects (a pod's RuntimeClass), run by the verb layer on every
    * create from every caller, in-process ones included (kube-controller-manager's pods meet
    * admission too), before the store's defaults and validation. It may change the object (a
-   * mutating admission plug-in); it throws an ApiError to refuse.
+   * mutating admission plug-in); it throws an ApiError to refuse. `namespace`: the request's.
    */
   admitCreate?(context: KindContext, obj: KubeObject, namespace?: string): Promise<void>;
   /**

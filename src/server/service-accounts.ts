@@ -3,6 +3,7 @@ import type { SharedInformers } from '../client/shared-informers.js';
 import type { ApiClient } from '../client/types.js';
 import type { Clock } from '../controllers/clock.js';
 import { LegacyTokensController } from '../controllers/legacy-tokens.js';
+import { RootCaPublisher } from '../controllers/root-ca-publisher.js';
 import { ServiceAccountsController } from '../controllers/service-accounts.js';
 import { loadOrCreateServiceAccountKey } from '../cluster/service-account-key.js';
 import { ServiceAccountAuthenticator } from '../cluster/service-account-authenticator.js';
@@ -99,8 +100,8 @@ export async function setUpServiceAccounts(options: ServiceAccountSetupOptions):
 
 /**
  * The ServiceAccount controllers for the controller manager, built afresh each term: the
- * `default` account in every namespace, and the legacy token Secrets (`ca.crt` is the CA of the
- * API servers' certificates).
+ * `default` account in every namespace, the legacy token Secrets, and the `kube-root-ca.crt`
+ * ConfigMap in every namespace (`ca.crt` of both is the CA of the API servers' certificates).
  */
 export function serviceAccountControllers(
   setup: ServiceAccountSetup,
@@ -112,5 +113,6 @@ export function serviceAccountControllers(
     (informers, clock) => new ServiceAccountsController(client, informers, logger.child({ controller: 'serviceaccounts' }), { clock }),
     (informers, clock) =>
       new LegacyTokensController(client, informers, logger.child({ controller: 'legacy-tokens' }), { tokens: setup.tokens, caCertificatePem, clock }),
+    (informers, clock) => new RootCaPublisher(client, informers, logger.child({ controller: 'root-ca-cert-publisher' }), { caCertificatePem, clock }),
   ];
 }

@@ -11,6 +11,7 @@ import { defaultProbes, validateProbes } from './probe-validation.js';
 import { POD_PRINTER } from './pod-printer.js';
 import { admitPodRuntimeClass, keepPodRuntimeClass, validatePodRuntimeClassUpdate } from './runtime-classes.js';
 import { validateEphemeralContainers, validateEphemeralContainersOnCreate, validateEphemeralContainersUpdate } from './ephemeral-containers.js';
+import { admitPodServiceAccount, keepPodServiceAccount } from './pod-service-accounts.js';
 
 /**
  * Pods: defaults, validation, the rules of updates and graceful deletion, and the two pod-only
@@ -185,10 +186,12 @@ export function validatePod(pod: KubeObject): StatusCause[] {
   return [...validatePodSpec(pod.spec, 'spec'), ...validateEphemeralContainers(pod.spec)];
 }
 
-/** Admission of a new pod: no ephemeral containers yet (kube's wording), then its runtime class. */
-async function admitPodCreate(context: KindContext, pod: KubeObject): Promise<void> {
+/** Admission of a new pod: no ephemeral containers yet (kube's wording), then its ServiceAccount, then its runtime class. */
+async function admitPodCreate(context: KindContext, pod: KubeObject, namespace?: string): Promise<void> {
   const causes = validateEphemeralContainersOnCreate(pod);
   if (causes.length) throw errors.invalid('Pod', pod.metadata.name ?? pod.metadata.generateName ?? '', '', causes);
+  // Kubernetes' order: ServiceAccount admission, then RuntimeClass.
+  await admitPodServiceAccount(context, pod, namespace);
   await admitPodRuntimeClass(context, pod);
 }
 
@@ -328,7 +331,10 @@ export const POD_DEFINITION: ResourceDefinition = {
     // Status is the node's to report; a client cannot create a pod that claims to be running.
     pod.status = { phase: 'Pending' };
   },
-  prepareForUpdate: keepPodRuntimeClass,
+  prepareForUpdate: (next, current) => {
+    keepPodRuntimeClass(next, current);
+    keepPodServiceAccount(next, current);
+  },
   applyDefaults: (pod) => defaultPodSpec(pod.spec),
   validate: validatePod,
   validateUpdate: (next, current, subresource) => [
