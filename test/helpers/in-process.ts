@@ -2,7 +2,7 @@ import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../../src/apiserver/resou
 import { ObjectStore } from '../../src/apiserver/storage.js';
 import { kubeMicroTime, type KubeObject } from '../../src/apiserver/objects.js';
 import { LocalClient } from '../../src/client/local.js';
-import { LEASES, NAMESPACES, NODES } from '../../src/client/types.js';
+import { LEASES, NAMESPACES, NODES, SERVICEACCOUNTS } from '../../src/client/types.js';
 import type { FakeClock } from '../../src/controllers/clock.js';
 import { type SqliteDatastore, openSqliteDatastore } from '../../src/datastore/sqlite.js';
 import { createLogger, type Logger } from '../../src/logging/logger.js';
@@ -30,6 +30,8 @@ export async function inProcessApi(): Promise<InProcessApi> {
   const client = new LocalClient(store, registry, { defaultRuntimeClass: 'process' });
   for (const name of BUILT_IN_NAMESPACES) {
     await client.create(NAMESPACES, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+    // What a server's ServiceAccount controller makes at once: pods are admitted only with their account.
+    await client.create(SERVICEACCOUNTS, name, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default', namespace: name } });
   }
   const logger = createLogger(process.env.DROVER_TEST_LOGS ? 'debug' : 'silent');
   return { datastore, store, registry, client, logger, close: () => datastore.close() };

@@ -192,13 +192,14 @@ describe('TokenRequest (serviceaccounts/<name>/token)', () => {
     const claims = decodeJwt((object.status as { token: string }).token);
     assert.deepEqual((claims['kubernetes.io'] as { pod: unknown }).pod, { name: 'runner', uid: p.metadata.uid });
     await refused(createToken('ci', 'builder', tokenRequest({ boundObjectRef: { ...bound, uid: 'old' } })), 409, /the UID in the bound object reference \(old\) does not match/);
+    // Admission refuses a pod whose account does not exist, and writes `default` into one naming none.
+    await api.client.create(SERVICEACCOUNTS, 'ci', account('default'));
     await api.client.create(PODS, 'ci', pod('anonymous'));
     await refused(
       createToken('ci', 'builder', tokenRequest({ boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: 'anonymous' } })),
       400,
       /cannot bind token for serviceaccount "builder" to pod running with different serviceaccount name/,
     );
-    await api.client.create(SERVICEACCOUNTS, 'ci', account('default'));
     assert.ok(await tokenFor('ci', 'default', { boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: 'anonymous' } }), 'a pod naming no account runs as default');
   });
 
