@@ -553,11 +553,18 @@ describe('object semantics', () => {
     assert.equal(fetched.metadata.resourceVersion, created.metadata.resourceVersion);
     assert.equal(fetched.metadata.creationTimestamp, created.metadata.creationTimestamp);
     const sent = pod('crud-pod').spec as { containers: Obj[] };
+    // ServiceAccount admission: the default account and its API credentials (kube-api-access-<random>).
+    const access = (fetched.spec.volumes as Obj[] | undefined)?.[0]?.name as string;
+    assert.match(access, /^kube-api-access-[a-z0-9]{5}$/);
+    const mount = { name: access, readOnly: true, mountPath: '/var/run/secrets/kubernetes.io/serviceaccount' };
     assert.deepEqual(
-      fetched.spec,
+      { ...fetched.spec, volumes: undefined },
       {
         ...sent,
-        containers: [{ ...sent.containers[0], terminationMessagePolicy: 'File', imagePullPolicy: 'IfNotPresent' }],
+        volumes: undefined,
+        serviceAccountName: 'default',
+        serviceAccount: 'default',
+        containers: [{ ...sent.containers[0], terminationMessagePolicy: 'File', imagePullPolicy: 'IfNotPresent', volumeMounts: [mount] }],
         restartPolicy: 'Always',
         terminationGracePeriodSeconds: 30,
         dnsPolicy: 'ClusterFirst',
@@ -715,7 +722,8 @@ describe('object semantics', () => {
             apiVersion: 'v1',
             kind: 'Pod',
             metadata: created.metadata,
-            spec: { schedulerName: 'manual', restartPolicy: 'Always', containers: pod('x').spec.containers },
+            // The stored spec (admission added the account and its volume) with its keys reversed.
+            spec: Object.fromEntries(Object.entries(created.spec as Obj).reverse()),
           },
         }),
         200,

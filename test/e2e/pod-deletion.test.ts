@@ -310,6 +310,8 @@ describe('graceful deletion in the object store (LocalClient)', () => {
     // As the test servers: pods without a runtimeClassName are processes.
     client = new LocalClient(store, registry, { defaultRuntimeClass: 'process' });
     await store.create(registry.lookup('', 'v1', 'namespaces')!, undefined, { metadata: { name: 'default' } });
+    // What a server's ServiceAccount controller makes: pods are admitted only with their account.
+    await store.create(registry.lookup('', 'v1', 'serviceaccounts')!, 'default', { metadata: { name: 'default' } });
   });
 
   after(async () => {

@@ -103,17 +103,33 @@ export function shouldAutomount(account: KubeObject, spec: Json): boolean {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function lookUpAccount(context: KindContext, namespace: string, name: string): Promise<KubeObject | undefined> {
-  const def = context.kinds.lookup('', 'v1', 'serviceaccounts');
+async function getOrUndefined(context: KindContext, plural: string, namespace: string | undefined, name: string): Promise<KubeObject | undefined> {
+  const def = context.kinds.lookup('', 'v1', plural);
   if (!def) return undefined;
+  try {
+    return await context.store.get(def, namespace, name);
+  } catch (error) {
+    if (error instanceof ApiError && error.code === 404) return undefined;
+    throw error;
+  }
+}
+
+/**
+ * The account, or why there is none. As kube-apiserver, whose NamespaceLifecycle admission runs
+ * first: a missing namespace is its 404, and a namespace being deleted is left to the store's
+ * refusal (`unable to create new content…`), not blamed on its accounts (deleted with it).
+ */
+async function lookUpAccount(context: KindContext, namespace: string, name: string): Promise<KubeObject | 'namespace-terminating' | undefined> {
   const attempts = name === DEFAULT_SERVICE_ACCOUNT_NAME ? DEFAULT_ACCOUNT_ATTEMPTS : 1;
   const pause = RETRY_MIN_MS + randomInt(RETRY_SPREAD_MS);
   for (let i = 0; i < attempts; i++) {
     if (i > 0) await sleep(pause);
-    try {
-      return await context.store.get(def, namespace, name);
-    } catch (error) {
-      if (!(error instanceof ApiError && error.code === 404)) throw error;
+    const account = await getOrUndefined(context, 'serviceaccounts', namespace, name);
+    if (account) return account;
+    if (i === 0) {
+      const ns = await getOrUndefined(context, 'namespaces', undefined, namespace);
+      if (!ns) throw errors.notFound({ group: '', plural: 'namespaces' }, namespace);
+      if (ns.metadata.deletionTimestamp || (ns.status as { phase?: string } | undefined)?.phase === 'Terminating') return 'namespace-terminating';
     }
   }
   return undefined;
@@ -136,6 +152,7 @@ export async function admitPodServiceAccount(context: KindContext, pod: KubeObje
   spec.serviceAccountName = accountName;
   spec.serviceAccount = accountName;
   const account = await lookUpAccount(context, namespace, accountName);
+  if (account === 'namespace-terminating') return;
   if (!account) {
     throw errors.forbidden(
       `pods "${podName}" is forbidden: error looking up service account ${namespace}/${accountName}: serviceaccount "${accountName}" not found`,
