@@ -167,6 +167,14 @@ export async function startServer(options: StartOptions = {}): Promise<ServerPro
     },
   };
   running.add(server);
+  // Pods are admitted only once their ServiceAccount exists, and `default` is made by the
+  // controller leader a moment after the server is ready: wait for it, as Kubernetes users do
+  // before creating pods in a new cluster. A server that never makes it is the test's to judge.
+  await eventually(
+    async () => (await request(server, 'GET', '/api/v1/namespaces/default/serviceaccounts/default')).status === 200,
+    'the default ServiceAccount',
+    30_000,
+  ).catch(() => undefined);
   return server;
 }
 
