@@ -4,7 +4,7 @@ import { ApiError } from '../../src/apiserver/errors.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { HttpClient } from '../../src/client/http.js';
 import { LocalClient } from '../../src/client/local.js';
-import { type ApiClient, DEPLOYMENTS, LEASES, NAMESPACES, PODS, type ResourceRef } from '../../src/client/types.js';
+import { type ApiClient, DEPLOYMENTS, LEASES, NAMESPACES, PODS, type ResourceRef, SERVICEACCOUNTS } from '../../src/client/types.js';
 import { type InProcessApiServer, startInProcessApiServer } from '../helpers/api-server.js';
 
 /**
@@ -41,8 +41,17 @@ describe('LocalClient and HttpClient run the same per-kind rules', () => {
     http = new HttpClient({ server: `https://127.0.0.1:${port}`, caPem, token });
     // As the test servers: pods without a runtimeClassName are processes.
     local = new LocalClient(server.store, server.registry, { defaultRuntimeClass: 'process' });
-    await local.create(NAMESPACES, undefined, { metadata: { name: 'default' } });
+    await namespaceWithAccount(local, 'default');
   });
+
+  /**
+   * A namespace and its `default` ServiceAccount: this API server runs no controllers, so the test
+   * makes the account the ServiceAccount controller would (pods are admitted only with it).
+   */
+  async function namespaceWithAccount(c: ApiClient, name: string): Promise<void> {
+    await c.create(NAMESPACES, undefined, { metadata: { name } });
+    await c.create(SERVICEACCOUNTS, name, { metadata: { name: 'default' } });
+  }
 
   after(async () => {
     http?.close();
@@ -56,7 +65,7 @@ describe('LocalClient and HttpClient run the same per-kind rules', () => {
     it(`${label}: an eviction is refused (429) while the budget allows no disruption, then succeeds and spends it`, async () => {
       const c = client();
       const ns = `${label}-evict`;
-      await c.create(NAMESPACES, undefined, { metadata: { name: ns } });
+      await namespaceWithAccount(c, ns);
       const created = await c.create(PODS, ns, pod('guarded', { app: 'guarded' }, 'node-a'));
       await c.update(PODS, ns, {
         ...created,
@@ -98,7 +107,7 @@ describe('LocalClient and HttpClient run the same per-kind rules', () => {
     it(`${label}: deleting a namespace deletes its contents, and the built-in ones may not be deleted`, async () => {
       const c = client();
       const ns = `${label}-cascade`;
-      await c.create(NAMESPACES, undefined, { metadata: { name: ns } });
+      await namespaceWithAccount(c, ns);
       await c.create(PODS, ns, pod('inside', { app: 'inside' }, 'node-a'));
       await c.create(DEPLOYMENTS, ns, {
         apiVersion: 'apps/v1',
