@@ -1,6 +1,8 @@
 import { isIPv4 } from 'node:net';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
+import { repairReservations } from '../apiserver/kinds/service-allocation.js';
+import type { Datastore } from '../datastore/types.js';
 import type { ApiServerDirectory } from '../cluster/apiservers.js';
 import { type ApiClient, ENDPOINTS, ENDPOINTSLICES, SERVICES } from '../client/types.js';
 import { MANAGED_BY_LABEL, SERVICE_NAME_LABEL } from '../controllers/endpoints-logic.js';
@@ -12,26 +14,38 @@ import { firstServiceIp, type ServiceNetwork } from '../node-protocol/service-ne
  * address of service-cidr, port 443 (`https`) to the API servers, no selector; its Endpoints and
  * EndpointSlice list the live servers of the server directory (address and port of each URL),
  * refreshed while this server leads. Loopback addresses (test clusters on 127.0.0.1) cannot be
- * endpoint addresses, as in Kubernetes: such servers are left out of the list.
+ * endpoint addresses, as in Kubernetes: such servers are left out of the list. Once a minute it
+ * also runs the repair pass of the Service address reservations.
  */
 
 const NAME = 'kubernetes';
 const NAMESPACE = 'default';
 const REFRESH_MS = 10_000;
+/** The repair pass runs every this many refreshes (a minute), freeing reservations older than a minute that no Service holds. */
+const REPAIR_EVERY = 6;
+const REPAIR_MIN_AGE_MS = 60_000;
 const LABELS = { component: 'apiserver', provider: 'kubernetes' };
 
 export class KubernetesServiceReconciler {
   private timer: NodeJS.Timeout | undefined;
+  private ticks = 0;
 
   constructor(
     private readonly client: ApiClient,
     private readonly directory: ApiServerDirectory,
     private readonly network: ServiceNetwork,
     private readonly logger: Logger,
+    /** The datastore of the Service allocators' reservations, for the repair pass. */
+    private readonly datastore?: Datastore,
   ) {}
 
   start(): void {
-    const run = (): void => void this.reconcile().catch((error: unknown) => this.logger.warn({ err: error }, 'could not reconcile the kubernetes Service'));
+    const run = (): void => {
+      void this.reconcile().catch((error: unknown) => this.logger.warn({ err: error }, 'could not reconcile the kubernetes Service'));
+      if (this.ticks++ % REPAIR_EVERY === REPAIR_EVERY - 1) {
+        void this.repair().catch((error: unknown) => this.logger.warn({ err: error }, 'could not repair the Service address reservations'));
+      }
+    };
     run();
     this.timer = setInterval(run, REFRESH_MS);
     this.timer.unref();
@@ -39,6 +53,19 @@ export class KubernetesServiceReconciler {
 
   stop(): void {
     clearInterval(this.timer);
+  }
+
+  /**
+   * Frees the ClusterIP and node port reservations no Service holds (a namespace deleted with its
+   * Services, a type change that dropped node ports, a create that failed once reserved), as
+   * kube-apiserver's repair controllers do.
+   */
+  async repair(): Promise<string[]> {
+    if (!this.datastore) return [];
+    const { items } = await this.client.list(SERVICES, undefined);
+    const freed = await repairReservations(this.datastore, items, REPAIR_MIN_AGE_MS);
+    if (freed.length) this.logger.info({ freed }, 'freed Service address reservations no Service holds');
+    return freed;
   }
 
   /** The servers' addresses and ports, from their URLs. */

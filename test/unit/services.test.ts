@@ -20,7 +20,10 @@ import { applyServiceDefaults, validateService } from '../../src/apiserver/kinds
 import { LocalClient } from '../../src/client/local.js';
 import { NAMESPACES, type ResourceRef } from '../../src/client/types.js';
 import { openSqliteDatastore, type SqliteDatastore } from '../../src/datastore/sqlite.js';
-import { parseServiceNetwork, type ServiceNetwork } from '../../src/node-protocol/service-network.js';
+import { defaultServiceNetwork, parseServiceNetwork, type ServiceNetwork } from '../../src/node-protocol/service-network.js';
+import { ApiServerDirectory } from '../../src/cluster/apiservers.js';
+import { createLogger } from '../../src/logging/logger.js';
+import { KubernetesServiceReconciler } from '../../src/server/kubernetes-service.js';
 
 const SERVICES: ResourceRef = { group: '', version: 'v1', plural: 'services', namespaced: true };
 
@@ -169,5 +172,26 @@ describe('ClusterIP and NodePort allocation', () => {
     assert.deepEqual(await repairReservations(datastore, services, 60_000), [], 'young reservations are left alone');
     assert.deepEqual(await repairReservations(datastore, services, 0), [NODE_PORT_PREFIX + nodePort]);
     assert.deepEqual((await datastore.list(SERVICE_IP_PREFIX)).items.map((kv) => kv.key), [SERVICE_IP_PREFIX + ip], 'the held address stays');
+  });
+});
+
+describe('the repair pass of the kubernetes Service reconciler', () => {
+  it('frees a reservation older than a minute that no Service holds, and keeps the held ones', async () => {
+    const datastore = openSqliteDatastore(':memory:');
+    try {
+      const client = new LocalClient(new ObjectStore(datastore), new ResourceRegistry());
+      for (const name of BUILT_IN_NAMESPACES) await client.create(NAMESPACES, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+      const held = await client.create(SERVICES, 'default', svc('held', { type: 'NodePort', ports: [{ port: 80 }] }));
+      // What a Service deleted with its namespace leaves behind: a key nobody holds, made long ago.
+      const stale = Buffer.from(JSON.stringify({ owner: 'gone/old', at: new Date(Date.now() - 120_000).toISOString() }));
+      await datastore.create(`${NODE_PORT_PREFIX}30999`, stale);
+      const reconciler = new KubernetesServiceReconciler(client, new ApiServerDirectory(datastore, createLogger('silent')), defaultServiceNetwork(), createLogger('silent'), datastore);
+      assert.deepEqual(await reconciler.repair(), [`${NODE_PORT_PREFIX}30999`]);
+      const keys = [...(await datastore.list(SERVICE_IP_PREFIX)).items, ...(await datastore.list(NODE_PORT_PREFIX)).items].map((kv) => kv.key);
+      const spec = held.spec as { clusterIP: string; ports: { nodePort: number }[] };
+      assert.deepEqual(keys, [SERVICE_IP_PREFIX + spec.clusterIP, NODE_PORT_PREFIX + spec.ports[0]!.nodePort]);
+    } finally {
+      await datastore.close();
+    }
   });
 });
