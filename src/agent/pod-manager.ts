@@ -5,11 +5,11 @@ import { ApiError } from '../apiserver/errors.js';
 import { type ApiClient, NODES, PODS } from '../client/types.js';
 import { EventRecorder } from '../controllers/events.js';
 import { Informer } from '../client/informer.js';
-import { isAtMostOne } from '../node-protocol/pods.js';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { type ContainerWaiting, PodConfigurator } from './pod-config.js';
 import { podStatusFrom } from './pod-status.js';
+import { DEFAULT_GRACE_SECONDS, runSpecFor } from './pod-run-spec.js';
 import { EphemeralContainers } from './ephemeral-containers.js';
 import { type FencingPeer, monoNowMs, type PeerControlPlaneAnswer, writeFencingState } from './pods/fencing.js';
 import {
@@ -18,20 +18,18 @@ import {
   listPodDirs,
   liveSupervisor,
   podDir,
-  type PodRunSpec,
   readRunState,
   releasePodRuntime,
   stopSupervisor,
   writeRunSpec,
 } from './pods/launch.js';
-import { containerProbeSpecs, probeEvents } from './pods/probe-spec.js';
+import { probeEvents } from './pods/probe-spec.js';
 import { readRunSpec, type ContainerRunSpec } from './pods/run-spec.js';
 import { RunStateWatch } from './pods/state-watch.js';
 import { ImageStore } from '../images/store.js';
 import { type EnsureImage } from './pod-config.js';
 import { ImagePuller } from './image-pull.js';
 import { EMPTY_REGISTRIES, type RegistriesConfig } from '../images/registry/registries.js';
-import { podHostname } from './container-spec.js';
 import { podRuntimeClassName, PROCESS_HANDLER } from '../node-protocol/runtime-classes.js';
 import { RUNC_STATE_DIR, splitRuncContainerId } from './pods/runtime/names.js';
 import { runcDelete, runcList } from './pods/runtime/runc.js';
@@ -66,16 +64,7 @@ export interface PodManagerOptions {
 }
 
 const RECONCILE_MS = 250;
-const DEFAULT_GRACE_SECONDS = 30;
 const LAUNCH_RETRY_MS = 5000;
-
-interface ContainerLike {
-  name: string;
-  command?: string[];
-  args?: string[];
-  workingDir?: string;
-  image?: string;
-}
 
 /** Delegates to whichever client the agent holds now, so informers survive a server change. */
 function followingClient(current: () => ApiClient): ApiClient {
@@ -90,75 +79,6 @@ function followingClient(current: () => ApiClient): ApiClient {
     requestToken: (...args) => current().requestToken(...args),
     watch: (...args) => current().watch(...args),
   };
-}
-
-/**
- * The run spec of `pod`. `env` holds each container's resolved environment (env, envFrom, the
- * downward API, its root for volumes: see pod-config.ts); HOSTNAME is the pod's name, as in a
- * Kubernetes container, and the container's own env wins over it.
- */
-export function runSpecFor(
-  pod: KubeObject,
-  fencingFile: string,
-  env: ReadonlyMap<string, Record<string, string>>,
-  runc?: { runcRoot: string; containers: ReadonlyMap<string, ContainerRunSpec> },
-): PodRunSpec {
-  const spec = (pod.spec ?? {}) as {
-    containers?: ContainerLike[];
-    restartPolicy?: string;
-    terminationGracePeriodSeconds?: number;
-  };
-  const restartPolicy = spec.restartPolicy === 'Never' || spec.restartPolicy === 'OnFailure' ? spec.restartPolicy : 'Always';
-  if (runc) {
-    return {
-      uid: pod.metadata.uid!,
-      namespace: pod.metadata.namespace ?? 'default',
-      name: pod.metadata.name!,
-      containers: (spec.containers ?? []).map((c) => {
-        const built = runc.containers.get(c.name);
-        if (!built) throw new Error(`container ${c.name} has no run spec`);
-        return { ...built, ...withProbes(c), ...withStdin(c) };
-      }),
-      restartPolicy,
-      terminationGracePeriodSeconds: spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,
-      atMostOne: isAtMostOne(pod),
-      fencingFile,
-      runtime: 'runc',
-      hostname: podHostname(pod),
-      runcRoot: runc.runcRoot,
-    };
-  }
-  return {
-    uid: pod.metadata.uid!,
-    namespace: pod.metadata.namespace ?? 'default',
-    name: pod.metadata.name!,
-    containers: (spec.containers ?? []).map((c) => ({
-      ...withProbes(c),
-      ...withStdin(c),
-      name: c.name,
-      // No command: the args are the command line (no image entrypoint exists to receive them).
-      command: c.command?.length ? c.command : (c.args ?? []),
-      args: c.command?.length ? (c.args ?? []) : [],
-      env: { HOSTNAME: pod.metadata.name!, ...env.get(c.name) },
-      ...(c.workingDir ? { workingDir: c.workingDir } : {}),
-    })),
-    restartPolicy,
-    terminationGracePeriodSeconds: spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,
-    atMostOne: isAtMostOne(pod),
-    fencingFile,
-  };
-}
-
-/** `stdin`/`stdinOnce` of a container, kept open by its supervisor for `kubectl attach -i`. */
-function withStdin(container: unknown): { stdin?: boolean; stdinOnce?: boolean } {
-  const c = (container ?? {}) as { stdin?: unknown; stdinOnce?: unknown };
-  if (c.stdin !== true) return {};
-  return { stdin: true, ...(c.stdinOnce === true ? { stdinOnce: true } : {}) };
-}
-
-function withProbes(container: unknown): { probes?: ReturnType<typeof containerProbeSpecs> } {
-  const probes = containerProbeSpecs(container);
-  return probes ? { probes } : {};
 }
 
 export class PodManager {

@@ -120,3 +120,14 @@ export function normalizeImageRef(input: string): string {
 export function isLatestTag(input: string): boolean {
   return parseImageRef(input).tag === 'latest';
 }
+
+/**
+ * An image's repo digest, as kubelet shows a container's imageID: the name without its tag, `@`,
+ * the manifest digest (`docker.io/library/busybox@sha256:…`).
+ */
+export function repoDigest(ref: string, digest: string): string {
+  const slash = ref.lastIndexOf('/');
+  const colon = ref.lastIndexOf(':');
+  const name = ref.includes('@') ? ref.slice(0, ref.indexOf('@')) : colon > slash ? ref.slice(0, colon) : ref;
+  return `${name}@${digest}`;
+}

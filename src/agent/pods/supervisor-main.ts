@@ -2,7 +2,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { createLogger } from '../../logging/logger.js';
 import { readRunSpec } from './run-spec.js';
-import { INHERITED_PRIORITY_ENV, PodSupervisor, SUPERVISOR_PRIORITY_BOOST } from './supervisor.js';
+import { INHERITED_PRIORITY_ENV, SUPERVISOR_PRIORITY_BOOST } from './container-process.js';
+import { PodSupervisor } from './supervisor.js';
 
 /**
  * Entry point of a pod's supervisor process: `node supervisor-main.js <podDir>`. Started

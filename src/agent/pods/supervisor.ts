@@ -1,8 +1,9 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
+import { repoDigest } from '../../images/reference.js';
 import type { Logger } from '../../logging/logger.js';
+import { exitStatus, killGroup, restorePriority, SIGNAL_NAMES, SIGNAL_NUMBERS, spawnContainerProcess } from './container-process.js';
 import { FenceWatch } from './fence-watch.js';
 import { monoNowMs } from './fencing.js';
 import { containerEnvironment, supervisorEnvironment } from './environment.js';
@@ -44,21 +45,6 @@ export const BACKOFF_INITIAL_MS = 1000;
 export const BACKOFF_MAX_MS = 60_000;
 /** A container that ran this long before failing restarts after the initial back-off again. */
 export const BACKOFF_RESET_AFTER_MS = 60_000;
-/** How much better than its agent's a supervisor's CPU priority is (nice steps). */
-export const SUPERVISOR_PRIORITY_BOOST = 10;
-/** The priority the supervisor was started with, for its containers (set by supervisor-main). */
-export const INHERITED_PRIORITY_ENV = 'DROVER_SUPERVISOR_INHERITED_PRIORITY';
-
-/** Containers run at the priority the supervisor was started with, not at its own boosted one. */
-function restorePriority(pid: number): void {
-  const inherited = Number(process.env[INHERITED_PRIORITY_ENV]);
-  if (!Number.isInteger(inherited) || inherited === os.getPriority()) return;
-  try {
-    os.setPriority(pid, inherited);
-  } catch {
-    // the process is gone already, or not permitted: nothing to undo
-  }
-}
 /** After its main process exits, how long to wait for the rest of the output before closing the log. */
 const OUTPUT_DRAIN_MS = 1000;
 const FENCE_FINISH_CEILING_MS = 2000;
@@ -99,28 +85,8 @@ interface ContainerRunner {
   ephemeral?: EphemeralContainerRunSpec;
 }
 
-const SIGNAL_NUMBERS = os.constants.signals as Record<string, number>;
-const SIGNAL_NAMES = new Map(Object.entries(SIGNAL_NUMBERS).map(([name, n]) => [n, name as NodeJS.Signals]));
-
-/** An image's repo digest, as kubelet shows imageID: the name without its tag, `@`, the digest. */
-function imageId(ref: string, digest: string): string {
-  const slash = ref.lastIndexOf('/');
-  const colon = ref.lastIndexOf(':');
-  const name = ref.includes('@') ? ref.slice(0, ref.indexOf('@')) : colon > slash ? ref.slice(0, colon) : ref;
-  return `${name}@${digest}`;
-}
-
 function nowIso(): string {
   return new Date().toISOString();
-}
-
-function killGroup(pid: number | undefined, signal: NodeJS.Signals): void {
-  if (!pid || pid <= 1) return;
-  try {
-    process.kill(-pid, signal);
-  } catch {
-    // ESRCH: the whole group is gone already.
-  }
 }
 
 export class PodSupervisor {
@@ -175,7 +141,7 @@ export class PodSupervisor {
         restartCount: before ? before.restartCount + (ran ? 1 : 0) : 0,
         ...(before?.probes ? { probes: before.probes } : {}),
         ...(runc ? { containerId: `runc://${runc.id}` } : {}),
-        ...(spec.image ? { imageId: imageId(spec.image.ref, spec.image.digest) } : {}),
+        ...(spec.image ? { imageId: repoDigest(spec.image.ref, spec.image.digest) } : {}),
       },
       nextBackoffMs: BACKOFF_INITIAL_MS,
       done: false,
@@ -351,18 +317,10 @@ export class PodSupervisor {
       return;
     }
     const { file, args, cwd } = runc.spawnArgs();
-    let child: ChildProcess;
-    try {
-      child = spawn(file, args, { cwd, env: supervisorEnvironment(), detached: true, stdio: [runner.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
-    } catch (error) {
-      this.createFailed(runner, (error as Error).message);
-      return;
-    }
-    if (child.pid === undefined) {
-      child.once('error', (error) => this.createFailed(runner, error.message));
-      return;
-    }
-    this.attachChild(runner, child);
+    const child = spawnContainerProcess(file, args, { cwd, env: supervisorEnvironment(), stdin: runner.stdin !== undefined }, (message) =>
+      this.createFailed(runner, message),
+    );
+    if (child) this.attachChild(runner, child);
   }
 
   /** The PID namespace of a running container (an ephemeral container's target), by its init's pid as runc reports it. */
@@ -386,18 +344,8 @@ export class PodSupervisor {
       this.createFailed(runner, `cannot create working directory ${cwd}: ${(error as Error).message}`);
       return;
     }
-    let child: ChildProcess;
-    try {
-      child = spawn(argv[0]!, argv.slice(1), { cwd, env, detached: true, stdio: [runner.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
-    } catch (error) {
-      this.createFailed(runner, (error as Error).message);
-      return;
-    }
-    if (child.pid === undefined) {
-      child.once('error', (error) => this.createFailed(runner, error.message));
-      return;
-    }
-    this.attachChild(runner, child);
+    const child = spawnContainerProcess(argv[0]!, argv.slice(1), { cwd, env, stdin: runner.stdin !== undefined }, (message) => this.createFailed(runner, message));
+    if (child) this.attachChild(runner, child);
   }
 
   /** A container's main process is spawned: its log, its state, and what follows its exit. */
@@ -449,7 +397,7 @@ export class PodSupervisor {
           return;
         }
         // runc exits with the container's status: 128+n when a signal ended it.
-        const status = code ?? 128 + (signal ? (SIGNAL_NUMBERS[signal] ?? 0) : 0);
+        const status = exitStatus(code, signal);
         const bySignal = status > 128 ? (SIGNAL_NAMES.get(status - 128) ?? null) : null;
         void runner.runc
           .cleanup()
@@ -498,7 +446,7 @@ export class PodSupervisor {
     clearTimeout(runner.probeKillTimer);
     updateReadiness(runner.status, runner.probes, false);
     runner.probes = undefined;
-    const exitCode = code ?? 128 + (signal ? (SIGNAL_NUMBERS[signal] ?? 0) : 0);
+    const exitCode = exitStatus(code, signal);
     const reason =
       runner.killedBy === 'fence'
         ? 'Fenced'
