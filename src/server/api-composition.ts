@@ -29,6 +29,7 @@ import type { Logger } from '../logging/logger.js';
 import type { ServerMetrics } from '../metrics/metrics.js';
 import { ensureServingMaterial, issueCertificate, servingNames } from '../security/pki.js';
 import { versionInfo } from '../version.js';
+import type { AgentClientCredentials } from './agent-tls.js';
 import type { ClusterIdentity } from './bootstrap.js';
 import type { SelectedDatastore } from './datastore-selection.js';
 import { podLogProxy } from './pod-logs.js';
@@ -142,14 +143,17 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
     // ServiceAccount tokens are then checked against informers, not a read of the store each.
     await serviceAccounts.authenticator.start();
   }
-  // How this server proves itself to agents when it fetches a pod's logs from them.
+  // How this server proves itself to agents (logs, streams, usage figures).
   const logClient = await issueCertificate(identity.clientCa, { commonName: API_SERVER_CLIENT_NAME, usage: 'client' });
-  metrics = resourceMetricsSource({
-    client,
-    registry: nodeRegistry,
+  const agentCredentials: AgentClientCredentials = {
     nodeCaPem: identity.nodeCa.certificatePem,
     clientCertificatePem: logClient.certificatePem,
     clientKeyPem: logClient.privateKeyPem,
+  };
+  metrics = resourceMetricsSource({
+    client,
+    registry: nodeRegistry,
+    ...agentCredentials,
     logger,
   });
 
@@ -174,16 +178,12 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
       podLogs: podLogProxy({
         client,
         registry: nodeRegistry,
-        nodeCaPem: identity.nodeCa.certificatePem,
-        clientCertificatePem: logClient.certificatePem,
-        clientKeyPem: logClient.privateKeyPem,
+        ...agentCredentials,
         logger,
       }),
       podStreams: podStreamProxy({
         registry: nodeRegistry,
-        nodeCaPem: identity.nodeCa.certificatePem,
-        clientCertificatePem: logClient.certificatePem,
-        clientKeyPem: logClient.privateKeyPem,
+        ...agentCredentials,
         logger,
       }),
       droverEndpoints: droverEndpoints({
