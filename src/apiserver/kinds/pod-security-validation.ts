@@ -60,15 +60,24 @@ function capabilityList(value: unknown, field: string, allowAll: boolean, causes
   return names;
 }
 
-/** The pod-level securityContext (PodSecurityContext). */
-export function validatePodSecurityContext(value: unknown, field: string, causes: StatusCause[]): void {
-  if (value === undefined || value === null) return;
+/**
+ * What the pod's and a container's securityContext share: absent is fine, anything but an object
+ * is a cause, and runAsUser/runAsGroup are ids. True when `value` is an object to check further.
+ */
+function checkRunAs(value: unknown, field: string, causes: StatusCause[]): value is Json {
+  if (value === undefined || value === null) return false;
   if (!isObject(value)) {
     causes.push({ reason: 'FieldValueInvalid', message: 'must be an object', field });
-    return;
+    return false;
   }
   checkId(value.runAsUser, `${field}.runAsUser`, causes);
   checkId(value.runAsGroup, `${field}.runAsGroup`, causes);
+  return true;
+}
+
+/** The pod-level securityContext (PodSecurityContext). */
+export function validatePodSecurityContext(value: unknown, field: string, causes: StatusCause[]): void {
+  if (!checkRunAs(value, field, causes)) return;
   checkId(value.fsGroup, `${field}.fsGroup`, causes);
   checkBool(value.runAsNonRoot, `${field}.runAsNonRoot`, causes);
   if (value.supplementalGroups !== undefined && value.supplementalGroups !== null) {
@@ -101,13 +110,7 @@ function validateSeccompAndProcMount(value: Json, field: string, causes: StatusC
 
 /** A container's securityContext (SecurityContext). */
 export function validateContainerSecurityContext(value: unknown, field: string, causes: StatusCause[]): void {
-  if (value === undefined || value === null) return;
-  if (!isObject(value)) {
-    causes.push({ reason: 'FieldValueInvalid', message: 'must be an object', field });
-    return;
-  }
-  checkId(value.runAsUser, `${field}.runAsUser`, causes);
-  checkId(value.runAsGroup, `${field}.runAsGroup`, causes);
+  if (!checkRunAs(value, field, causes)) return;
   for (const key of ['privileged', 'readOnlyRootFilesystem', 'allowPrivilegeEscalation', 'runAsNonRoot']) checkBool(value[key], `${field}.${key}`, causes);
   let added: string[] = [];
   if (value.capabilities !== undefined && value.capabilities !== null) {
