@@ -6,7 +6,7 @@ import type { Logger } from '../logging/logger.js';
 import { STATE_LABEL } from '../node-protocol/names.js';
 import type { Clock } from './clock.js';
 import { desiredEndpoints, MANAGED_BY, MANAGED_BY_LABEL, podMatches, sameEndpointContent, selectorOf, SERVICE_NAME_LABEL } from './endpoints-logic.js';
-import { WorkQueue } from './work-queue.js';
+import { QueuedController } from './work-queue.js';
 
 /**
  * The endpoints controller, as kube-controller-manager's endpoints and endpointslice controllers:
@@ -20,17 +20,14 @@ import { WorkQueue } from './work-queue.js';
 
 const LOST_STATES = new Set(['Unavailable', 'Down']);
 
-export class EndpointsController {
-  private readonly queue: WorkQueue;
-  private started = false;
-
+export class EndpointsController extends QueuedController {
   constructor(
     private readonly client: ApiClient,
     private readonly informers: SharedInformers,
     private readonly logger: Logger,
     options: { clock?: Clock } = {},
   ) {
-    this.queue = new WorkQueue('endpoints', (key) => this.sync(key), logger, options.clock ? { clock: options.clock } : {});
+    super('endpoints', logger, options.clock);
     informers.on(SERVICES, (_type, svc) => this.enqueue(svc));
     informers.on(PODS, (_type, pod, old) => {
       this.enqueueFor(pod);
@@ -51,15 +48,6 @@ export class EndpointsController {
   start(): void {
     this.started = true;
     for (const svc of this.informers.get(SERVICES).items()) this.enqueue(svc);
-  }
-
-  stop(): void {
-    this.started = false;
-    this.queue.stop();
-  }
-
-  get idle(): boolean {
-    return this.queue.idle;
   }
 
   private enqueue(svc: KubeObject): void {
@@ -83,7 +71,7 @@ export class EndpointsController {
     return node !== undefined && !LOST_STATES.has(node.metadata.labels?.[STATE_LABEL] ?? '');
   };
 
-  private async sync(key: string): Promise<void> {
+  protected async sync(key: string): Promise<void> {
     const [namespace, name] = key.split('/') as [string, string];
     const svc = this.informers.get(SERVICES).get(namespace, name);
     const ourSlices = this.informers

@@ -8,7 +8,7 @@ import type { Logger } from '../logging/logger.js';
 import { MAX_EXPIRATION_SECONDS } from '../security/service-account-tokens.js';
 import type { Clock } from './clock.js';
 import { serviceAccountSecrets } from './kube-types.js';
-import { WorkQueue } from './work-queue.js';
+import { QueuedController } from './work-queue.js';
 
 /**
  * Legacy ServiceAccount token Secrets, as kube-controller-manager's tokens controller keeps them:
@@ -45,17 +45,14 @@ export interface LegacyTokensOptions {
   clock?: Clock;
 }
 
-export class LegacyTokensController {
-  private readonly queue: WorkQueue;
-  private started = false;
-
+export class LegacyTokensController extends QueuedController {
   constructor(
     private readonly client: ApiClient,
     private readonly informers: SharedInformers,
     private readonly logger: Logger,
     private readonly options: LegacyTokensOptions,
   ) {
-    this.queue = new WorkQueue('legacy-tokens', (key) => this.sync(JSON.parse(key) as Key), logger, options.clock ? { clock: options.clock } : {});
+    super('legacy-tokens', logger, options.clock);
     informers.on(SECRETS, (type, secret) => {
       if (!this.started || !isTokenSecret(secret)) return;
       const { namespace, name, annotations } = secret.metadata;
@@ -76,20 +73,15 @@ export class LegacyTokensController {
     }
   }
 
-  stop(): void {
-    this.started = false;
-    this.queue.stop();
-  }
-
-  get idle(): boolean {
-    return this.queue.idle;
-  }
-
   private add(key: Key): void {
     this.queue.add(JSON.stringify(key));
   }
 
-  private sync(key: Key): Promise<void> {
+  protected sync(json: string): Promise<void> {
+    return this.syncKey(JSON.parse(json) as Key);
+  }
+
+  private syncKey(key: Key): Promise<void> {
     switch (key[0]) {
       case 'secret':
         return this.syncSecret(key[1], key[2]);

@@ -6,7 +6,7 @@ import { type ApiClient, CONFIGMAPS, NAMESPACES } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { Clock } from './clock.js';
 import { namespaceStatus } from './kube-types.js';
-import { WorkQueue } from './work-queue.js';
+import { QueuedController } from './work-queue.js';
 
 /**
  * The root-CA publisher, as kube-controller-manager's: every namespace that is not being deleted
@@ -30,17 +30,14 @@ export interface RootCaPublisherOptions {
   clock?: Clock;
 }
 
-export class RootCaPublisher {
-  private readonly queue: WorkQueue;
-  private started = false;
-
+export class RootCaPublisher extends QueuedController {
   constructor(
     private readonly client: ApiClient,
     private readonly informers: SharedInformers,
     private readonly logger: Logger,
     private readonly options: RootCaPublisherOptions,
   ) {
-    this.queue = new WorkQueue('root-ca-cert-publisher', (namespace) => this.sync(namespace), logger, options.clock ? { clock: options.clock } : {});
+    super('root-ca-cert-publisher', logger, options.clock);
     informers.on(NAMESPACES, (type, ns) => {
       if (this.started && type !== 'DELETED') this.queue.add(ns.metadata.name!);
     });
@@ -55,16 +52,6 @@ export class RootCaPublisher {
     for (const ns of this.informers.get(NAMESPACES).items()) this.queue.add(ns.metadata.name!);
   }
 
-  stop(): void {
-    this.started = false;
-    this.queue.stop();
-  }
-
-  /** For tests: nothing queued or running. */
-  get idle(): boolean {
-    return this.queue.idle;
-  }
-
   private current(cm: KubeObject): boolean {
     const data = cm.data as Record<string, unknown> | undefined;
     const keys = data && typeof data === 'object' ? Object.keys(data) : [];
@@ -76,7 +63,7 @@ export class RootCaPublisher {
     );
   }
 
-  private async sync(namespace: string): Promise<void> {
+  protected async sync(namespace: string): Promise<void> {
     const ns = this.informers.get(NAMESPACES).get(undefined, namespace);
     if (!ns || namespaceStatus(ns).phase === 'Terminating') return;
     const cached = this.informers.get(CONFIGMAPS).get(namespace, ROOT_CA_CONFIG_MAP);

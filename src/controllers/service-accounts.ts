@@ -4,7 +4,7 @@ import { type ApiClient, NAMESPACES, SERVICEACCOUNTS } from '../client/types.js'
 import type { Logger } from '../logging/logger.js';
 import type { Clock } from './clock.js';
 import { namespaceStatus } from './kube-types.js';
-import { WorkQueue } from './work-queue.js';
+import { QueuedController } from './work-queue.js';
 
 /**
  * The ServiceAccount controller, as kube-controller-manager's: every namespace that is not being
@@ -19,17 +19,14 @@ import { WorkQueue } from './work-queue.js';
 
 export const DEFAULT_SERVICE_ACCOUNT = 'default';
 
-export class ServiceAccountsController {
-  private readonly queue: WorkQueue;
-  private started = false;
-
+export class ServiceAccountsController extends QueuedController {
   constructor(
     private readonly client: ApiClient,
     private readonly informers: SharedInformers,
     private readonly logger: Logger,
     options: { clock?: Clock } = {},
   ) {
-    this.queue = new WorkQueue('serviceaccounts', (namespace) => this.sync(namespace), logger, options.clock ? { clock: options.clock } : {});
+    super('serviceaccounts', logger, options.clock);
     informers.on(NAMESPACES, (type, ns) => {
       if (this.started && type !== 'DELETED') this.queue.add(ns.metadata.name!);
     });
@@ -44,17 +41,7 @@ export class ServiceAccountsController {
     for (const ns of this.informers.get(NAMESPACES).items()) this.queue.add(ns.metadata.name!);
   }
 
-  stop(): void {
-    this.started = false;
-    this.queue.stop();
-  }
-
-  /** For tests: nothing queued or running. */
-  get idle(): boolean {
-    return this.queue.idle;
-  }
-
-  private async sync(namespace: string): Promise<void> {
+  protected async sync(namespace: string): Promise<void> {
     const ns = this.informers.get(NAMESPACES).get(undefined, namespace);
     if (!ns || namespaceStatus(ns).phase === 'Terminating') return;
     if (this.informers.get(SERVICEACCOUNTS).get(namespace, DEFAULT_SERVICE_ACCOUNT)) return;

@@ -120,6 +120,32 @@ export class WorkQueue {
   }
 }
 
+/**
+ * A reconcile loop over informers with one work queue of string keys: it takes work only once
+ * started (its informers have listed), and `stop` ends it. Subclasses say how a key is reconciled.
+ */
+export abstract class QueuedController {
+  protected readonly queue: WorkQueue;
+  protected started = false;
+
+  constructor(name: string, logger: Logger, clock: Clock | undefined) {
+    this.queue = new WorkQueue(name, (key) => this.sync(key), logger, clock ? { clock } : {});
+  }
+
+  /** Bring the objects that `key` names to what they should be. */
+  protected abstract sync(key: string): Promise<ReconcileResult>;
+
+  stop(): void {
+    this.started = false;
+    this.queue.stop();
+  }
+
+  /** For tests: nothing queued or running. */
+  get idle(): boolean {
+    return this.queue.idle;
+  }
+}
+
 export type PodPresence = 'absent' | 'terminating' | 'present';
 
 /** How a cache sees a name in one namespace, for `Expectations.satisfied`. */
