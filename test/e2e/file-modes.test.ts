@@ -21,7 +21,7 @@ const UMASK_DIR = 0o777 & ~UMASK;
 interface Rule {
   /** Path relative to the data dir, with '/' separators. */
   pattern: RegExp;
-  kind: 'dir' | 'file';
+  kind: 'dir' | 'file' | 'link';
   /** The mode, or 'skip' for what a pod's own process writes. */
   mode: number | 'skip';
 }
@@ -29,6 +29,13 @@ interface Rule {
 const RULES: Rule[] = [
   // "Directories Drover creates (server/, db/, tls/, cred/, agent/, agent/images/, agent/pods/ and each pod's directory and logs/) get mode 0700."
   { pattern: /^(server|server\/(db|tls|cred)|agent|agent\/images|agent\/pods|agent\/pods\/[^/]+|agent\/pods\/[^/]+\/logs(\/[^/]+)?)$/, kind: 'dir', mode: 0o700 },
+  // "A pod's volumes/, roots/ and subpaths/ and every directory in them are 0700; a volume's files
+  // have the mode the volume asks for": every pod gets the kube-api-access volume (defaultMode 420,
+  // 0644), its files in a timestamped directory behind the `..data` link.
+  { pattern: /^agent\/pods\/[^/]+\/(volumes|roots|subpaths)(\/.*)?$/, kind: 'dir', mode: 0o700 },
+  { pattern: /^agent\/pods\/[^/]+\/volumes\/kube-api-access-[^/]+\/\.\.[^/]+\/(token|ca\.crt|namespace)$/, kind: 'file', mode: 0o644 },
+  // "Symbolic links (a volume's `..data` and its keys, a process pod's mount points under roots/) have no mode of their own."
+  { pattern: /^agent\/pods\/[^/]+\/(volumes|roots)\//, kind: 'link', mode: 'skip' },
   // "A pod's work/ directory gets the process umask" (and what the pod writes there is its own).
   { pattern: /^agent\/pods\/[^/]+\/work$/, kind: 'dir', mode: UMASK_DIR },
   { pattern: /^agent\/pods\/[^/]+\/work\//, kind: 'dir', mode: 'skip' },
@@ -61,7 +68,7 @@ const TEMPORARY = /^(.*)\.[0-9a-f]+\.tmp$/;
 
 interface Finding {
   path: string;
-  kind: 'dir' | 'file';
+  kind: 'dir' | 'file' | 'link';
   mode: number;
 }
 
@@ -82,7 +89,7 @@ function walk(root: string, rel = ''): Finding[] {
     } catch {
       continue; // renamed away (a temporary file) or removed meanwhile
     }
-    const kind = stat.isDirectory() ? 'dir' : 'file';
+    const kind = stat.isDirectory() ? 'dir' : stat.isSymbolicLink() ? 'link' : 'file';
     found.push({ path: relPath, kind, mode: stat.mode & 0o777 });
     if (kind === 'dir') found.push(...walk(root, relPath));
   }
