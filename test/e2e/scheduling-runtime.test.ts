@@ -72,7 +72,9 @@ describe('scheduling by runtime handler and resources, with real agents', { conc
 
   before(async () => {
     work = tempDir('scheduling-runtime');
-    server = await startServer();
+    // A long grace: a renewal late on a loaded machine must not make a node Unknown (and so "not
+    // ready" to the scheduler) while a test counts on both nodes being there.
+    server = await startServer({ args: ['--node-monitor-grace-period', '60s'] });
     agents = await Promise.all([
       startAgent({ server, name: RUNC_NODE, args: ['--system-reserved', 'cpu=500m,memory=256Mi'] }),
       startAgent({ server, name: PLAIN_NODE, env: { ...process.env, DROVER_HIDE_RUNC: '1' } }),

@@ -18,7 +18,8 @@ import { eventually, tempDir } from '../helpers/server.js';
  *     the join and agent tokens, the admin token, a node password, or any long hex string (the
  *     node credentials live in the agents' memory only, and are 64 hex digits);
  *   - a pod supervisor's environment is PATH alone, and a container's is PATH, HOME and the pod's
- *     own variables: nothing of the agent's (its DROVER_TOKEN, a marker variable);
+ *     own variables (DROVER_CONTAINER_ROOT, the root of its volume mounts, among them): nothing of
+ *     the agent's (its DROVER_TOKEN, a marker variable);
  *   - the etcd child's environment has none of the server's DROVER_* settings.
  *
  * Needs the `etcd` binary (Debian: etcd-server) and `npm run build`.
@@ -192,7 +193,15 @@ describe('secrets on command lines and in pods', () => {
         t.diagnostic(`${pod.name} printed: ${[...printed.keys()].sort().join(' ')}`);
         assert.ok(!log.includes(secret), `${pod.name} saw the join secret:\n${log}`);
         assert.ok(!log.includes(MARKER_VALUE) && !printed.has(MARKER), `${pod.name} saw the agent's marker variable:\n${log}`);
-        assert.deepEqual([...printed.keys()].filter((k) => k.startsWith('DROVER_')), [], `${pod.name} saw DROVER_ variables:\n${log}`);
+        // The one DROVER_ variable a pod has is its own: a process pod's root for its volume mounts
+        // (every pod has one, kube-api-access), inside its own pod dir.
+        assert.deepEqual(
+          [...printed.keys()].filter((k) => k.startsWith('DROVER_') && k !== 'DROVER_CONTAINER_ROOT'),
+          [],
+          `${pod.name} saw DROVER_ variables:\n${log}`,
+        );
+        const root = printed.get('DROVER_CONTAINER_ROOT');
+        assert.ok(root === undefined || root.includes(uid), `${pod.name}'s DROVER_CONTAINER_ROOT is its own: ${root}`);
         assert.equal(printed.get('POD_OWN'), 'own-value');
         assert.equal(printed.get('POD_UID'), uid);
         assert.equal(printed.get('HOSTNAME'), pod.name);
@@ -237,7 +246,8 @@ describe('secrets on command lines and in pods', () => {
       for (const pid of containers) {
         // What the supervisor gave `sh`, which exported its own PWD (and a bash would add SHLVL and _) before exec.
         const names = [...environ(pid).keys()].filter((k) => !['PWD', 'SHLVL', '_'].includes(k)).sort();
-        assert.deepEqual(names, ['HOME', 'HOSTNAME', 'PATH', 'POD_OWN', 'POD_UID'], `container ${pid}'s environment`);
+        // DROVER_CONTAINER_ROOT is the pod's own: where its volume mounts are (every pod has kube-api-access).
+        assert.deepEqual(names, ['DROVER_CONTAINER_ROOT', 'HOME', 'HOSTNAME', 'PATH', 'POD_OWN', 'POD_UID'], `container ${pid}'s environment`);
       }
       const etcdEnv = environ(etcdPid!);
       assert.ok(etcdEnv.size > 0, 'cannot read the etcd child’s environment');
