@@ -245,7 +245,8 @@ export async function cleanupAgents(): Promise<void> {
   );
   for (const dir of agentDataDirs) reapPods(dir);
   agentDataDirs.clear();
-  for (const dir of ownedDirs) fs.rmSync(dir, { recursive: true, force: true });
+  // Retried: a process killed just now may still be closing files in the dir.
+  for (const dir of ownedDirs) fs.rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
   ownedDirs.clear();
 }
 

@@ -21,6 +21,9 @@ export const LAUNCH_CEILING_MS = 60_000;
 export function reapPods(dataDir: string): number {
   const podsDir = path.join(dataDir, 'agent', 'pods');
   if (!fs.existsSync(podsDir)) return 0;
+  // A supervisor the agent launched a moment before it was killed may not have written its pid
+  // file yet: find those by their command line (the pod dir is their argument) first.
+  killSupervisorsUnder(podsDir);
   const dirs = listPodDirs(podsDir);
   for (const dir of dirs) killPodProcesses(dir);
   for (const dir of dirs) reapRuncPod(dir, path.join(dataDir, 'agent', RUNC_STATE_DIR));
@@ -52,6 +55,20 @@ export function reapRuncPod(dir: string, runcRoot: string): void {
   }
   unmountAllUnder(dir);
   removeCgroup(podCgroupPath(spec.uid));
+}
+
+/** SIGKILL every pod supervisor whose pod dir lies under `podsDir`, pid file or not. */
+function killSupervisorsUnder(podsDir: string): void {
+  const prefix = `${path.resolve(podsDir)}${path.sep}`;
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const args = fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (args.some((a) => /supervisor-main\.[jt]s$/.test(a)) && args.some((a) => a.startsWith(prefix))) process.kill(Number(entry), 'SIGKILL');
+    } catch {
+      // gone meanwhile
+    }
+  }
 }
 
 /** PIDs of the host's processes whose command line is exactly `argv` (a test's marker command). */
