@@ -48,6 +48,7 @@ export class FakeKubelet {
   /** Pod uids with a write in flight: one at a time per pod, and a fresh look when it lands. */
   private readonly busy = new Set<string>();
   private readonly seenTerminating = new Set<string>();
+  private readonly seenReady = new Set<string>();
 
   constructor(
     private readonly client: HttpClient,
@@ -86,6 +87,12 @@ export class FakeKubelet {
       this.log.push(`gone:${name}`);
       return;
     }
+    // Logged from the watch, not after the write returns: the one stream orders it before any pod a
+    // controller creates because of it (the write's reply can come after such a pod's ADDED).
+    if (isRunningAndReady(pod) && !this.seenReady.has(uid)) {
+      this.seenReady.add(uid);
+      this.log.push(`ready:${name}`);
+    }
     const node = (pod.spec as { nodeName?: string } | undefined)?.nodeName;
     if (!node || !this.nodeNames.includes(node) || this.busy.has(uid)) return;
     if (pod.metadata.deletionTimestamp) {
@@ -98,7 +105,6 @@ export class FakeKubelet {
     } else if (!isRunningAndReady(pod) && !this.holdReady) {
       this.run(uid, async () => {
         await this.client.patch(PODS, this.namespace, name, 'merge', { status: runningStatus(pod) }, 'status');
-        this.log.push(`ready:${name}`);
       });
     }
   }
