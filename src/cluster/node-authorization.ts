@@ -83,6 +83,12 @@ function decide(node: string, a: RequestAttributes, graph: ConfigGraphView | und
     if (READ.has(a.verb)) return { allowed: true };
     return deny('a node may only read runtime classes');
   }
+  if ((a.group === '' && (a.resource === 'services' || a.resource === 'endpoints')) || (a.group === 'discovery.k8s.io' && a.resource === 'endpointslices')) {
+    // The node's Service datapath and cluster DNS (kube-proxy's and kubelet's reads in Kubernetes;
+    // both run in the agent here). Reading only: nothing on a node writes them.
+    if (READ.has(a.verb) && !a.subresource) return { allowed: true };
+    return deny('a node may only read services, endpoints and endpoint slices');
+  }
   if (a.group === '' && a.resource === 'events') {
     if (a.verb === 'create' || a.verb === 'patch' || a.verb === 'update' || READ.has(a.verb)) return { allowed: true };
     return deny('a node may only create and read events');

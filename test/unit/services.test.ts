@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
+import type { Authorizer } from '../../src/apiserver/auth.js';
 import { ApiError } from '../../src/apiserver/errors.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../../src/apiserver/resources.js';
@@ -22,6 +23,7 @@ import { NAMESPACES, type ResourceRef } from '../../src/client/types.js';
 import { openSqliteDatastore, type SqliteDatastore } from '../../src/datastore/sqlite.js';
 import { defaultServiceNetwork, parseServiceNetwork, type ServiceNetwork } from '../../src/node-protocol/service-network.js';
 import { ApiServerDirectory } from '../../src/cluster/apiservers.js';
+import { NodeAuthorizer } from '../../src/cluster/node-authorization.js';
 import { createLogger } from '../../src/logging/logger.js';
 import { KubernetesServiceReconciler } from '../../src/server/kubernetes-service.js';
 
@@ -199,5 +201,29 @@ describe('the repair pass of the kubernetes Service reconciler', () => {
     } finally {
       await datastore.close();
     }
+  });
+});
+
+describe('node authorization of Services and their endpoints', () => {
+  const nobody: Authorizer = { authorize: () => ({ allowed: false, reason: 'rbac says no' }) };
+  const node = { name: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'] };
+  const kinds = [
+    { group: '', resource: 'services' },
+    { group: '', resource: 'endpoints' },
+    { group: 'discovery.k8s.io', resource: 'endpointslices' },
+  ];
+  it('a node may read them (its Service datapath and DNS), and write none', () => {
+    const authorizer = new NodeAuthorizer(nobody);
+    for (const kind of kinds) {
+      for (const verb of ['get', 'list', 'watch']) {
+        assert.equal(authorizer.authorize(node, { ...kind, verb, namespace: 'default', ...(verb === 'get' ? { name: 'web' } : {}) }).allowed, true, `${verb} ${kind.resource}`);
+      }
+      for (const verb of ['create', 'update', 'patch', 'delete', 'deletecollection']) {
+        const decision = authorizer.authorize(node, { ...kind, verb, namespace: 'default', name: 'web' });
+        assert.equal(decision.allowed, false, `${verb} ${kind.resource}`);
+        assert.match(decision.reason ?? '', /a node may only read services, endpoints and endpoint slices/);
+      }
+    }
+    assert.equal(authorizer.authorize(node, { group: '', resource: 'services', subresource: 'status', verb: 'update', namespace: 'default', name: 'web' }).allowed, false);
   });
 });
