@@ -1,0 +1,160 @@
+import { isIPv4 } from 'node:net';
+import type { KubeObject } from '../../apiserver/objects.js';
+import { SERVICE_NAME_LABEL } from '../../controllers/endpoints-logic.js';
+
+/**
+ * What the Service datapath needs to know, read out of Services and EndpointSlices (pure): one
+ * entry per Service port that has a ClusterIP, with the ready endpoints its EndpointSlices list
+ * for that port, as kube-proxy's service and endpoint change trackers derive them. The rule
+ * writer (service-rules.ts) turns these into nftables rules.
+ */
+
+type Obj = Record<string, unknown>;
+
+export type L4Protocol = 'tcp' | 'udp' | 'sctp';
+
+export interface ServiceEndpoint {
+  ip: string;
+  port: number;
+  /** The endpoint's pod runs on this node (the slice's `nodeName`). */
+  local: boolean;
+}
+
+export interface ServicePortModel {
+  namespace: string;
+  name: string;
+  /** The Service port's name ('' when the Service has one unnamed port). */
+  portName: string;
+  protocol: L4Protocol;
+  clusterIP: string;
+  port: number;
+  /** Set for NodePort and LoadBalancer Services. */
+  nodePort?: number;
+  /** sessionAffinity ClientIP: how long a client sticks to its endpoint, in seconds. */
+  affinitySeconds?: number;
+  externalLocal: boolean;
+  internalLocal: boolean;
+  /** Ready, not terminating endpoints, sorted by address then port, without duplicates. */
+  endpoints: ServiceEndpoint[];
+}
+
+const DEFAULT_AFFINITY_SECONDS = 10800;
+
+const PROTOCOLS: Record<string, L4Protocol> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
+
+function compareIp(a: string, b: string): number {
+  const pa = a.split('.').map(Number);
+  const pb = b.split('.').map(Number);
+  for (let i = 0; i < 4; i++) if (pa[i]! !== pb[i]!) return pa[i]! - pb[i]!;
+  return 0;
+}
+
+interface SliceEndpointPorts {
+  endpoints: Obj[];
+  ports: Obj[];
+}
+
+/** The IPv4 slices of each Service (`namespace/name`), by their service-name label. */
+function slicesByService(slices: readonly KubeObject[]): Map<string, SliceEndpointPorts[]> {
+  const out = new Map<string, SliceEndpointPorts[]>();
+  for (const slice of slices) {
+    const service = slice.metadata.labels?.[SERVICE_NAME_LABEL];
+    if (!service || slice.addressType !== 'IPv4') continue;
+    const key = `${slice.metadata.namespace ?? ''}/${service}`;
+    const list = out.get(key) ?? [];
+    list.push({ endpoints: (slice.endpoints ?? []) as Obj[], ports: (slice.ports ?? []) as Obj[] });
+    out.set(key, list);
+  }
+  return out;
+}
+
+/**
+ * Whether a slice endpoint may take new connections: `conditions.ready` unset counts as ready
+ * (the API says consumers treat nil as ready); a terminating endpoint is left out even when it
+ * still serves (Drover does not fall back to terminating endpoints, kube-proxy's
+ * ProxyTerminatingEndpoints).
+ */
+function endpointReady(endpoint: Obj): boolean {
+  const conditions = (endpoint.conditions ?? {}) as { ready?: boolean; terminating?: boolean };
+  return conditions.ready !== false && conditions.terminating !== true;
+}
+
+/** The ready endpoints of one Service port, its number taken from each slice's port of that name. */
+function endpointsFor(slices: readonly SliceEndpointPorts[], portName: string, protocol: string, nodeName: string): ServiceEndpoint[] {
+  const seen = new Map<string, ServiceEndpoint>();
+  for (const slice of slices) {
+    const port = slice.ports.find((p) => String(p.name ?? '') === portName && String(p.protocol ?? 'TCP') === protocol);
+    const number = Number(port?.port);
+    if (!port || !Number.isInteger(number) || number < 1 || number > 65535) continue;
+    for (const endpoint of slice.endpoints) {
+      if (!endpointReady(endpoint)) continue;
+      // kube-proxy uses an endpoint's first address: the others are the same pod's.
+      const ip = ((endpoint.addresses ?? []) as unknown[])[0];
+      if (typeof ip !== 'string' || !isIPv4(ip)) continue;
+      const key = `${ip}:${number}`;
+      const local = endpoint.nodeName === nodeName;
+      const had = seen.get(key);
+      if (!had) seen.set(key, { ip, port: number, local });
+      else if (local) had.local = true;
+    }
+  }
+  return [...seen.values()].sort((a, b) => compareIp(a.ip, b.ip) || a.port - b.port);
+}
+
+export interface ModelInput {
+  services: readonly KubeObject[];
+  endpointSlices: readonly KubeObject[];
+  nodeName: string;
+  /** Never program this address (the cluster DNS is served on it by the agent itself). */
+  clusterDns: string;
+}
+
+/**
+ * Every Service port with a ClusterIP, sorted by namespace, name and the port's place in the
+ * Service. ExternalName and headless Services have no ClusterIP and get nothing; neither does a
+ * Service whose ClusterIP is the cluster DNS address (the agent answers there itself).
+ */
+export function serviceModel(input: ModelInput): ServicePortModel[] {
+  const slices = slicesByService(input.endpointSlices);
+  const out: ServicePortModel[] = [];
+  const services = [...input.services].sort((a, b) => {
+    const ka = `${a.metadata.namespace ?? ''}/${a.metadata.name ?? ''}`;
+    const kb = `${b.metadata.namespace ?? ''}/${b.metadata.name ?? ''}`;
+    return ka < kb ? -1 : ka > kb ? 1 : 0;
+  });
+  for (const svc of services) {
+    const spec = (svc.spec ?? {}) as Obj;
+    const type = String(spec.type ?? 'ClusterIP');
+    const clusterIP = spec.clusterIP;
+    if (type === 'ExternalName' || typeof clusterIP !== 'string' || !isIPv4(clusterIP)) continue;
+    if (clusterIP === input.clusterDns) continue;
+    const namespace = svc.metadata.namespace ?? 'default';
+    const name = svc.metadata.name ?? '';
+    const serviceSlices = slices.get(`${namespace}/${name}`) ?? [];
+    const affinity = spec.sessionAffinity === 'ClientIP';
+    const timeout = Number(((spec.sessionAffinityConfig as Obj | undefined)?.clientIP as Obj | undefined)?.timeoutSeconds);
+    const exposesNodePorts = type === 'NodePort' || type === 'LoadBalancer';
+    for (const port of (spec.ports ?? []) as Obj[]) {
+      const protocolName = String(port.protocol ?? 'TCP');
+      const protocol = PROTOCOLS[protocolName];
+      const number = Number(port.port);
+      if (!protocol || !Number.isInteger(number)) continue;
+      const portName = String(port.name ?? '');
+      const nodePort = Number(port.nodePort);
+      out.push({
+        namespace,
+        name,
+        portName,
+        protocol,
+        clusterIP,
+        port: number,
+        ...(exposesNodePorts && Number.isInteger(nodePort) && nodePort > 0 ? { nodePort } : {}),
+        ...(affinity ? { affinitySeconds: Number.isInteger(timeout) && timeout > 0 ? timeout : DEFAULT_AFFINITY_SECONDS } : {}),
+        externalLocal: exposesNodePorts && spec.externalTrafficPolicy === 'Local',
+        internalLocal: spec.internalTrafficPolicy === 'Local',
+        endpoints: endpointsFor(serviceSlices, portName, protocolName, input.nodeName),
+      });
+    }
+  }
+  return out;
+}

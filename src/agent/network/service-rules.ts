@@ -1,0 +1,383 @@
+import { createHash } from 'node:crypto';
+import { isIPv4 } from 'node:net';
+import type { KubeObject } from '../../apiserver/objects.js';
+import type { ServiceNetwork } from '../../node-protocol/service-network.js';
+import { type ServiceEndpoint, type ServicePortModel, serviceModel } from './service-model.js';
+
+/**
+ * The node's Service datapath as one nftables script (pure): table `ip drover-proxy`, laid out
+ * after kube-proxy's nftables mode (docs/networking.md, "The Services datapath").
+ *
+ * The script is one transaction for `nft -f -`: every chain and map it owns is added (a no-op
+ * when present) and flushed, then refilled, so applying it twice leaves one copy of each rule
+ * (`add rule` alone appends duplicates). Chains and sets of the table that the new rules no
+ * longer name (`existing`, read from the kernel) are flushed and deleted in the same
+ * transaction. The session-affinity sets are added but never flushed, so a rebuild keeps which
+ * client sticks to which endpoint; a set's name carries its timeout, so a new timeout is a new set.
+ *
+ * Written for nft 1.0.6: numeric hook priorities (symbolic `dstnat` is refused on the output
+ * hook before 1.0.9), `;` before every `}`, one command a line.
+ */
+
+export const PROXY_TABLE = 'drover-proxy';
+const T = `ip ${PROXY_TABLE}`;
+/** The mark that asks nat-postrouting to masquerade (bit 14, as kube-proxy's; portmap uses 0x2000). */
+export const MASQUERADE_MARK = '0x4000';
+/** kube-proxy's `nodeport-addresses` default in nftables mode is the node's addresses; loopback never. */
+const LOOPBACK = '127.0.0.0/8';
+/** Readable part of a chain or set name is cut at this length (the kernel allows 255 bytes). */
+const NAME_LIMIT = 200;
+
+export interface ExistingObjects {
+  chains: readonly string[];
+  sets: readonly string[];
+  /** What the last applied plan wrote in each chain (its `contents`): chains still so are not rewritten. */
+  contents?: ReadonlyMap<string, string>;
+}
+
+export interface ServiceRulesInput {
+  services: readonly KubeObject[];
+  endpointSlices: readonly KubeObject[];
+  nodeName: string;
+  /** The node's addresses where node ports answer; loopback and the cluster DNS address are left out. Empty: every local address. */
+  nodeAddresses: readonly string[];
+  network: ServiceNetwork;
+  /** The chains and sets the table holds now (from the kernel); unnamed ones are deleted. Unknown: nothing is deleted. */
+  existing?: ExistingObjects;
+}
+
+export interface ServiceRulesPlan {
+  script: string;
+  /** The regular and base chains the script leaves in the table. */
+  chains: string[];
+  /** The sets and maps the script leaves in the table. */
+  sets: string[];
+  /** How many rules the table holds once the script is applied. */
+  rules: number;
+  /** Service ports programmed (with a ClusterIP). */
+  servicePorts: number;
+  /** Chains and sets the script deletes. */
+  deleted: number;
+  /** Chains the script (re)writes; the others are left as they are. */
+  writtenChains: number;
+  /** Each chain's rules as text: hand it back as `existing.contents` once this plan is applied. */
+  contents: Map<string, string>;
+}
+
+const BASE_CHAINS: readonly { name: string; type: 'filter' | 'nat'; hook: string; priority: number }[] = [
+  { name: 'filter-input', type: 'filter', hook: 'input', priority: -110 },
+  { name: 'filter-forward', type: 'filter', hook: 'forward', priority: -110 },
+  { name: 'filter-output', type: 'filter', hook: 'output', priority: -110 },
+  { name: 'filter-output-post-dnat', type: 'filter', hook: 'output', priority: -90 },
+  { name: 'nat-prerouting', type: 'nat', hook: 'prerouting', priority: -100 },
+  { name: 'nat-output', type: 'nat', hook: 'output', priority: -100 },
+  { name: 'nat-postrouting', type: 'nat', hook: 'postrouting', priority: 100 },
+];
+
+const MAPS: readonly { name: string; type: string }[] = [
+  { name: 'service-ips', type: 'ipv4_addr . inet_proto . inet_service : verdict' },
+  { name: 'service-nodeports', type: 'inet_proto . inet_service : verdict' },
+  { name: 'no-endpoint-services', type: 'ipv4_addr . inet_proto . inet_service : verdict' },
+  { name: 'no-endpoint-nodeports', type: 'inet_proto . inet_service : verdict' },
+];
+const SETS: readonly { name: string; type: string }[] = [
+  { name: 'cluster-ips', type: 'ipv4_addr' },
+  { name: 'nodeport-ips', type: 'ipv4_addr' },
+];
+
+function base32(bytes: Buffer): string {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+  let bits = 0;
+  let value = 0;
+  let out = '';
+  for (const byte of bytes) {
+    value = (value << 8) | byte;
+    bits += 8;
+    while (bits >= 5) {
+      out += alphabet[(value >>> (bits - 5)) & 31];
+      bits -= 5;
+    }
+  }
+  return out;
+}
+
+/**
+ * `<prefix>-<HASH>-<readable>`: HASH (8 base32 characters of the sha256 of the full readable
+ * part and `salt`) keeps names unique when the readable part is cut to NAME_LIMIT or has
+ * characters nft identifiers may not hold (replaced by `_`).
+ */
+export function objectName(prefix: string, readable: string, salt = ''): string {
+  const hash = base32(createHash('sha256').update(`${readable}${salt}`).digest()).slice(0, 8);
+  const safe = readable.replace(/[^A-Za-z0-9_./-]/g, '_').slice(0, NAME_LIMIT);
+  return `${prefix}-${hash}-${safe}`;
+}
+
+function portId(p: ServicePortModel): string {
+  return `${p.namespace}/${p.name}/${p.protocol}/${p.portName}`;
+}
+
+/**
+ * Writes the script and counts what it leaves behind. A chain whose rules are the same as the
+ * ones `unchanged` says the table already holds is left alone (kube-proxy's partial sync): one
+ * endpoint's change rewrites its Service's chains and the maps, not every chain.
+ */
+class ScriptWriter {
+  /** Table, sets and maps; then chain declarations (a rule may only name a declared chain); then rules. */
+  readonly lines: string[] = [];
+  readonly sets: string[] = [];
+  private readonly chainRules = new Map<string, { base?: (typeof BASE_CHAINS)[number]; rules: string[] }>();
+  /** How many chains writeChains declared and filled. */
+  writtenChains = 0;
+
+  constructor(private readonly unchanged: (chain: string, rules: string) => boolean) {}
+
+  get chains(): string[] {
+    return [...this.chainRules.keys()];
+  }
+
+  get rules(): number {
+    let n = 0;
+    for (const chain of this.chainRules.values()) n += chain.rules.length;
+    return n;
+  }
+
+  chain(name: string, base?: (typeof BASE_CHAINS)[number]): void {
+    this.chainRules.set(name, { ...(base ? { base } : {}), rules: [] });
+  }
+
+  rule(chain: string, body: string): void {
+    this.chainRules.get(chain)!.rules.push(body);
+  }
+
+  /** Declares, flushes and fills every chain that changed; returns each chain's rules as text. */
+  writeChains(): Map<string, string> {
+    const contents = new Map<string, string>();
+    const written: string[] = [];
+    for (const [name, { base, rules }] of this.chainRules) {
+      const text = rules.join('\n');
+      contents.set(name, text);
+      if (!base && this.unchanged(name, text)) continue;
+      const spec = base ? ` { type ${base.type} hook ${base.hook} priority ${base.priority} ; policy accept ; }` : '';
+      this.lines.push(`add chain ${T} ${name}${spec}`, `flush chain ${T} ${name}`);
+      written.push(name);
+    }
+    for (const name of written) for (const rule of this.chainRules.get(name)!.rules) this.lines.push(`add rule ${T} ${name} ${rule}`);
+    this.writtenChains = written.length;
+    return contents;
+  }
+
+  elements(set: string, elements: readonly string[]): void {
+    // A few hundred elements a command keeps each line short without a command per element.
+    for (let i = 0; i < elements.length; i += 256) this.lines.push(`add element ${T} ${set} { ${elements.slice(i, i + 256).join(', ')} }`);
+  }
+}
+
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+interface PortChains {
+  model: ServicePortModel;
+  /** Every ready endpoint (cluster policy), when there is one. */
+  cluster?: string;
+  /** The ready endpoints on this node (local policy), when a policy is Local and there is one. */
+  local?: string;
+  external?: string;
+}
+
+interface EndpointNames {
+  chain: string;
+  affinity?: string;
+}
+
+/** The endpoint chain and, with ClientIP affinity, its affinity set (hashed once per endpoint). */
+const endpointNameCache = new WeakMap<ServiceEndpoint, EndpointNames>();
+function endpointNames(p: ServicePortModel, ep: ServiceEndpoint): EndpointNames {
+  let names = endpointNameCache.get(ep);
+  if (!names) {
+    const readable = `${portId(p)}__${ep.ip}/${ep.port}`;
+    names = {
+      chain: objectName('endpoint', readable),
+      ...(p.affinitySeconds ? { affinity: objectName('affinity', readable, `/${p.affinitySeconds}`) } : {}),
+    };
+    endpointNameCache.set(ep, names);
+  }
+  return names;
+}
+
+/** A chain that picks one of `endpoints` (sticky with affinity, else at random). */
+function writeBalancer(w: ScriptWriter, chain: string, p: ServicePortModel, endpoints: readonly ServiceEndpoint[], masqueradeFrom?: string): void {
+  w.chain(chain);
+  if (masqueradeFrom) {
+    // Off-cluster clients of the ClusterIP (the node itself, other hosts): replies must come back through this node.
+    w.rule(chain, `ip daddr ${p.clusterIP} meta l4proto ${p.protocol} th dport ${p.port} ip saddr != ${masqueradeFrom} jump mark-for-masquerade`);
+  }
+  const targets = endpoints.map((ep) => endpointNames(p, ep));
+  for (const target of targets) if (target.affinity) w.rule(chain, `ip saddr @${target.affinity} goto ${target.chain}`);
+  if (targets.length === 1) w.rule(chain, `goto ${targets[0]!.chain}`);
+  else w.rule(chain, `numgen random mod ${targets.length} vmap { ${targets.map((t, i) => `${i} : goto ${t.chain}`).join(', ')} }`);
+}
+
+/** The plan: script, what it leaves, what it deletes. */
+export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
+  const { network } = input;
+  const clusterCidr = network.clusterCidr.text;
+  const dns = network.clusterDns;
+  const model = serviceModel({ services: input.services, endpointSlices: input.endpointSlices, nodeName: input.nodeName, clusterDns: dns });
+  const nodeIps = [...new Set(input.nodeAddresses)]
+    .filter((ip) => isIPv4(ip) && !ip.startsWith('127.') && ip !== dns)
+    .sort(compareText);
+  const existingChains = new Set(input.existing?.chains ?? []);
+  const previous = input.existing?.contents;
+  const w = new ScriptWriter((chain, rules) => existingChains.has(chain) && previous?.get(chain) === rules);
+  w.lines.push(`add table ${T} { comment "Drover Service datapath, rebuilt by the agent" ; }`);
+
+  // Sets and maps first: rules refer to them. Maps and the two address sets are rewritten whole.
+  for (const m of MAPS) {
+    w.lines.push(`add map ${T} ${m.name} { type ${m.type} ; }`, `flush map ${T} ${m.name}`);
+    w.sets.push(m.name);
+  }
+  for (const s of SETS) {
+    w.lines.push(`add set ${T} ${s.name} { type ${s.type} ; }`, `flush set ${T} ${s.name}`);
+    w.sets.push(s.name);
+  }
+  const affinitySets = new Map<string, number>();
+  for (const p of model) {
+    for (const ep of p.endpoints) {
+      const { affinity } = endpointNames(p, ep);
+      if (affinity) affinitySets.set(affinity, p.affinitySeconds!);
+    }
+  }
+  for (const [name, seconds] of [...affinitySets].sort((a, b) => compareText(a[0], b[0]))) {
+    // Not flushed: a rebuild keeps the clients' stickiness.
+    w.lines.push(`add set ${T} ${name} { type ipv4_addr ; flags dynamic,timeout ; timeout ${seconds}s ; }`);
+    w.sets.push(name);
+  }
+
+  for (const base of BASE_CHAINS) w.chain(base.name, base);
+  for (const name of ['mark-for-masquerade', 'masquerading', 'services', 'service-endpoints-check', 'nodeport-endpoints-check', 'cluster-ips-check', 'reject-chain']) {
+    w.chain(name);
+  }
+  const newConn = 'ct state new';
+  w.rule('filter-input', `${newConn} jump nodeport-endpoints-check`);
+  w.rule('filter-input', `${newConn} jump service-endpoints-check`);
+  w.rule('filter-forward', `${newConn} jump service-endpoints-check`);
+  w.rule('filter-forward', `${newConn} jump cluster-ips-check`);
+  w.rule('filter-output', `${newConn} jump service-endpoints-check`);
+  w.rule('filter-output-post-dnat', `${newConn} jump cluster-ips-check`);
+  w.rule('nat-prerouting', 'jump services');
+  w.rule('nat-output', 'jump services');
+  w.rule('nat-postrouting', 'jump masquerading');
+  w.rule('mark-for-masquerade', `meta mark set meta mark | ${MASQUERADE_MARK}`);
+  w.rule('masquerading', `meta mark & ${MASQUERADE_MARK} == 0 return`);
+  w.rule('masquerading', `meta mark set meta mark ^ ${MASQUERADE_MARK}`);
+  w.rule('masquerading', 'masquerade fully-random');
+  w.rule('reject-chain', 'meta l4proto tcp reject with tcp reset');
+  w.rule('reject-chain', 'reject');
+  // Node ports on the node's addresses, or on every local one but loopback and the DNS address.
+  const nodePortDaddr = nodeIps.length > 0 ? 'ip daddr @nodeport-ips' : `fib daddr type local ip daddr != { ${LOOPBACK}, ${dns} }`;
+  w.rule('services', 'ip daddr . meta l4proto . th dport vmap @service-ips');
+  w.rule('services', `${nodePortDaddr} meta l4proto . th dport vmap @service-nodeports`);
+  w.rule('service-endpoints-check', 'ip daddr . meta l4proto . th dport vmap @no-endpoint-services');
+  w.rule('nodeport-endpoints-check', `${nodePortDaddr} meta l4proto . th dport vmap @no-endpoint-nodeports`);
+  // A ClusterIP on a port it does not serve is refused; an address no Service holds is dropped (not
+  // routed to the default gateway). The DNS address is the agent's own and is left alone.
+  w.rule('cluster-ips-check', `ip daddr @cluster-ips reject`);
+  w.rule('cluster-ips-check', `ip daddr ${network.serviceCidr.text} ip daddr != ${dns} drop`);
+
+  const serviceIps: string[] = [];
+  const nodePorts: string[] = [];
+  const noEndpointServices: string[] = [];
+  const noEndpointNodePorts: string[] = [];
+  const clusterIps = new Set<string>();
+  const ports: PortChains[] = [];
+  for (const p of model) {
+    clusterIps.add(p.clusterIP);
+    const id = portId(p);
+    const localEndpoints = p.endpoints.filter((ep) => ep.local);
+    const chains: PortChains = { model: p };
+    if (p.endpoints.length > 0) chains.cluster = objectName('service', id);
+    if ((p.internalLocal || p.externalLocal) && localEndpoints.length > 0) chains.local = objectName('local', id);
+    // External traffic needs a chain when something can take it: the cluster chain, or (policy
+    // Local) pods and the node itself reaching the node port even without a local endpoint.
+    if (p.nodePort !== undefined && chains.cluster) chains.external = objectName('external', id);
+    ports.push(chains);
+
+    const key = `${p.clusterIP} . ${p.protocol} . ${p.port}`;
+    const internal = p.internalLocal ? chains.local : chains.cluster;
+    if (internal) serviceIps.push(`${key} : goto ${internal}`);
+    // No endpoint at all: refused at once. Endpoints elsewhere but policy Local: dropped, as kube-proxy does.
+    else noEndpointServices.push(`${key} : ${p.endpoints.length === 0 ? 'goto reject-chain' : 'drop'}`);
+    if (p.nodePort !== undefined) {
+      const nodeKey = `${p.protocol} . ${p.nodePort}`;
+      if (chains.external) nodePorts.push(`${nodeKey} : goto ${chains.external}`);
+      if (p.endpoints.length === 0) noEndpointNodePorts.push(`${nodeKey} : goto reject-chain`);
+      else if (p.externalLocal && !chains.local) noEndpointNodePorts.push(`${nodeKey} : drop`);
+    }
+  }
+
+  for (const { model: p, cluster, local, external } of ports) {
+    const internalChain = p.internalLocal ? local : cluster;
+    if (cluster) writeBalancer(w, cluster, p, p.endpoints, internalChain === cluster ? clusterCidr : undefined);
+    if (local) writeBalancer(w, local, p, p.endpoints.filter((ep) => ep.local), internalChain === local ? clusterCidr : undefined);
+    if (external && cluster) {
+      w.chain(external);
+      if (!p.externalLocal) {
+        w.rule(external, 'jump mark-for-masquerade');
+        w.rule(external, `goto ${cluster}`);
+      } else {
+        // Policy Local keeps the client's address, so only this node's endpoints serve outsiders;
+        // pods and the node itself are served by every endpoint (kube-proxy short-circuits them too).
+        w.rule(external, `ip saddr ${clusterCidr} goto ${cluster}`);
+        w.rule(external, 'fib saddr type local jump mark-for-masquerade');
+        w.rule(external, `fib saddr type local goto ${cluster}`);
+        if (local) w.rule(external, `goto ${local}`);
+      }
+    }
+    for (const ep of p.endpoints) {
+      const { chain, affinity } = endpointNames(p, ep);
+      w.chain(chain);
+      // Hairpin: a pod reaching itself through the Service must see the reply come from the node.
+      w.rule(chain, `ip saddr ${ep.ip} jump mark-for-masquerade`);
+      if (affinity) w.rule(chain, `update @${affinity} { ip saddr }`);
+      w.rule(chain, `meta l4proto ${p.protocol} dnat to ${ep.ip}:${ep.port}`);
+    }
+  }
+
+  const contents = w.writeChains();
+  w.elements('cluster-ips', [...clusterIps].sort(compareText));
+  w.elements('nodeport-ips', nodeIps);
+  w.elements('service-ips', serviceIps);
+  w.elements('service-nodeports', nodePorts);
+  w.elements('no-endpoint-services', noEndpointServices);
+  w.elements('no-endpoint-nodeports', noEndpointNodePorts);
+
+  // Last: what the table holds but the rules no longer name. Flushed first so no rule of a stale
+  // chain still points at another one (or at a stale set) when it is deleted.
+  let deleted = 0;
+  if (input.existing) {
+    const keepChains = new Set(contents.keys());
+    const keepSets = new Set(w.sets);
+    const staleChains = input.existing.chains.filter((c) => !keepChains.has(c)).sort(compareText);
+    const staleSets = input.existing.sets.filter((s) => !keepSets.has(s)).sort(compareText);
+    for (const c of staleChains) w.lines.push(`flush chain ${T} ${c}`);
+    for (const c of staleChains) w.lines.push(`delete chain ${T} ${c}`);
+    for (const s of staleSets) w.lines.push(`delete set ${T} ${s}`);
+    deleted = staleChains.length + staleSets.length;
+  }
+  return {
+    script: `${w.lines.join('\n')}\n`,
+    chains: w.chains,
+    sets: w.sets,
+    rules: w.rules,
+    servicePorts: model.length,
+    deleted,
+    writtenChains: w.writtenChains,
+    contents,
+  };
+}
+
+/** The nft script of the node's Service datapath (see planServiceRules). */
+export function buildServiceRules(input: ServiceRulesInput): string {
+  return planServiceRules(input).script;
+}
