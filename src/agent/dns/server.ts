@@ -1,0 +1,290 @@
+import dgram from 'node:dgram';
+import fs from 'node:fs';
+import net from 'node:net';
+import dnsPacket, { type Answer, type DecodedPacket, type OptAnswer, type Packet } from 'dns-packet';
+import type { KubeObject } from '../../apiserver/objects.js';
+import { Informer } from '../../client/informer.js';
+import { type ApiClient, ENDPOINTSLICES, SERVICES } from '../../client/types.js';
+import type { Logger } from '../../logging/logger.js';
+import type { ServiceNetwork } from '../../node-protocol/service-network.js';
+import { type DnsAddressOptions, type DnsAddressState, ensureDnsAddress, removeDnsAddress } from './address.js';
+import { Forwarder, questionEnd } from './forwarder.js';
+import { answer, buildSnapshot, type DnsAnswer, type DnsSnapshot, soaRecord } from './records.js';
+import { parseUpstream, type Upstream, upstreamsFromResolvConf } from './upstreams.js';
+
+/**
+ * The node's cluster DNS server: UDP and TCP port 53 on the `cluster-dns` address, which it puts
+ * on its own device (address.ts). Names in the cluster domain are answered from the Services and
+ * EndpointSlices its informers follow (records.ts); the rest is forwarded (forwarder.ts).
+ */
+
+export interface ClusterDnsOptions {
+  /** The node's client now (the agent may move to another server); informers follow it. */
+  client: () => ApiClient;
+  network: ServiceNetwork;
+  logger: Logger;
+  /** Upstream resolvers (`ip`, `ip:port`, `[ipv6]:port`); default: the usable ones of `resolvConf`. */
+  upstreams?: string[];
+  /** Default /etc/resolv.conf. */
+  resolvConf?: string;
+  /** Default 53. */
+  port?: number;
+  /** Default `drover-dns`. */
+  device?: string;
+  /** Per upstream try, default 2000 ms (then the next upstream). */
+  upstreamTimeoutMs?: number;
+  /** The `ip` binary. */
+  ip?: string;
+}
+
+/** The classic UDP limit a client without EDNS takes (RFC 1035). */
+const UDP_PLAIN_LIMIT = 512;
+/** The most we send over UDP even when a client's EDNS offers more (fragmentation). */
+const UDP_EDNS_MAX = 4096;
+const TCP_IDLE_MS = 10_000;
+const FLAG_QR = 0x8000;
+const FLAG_AA = 0x0400;
+const FLAG_TC = 0x0200;
+const FLAG_RD = 0x0100;
+const FLAG_RA = 0x0080;
+const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4 } as const;
+
+/** Delegates to whichever client the agent holds now, so the informers survive a server change. */
+function followingClient(current: () => ApiClient): ApiClient {
+  return {
+    get: (...args) => current().get(...args),
+    list: (...args) => current().list(...args),
+    create: (...args) => current().create(...args),
+    update: (...args) => current().update(...args),
+    patch: (...args) => current().patch(...args),
+    delete: (...args) => current().delete(...args),
+    evict: (...args) => current().evict(...args),
+    requestToken: (...args) => current().requestToken(...args),
+    watch: (...args) => current().watch(...args),
+  };
+}
+
+/** What a Service or slice keeps in the cache: the fields the answers read. */
+function slim(obj: KubeObject): KubeObject {
+  const { name, namespace, resourceVersion, labels } = obj.metadata;
+  const kept: KubeObject = { metadata: { name, namespace, resourceVersion, ...(labels ? { labels } : {}) } };
+  for (const field of ['spec', 'addressType', 'endpoints', 'ports']) if (obj[field] !== undefined) kept[field] = obj[field];
+  return kept;
+}
+
+export class ClusterDns {
+  private readonly logger: Logger;
+  private readonly address: string;
+  private readonly port: number;
+  private readonly addressOptions: DnsAddressOptions;
+  private readonly services: Informer;
+  private readonly slices: Informer;
+  private snapshot: DnsSnapshot | undefined;
+  private forwarder: Forwarder | undefined;
+  private udp: dgram.Socket | undefined;
+  private tcp: net.Server | undefined;
+  private readonly connections = new Set<net.Socket>();
+  private addressState: DnsAddressState | undefined;
+  private started = false;
+
+  constructor(private readonly options: ClusterDnsOptions) {
+    this.logger = options.logger.child({ component: 'cluster-dns' });
+    this.address = options.network.clusterDns;
+    this.port = options.port ?? 53;
+    this.addressOptions = { address: this.address, logger: this.logger, ...(options.device ? { device: options.device } : {}), ...(options.ip ? { ip: options.ip } : {}) };
+    const client = followingClient(options.client);
+    const changed = (): void => {
+      this.snapshot = undefined;
+    };
+    this.services = new Informer(client, SERVICES, undefined, changed, this.logger, {}, slim);
+    this.slices = new Informer(client, ENDPOINTSLICES, undefined, changed, this.logger, {}, slim);
+  }
+
+  /** The upstreams in use (after start). */
+  get upstreams(): Upstream[] {
+    return this.forwarder?.upstreams ?? [];
+  }
+
+  /** Both lists are in: cluster names are answered (SERVFAIL before, rather than a false NXDOMAIN). */
+  get synced(): boolean {
+    return this.services.hasSynced && this.slices.hasSynced;
+  }
+
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    const upstreams = this.options.upstreams
+      ? this.options.upstreams.map(parseUpstream)
+      : upstreamsFromResolvConf(readResolvConf(this.options.resolvConf ?? '/etc/resolv.conf', this.logger), this.address);
+    if (upstreams.length === 0) this.logger.warn('no usable upstream resolver (loopback ones are skipped): names outside the cluster get SERVFAIL');
+    this.forwarder = new Forwarder({ upstreams, timeoutMs: this.options.upstreamTimeoutMs ?? 2000, logger: this.logger });
+    try {
+      this.addressState = await ensureDnsAddress(this.addressOptions);
+      await this.listen();
+    } catch (error) {
+      await this.stop();
+      throw error;
+    }
+    await Promise.all([this.services.start(), this.slices.start()]);
+    this.logger.info(
+      {
+        address: this.address,
+        port: this.port,
+        device: this.addressState.device,
+        ...(this.addressState.createdType ? { deviceType: this.addressState.createdType } : {}),
+        domain: this.options.network.clusterDomain,
+        upstreams: upstreams.map((u) => `${u.family === 6 ? `[${u.address}]` : u.address}:${u.port}`),
+      },
+      'cluster DNS serving',
+    );
+  }
+
+  async stop(): Promise<void> {
+    this.services.stop();
+    this.slices.stop();
+    this.forwarder?.close();
+    for (const socket of this.connections) socket.destroy();
+    this.connections.clear();
+    const udp = this.udp;
+    this.udp = undefined;
+    if (udp) await new Promise<void>((resolve) => udp.close(() => resolve()));
+    const tcp = this.tcp;
+    this.tcp = undefined;
+    if (tcp) await new Promise<void>((resolve) => tcp.close(() => resolve()));
+    if (this.started) {
+      try {
+        await removeDnsAddress(this.addressOptions, this.addressState);
+      } catch (error) {
+        this.logger.warn({ err: error }, 'cannot remove the cluster DNS address');
+      }
+    }
+    this.addressState = undefined;
+    this.started = false;
+  }
+
+  private async listen(): Promise<void> {
+    const udp = dgram.createSocket({ type: 'udp4' });
+    this.udp = udp;
+    udp.on('message', (msg, rinfo) => {
+      void this.handle(msg, false).then((reply) => {
+        if (reply && this.udp === udp) udp.send(reply, rinfo.port, rinfo.address);
+      });
+    });
+    udp.on('error', (error) => this.logger.warn({ err: error }, 'DNS UDP socket error'));
+    await new Promise<void>((resolve, reject) => {
+      udp.once('error', reject);
+      udp.bind({ address: this.address, port: this.port }, () => {
+        udp.off('error', reject);
+        resolve();
+      });
+    });
+    const tcp = net.createServer((socket) => this.serveTcp(socket));
+    this.tcp = tcp;
+    await new Promise<void>((resolve, reject) => {
+      tcp.once('error', reject);
+      tcp.listen({ host: this.address, port: this.port }, () => {
+        tcp.off('error', reject);
+        resolve();
+      });
+    });
+    tcp.on('error', (error) => this.logger.warn({ err: error }, 'DNS TCP server error'));
+  }
+
+  /** DNS over TCP: messages behind a two-byte length, several per connection, answered as they finish. */
+  private serveTcp(socket: net.Socket): void {
+    this.connections.add(socket);
+    socket.setTimeout(TCP_IDLE_MS, () => socket.destroy());
+    let buffered = Buffer.alloc(0);
+    socket.on('data', (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      while (buffered.length >= 2 && buffered.length >= 2 + buffered.readUInt16BE(0)) {
+        const message = buffered.subarray(2, 2 + buffered.readUInt16BE(0));
+        buffered = buffered.subarray(2 + message.length);
+        void this.handle(Buffer.from(message), true).then((reply) => {
+          if (!reply || socket.destroyed) return;
+          const length = Buffer.alloc(2);
+          length.writeUInt16BE(reply.length);
+          socket.write(Buffer.concat([length, reply]));
+        });
+      }
+    });
+    socket.on('error', () => socket.destroy());
+    socket.on('close', () => this.connections.delete(socket));
+  }
+
+  private current(): DnsSnapshot {
+    this.snapshot ??= buildSnapshot(this.services.items(), this.slices.items(), this.options.network, Math.floor(Date.now() / 1000));
+    return this.snapshot;
+  }
+
+  /** One query in, one reply out (undefined: nothing to say, e.g. not a query at all). */
+  async handle(message: Buffer, tcp: boolean): Promise<Buffer | undefined> {
+    let query: DecodedPacket;
+    try {
+      query = dnsPacket.decode(message);
+    } catch {
+      return message.length >= 12 && (message.readUInt16BE(2) & FLAG_QR) === 0 ? headerOnly(message, RCODE.FORMERR) : undefined;
+    }
+    if (query.flag_qr) return undefined;
+    const opt = query.additionals?.find((a): a is OptAnswer => a.type === 'OPT');
+    const limit = tcp ? 65535 : opt ? Math.min(UDP_EDNS_MAX, Math.max(UDP_PLAIN_LIMIT, opt.udpPayloadSize)) : UDP_PLAIN_LIMIT;
+    if ((message.readUInt16BE(2) >> 11) & 0xf) return this.reply(query, RCODE.NOTIMP, undefined, opt, limit);
+    const question = query.questions?.length === 1 ? query.questions[0]! : undefined;
+    if (!question) return this.reply(query, RCODE.FORMERR, undefined, opt, limit);
+
+    const result: DnsAnswer = answer(question, this.current(), this.options.network);
+    if (result === 'forward') {
+      const key = `${question.name.toLowerCase().replace(/\.$/, '')}|${question.type}|${question.class ?? 'IN'}|${opt ? `e${opt.flag_do ? 'd' : ''}` : ''}`;
+      let response: Buffer | undefined;
+      try {
+        questionEnd(message);
+        response = await this.forwarder!.resolve(message, key, limit, tcp);
+      } catch (error) {
+        this.logger.debug({ err: error }, 'cannot forward');
+      }
+      return response ?? this.reply(query, RCODE.SERVFAIL, undefined, opt, limit);
+    }
+    // Before the first lists, an unknown name may be one not seen yet: no false NXDOMAIN.
+    if (!this.synced) return this.reply(query, RCODE.SERVFAIL, undefined, opt, limit);
+    if (result === 'nxdomain') return this.reply(query, RCODE.NXDOMAIN, { answers: [], additionals: [] }, opt, limit);
+    return this.reply(query, RCODE.NOERROR, result, opt, limit);
+  }
+
+  /** Our own reply (authoritative), truncated with TC when over the client's UDP limit. */
+  private reply(query: DecodedPacket, rcode: number, records: { answers: Answer[]; additionals: Answer[] } | undefined, opt: OptAnswer | undefined, limit: number): Buffer {
+    const negative = records !== undefined && records.answers.length === 0;
+    const ours: OptAnswer[] = opt ? [{ name: '.', type: 'OPT', udpPayloadSize: UDP_EDNS_MAX, extendedRcode: 0, ednsVersion: 0, flags: 0, flag_do: false, options: [] }] : [];
+    const packet: Packet = {
+      type: 'response',
+      id: query.id ?? 0,
+      flags: (records ? FLAG_AA : 0) | (query.flag_rd ? FLAG_RD : 0) | FLAG_RA | rcode,
+      questions: query.questions ?? [],
+      answers: records?.answers ?? [],
+      authorities: negative ? [soaRecord(this.options.network, this.current().serial)] : [],
+      additionals: [...(records?.additionals ?? []), ...ours],
+    };
+    let encoded = dnsPacket.encode(packet);
+    if (encoded.length > limit) {
+      // Too big for this client over UDP: the header says so and it asks again over TCP.
+      encoded = dnsPacket.encode({ ...packet, flags: packet.flags! | FLAG_TC, answers: [], authorities: [], additionals: ours });
+    }
+    return encoded;
+  }
+}
+
+/** A reply that is only the query's header (no question could be read): FORMERR. */
+function headerOnly(message: Buffer, rcode: number): Buffer {
+  const reply = Buffer.alloc(12);
+  message.copy(reply, 0, 0, 4);
+  reply.writeUInt16BE(((message.readUInt16BE(2) & ~0x0f) | FLAG_QR | rcode) & 0xffff, 2);
+  return reply;
+}
+
+function readResolvConf(file: string, logger: Logger): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch (error) {
+    logger.warn({ err: error, file }, 'cannot read the node resolv.conf: no upstream resolvers');
+    return '';
+  }
+}
