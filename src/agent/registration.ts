@@ -1,3 +1,4 @@
+import type { ClusterNetworkSettings } from '../node-protocol/service-network.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import { ApiError } from '../apiserver/errors.js';
@@ -60,6 +61,8 @@ function sleep(ms: number): Promise<void> {
 
 export class NodeRegistration {
   private clusterTimings: DerivedTimings | undefined;
+  /** The cluster's network settings, as the server told them at the last registration (absent: no pod network). */
+  clusterNetwork: ClusterNetworkSettings | undefined;
   private uid = '';
   private nodeCa = '';
   private reregistering: Promise<void> | undefined;
@@ -111,6 +114,7 @@ export class NodeRegistration {
         });
         this.nodeCa = response.nodeCaCertificate;
         this.clusterTimings = deriveTimings(response.timings);
+        this.clusterNetwork = response.network;
         this.context.serveWith(response);
         connection.connect(serverUrl, { caPem, token: response.token, timings: response.timings });
         return;

@@ -1,3 +1,4 @@
+import type { ClusterNetworkSettings } from '../node-protocol/service-network.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 import { type Authenticator, bearerToken, type UserInfo } from '../apiserver/auth.js';
@@ -53,6 +54,8 @@ export interface RegistrationResponse {
   nodeCaCertificate: string;
   /** What callers of the agent's endpoint prove themselves with (the API servers). */
   clientCaCertificate: string;
+  /** The cluster's network settings (absent from servers before the pod network: no pod network). */
+  network?: ClusterNetworkSettings;
 }
 
 /** GET /drover/v1/apiservers: where the API is served (agents remember it to move between servers). */
@@ -78,6 +81,8 @@ export interface DroverEndpointsOptions {
   /** Signs users' client certificates (drover kubeconfig create). */
   clientCa: KeyPair;
   timings: ClusterTimings;
+  /** Told to agents at registration: how they wire pods, Services and DNS. */
+  network: ClusterNetworkSettings;
   logger: Logger;
   authenticator: Authenticator;
   datastore: Datastore;
@@ -345,6 +350,7 @@ export function droverEndpoints(options: DroverEndpointsOptions) {
         nodeName,
         token: credential,
         timings: options.timings,
+        network: options.network,
         servingCertificate: serving.certificatePem,
         servingKey: serving.privateKeyPem,
         nodeCaCertificate: options.nodeCa.certificatePem,

@@ -265,11 +265,20 @@ export function nodeSelfUpdateViolation(previous: KubeObject | undefined, next: 
     const violation = nodeLabelViolation(key);
     if (violation) return violation;
   }
-  if (!previous) return undefined;
+  if (!previous) {
+    const spec = (next.spec as { podCIDR?: unknown; podCIDRs?: unknown } | undefined) ?? {};
+    return spec.podCIDR !== undefined || spec.podCIDRs !== undefined ? 'may not set its pod CIDR (the cluster allocates it)' : undefined;
+  }
   const oldSpec = (previous.spec ?? {}) as NodeSpecView;
   const newSpec = (next.spec ?? {}) as NodeSpecView;
   if (JSON.stringify(oldSpec.taints ?? []) !== JSON.stringify(newSpec.taints ?? [])) {
     return 'may not modify its taints after registration';
+  }
+  // Its pod range is the allocator's: a node choosing one could take another node's pods' traffic.
+  const oldCidrs = (previous.spec as { podCIDR?: unknown; podCIDRs?: unknown } | undefined) ?? {};
+  const newCidrs = (next.spec as { podCIDR?: unknown; podCIDRs?: unknown } | undefined) ?? {};
+  if (JSON.stringify([oldCidrs.podCIDR, oldCidrs.podCIDRs]) !== JSON.stringify([newCidrs.podCIDR, newCidrs.podCIDRs])) {
+    return 'may not set its pod CIDR (the cluster allocates it)';
   }
   const wasCordoned = oldSpec.unschedulable === true;
   const isCordoned = newSpec.unschedulable === true;

@@ -38,6 +38,9 @@ export interface Setting {
 }
 
 export const LOG_LEVEL_CHOICES = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+/** K3s's names for the pod network between nodes (`none` = no pod network at all). */
+export const FLANNEL_BACKENDS = ['vxlan', 'host-gw', 'none'] as const;
+export type FlannelBackend = (typeof FLANNEL_BACKENDS)[number];
 export const ROLE_CHOICES = ['all', 'etcd', 'control-plane'] as const;
 
 function defaultDataDir(): string {
@@ -166,6 +169,16 @@ const TABLE = [
     scope: 'cluster',
     default: 'cluster.local',
     why: 'Service names are answered under it and pods search it; servers disagreeing would give the same Service two names',
+  },
+  {
+    name: 'flannel-backend',
+    type: 'enum',
+    help: 'the pod network between nodes: vxlan (an overlay, any network), host-gw (routes, nodes on one L2 segment), or none (no pod network: pods share their node’s network, and nodes run no Service datapath and no cluster DNS) (docs/networking.md)',
+    commands: ['server'],
+    scope: 'cluster',
+    default: 'vxlan',
+    choices: FLANNEL_BACKENDS,
+    why: 'every node wires its pods and its routes to the other nodes by it; nodes disagreeing cannot reach each other’s pods',
   },
   // --- node-scoped, server -----------------------------------------------------------------------
   {

@@ -110,6 +110,9 @@ export function parseServiceNetwork(
   const named = (key: string, problem: string): string => `${key} (${source(key)}): ${problem}`;
   const clusterCidr = parseCidr(input.clusterCidr);
   if (typeof clusterCidr === 'string') problems.push(named('cluster-cidr', clusterCidr));
+  else if (clusterCidr.prefix > NODE_CIDR_PREFIX) {
+    problems.push(named('cluster-cidr', `${JSON.stringify(input.clusterCidr)} is too small to give each node a /${NODE_CIDR_PREFIX} (at most /${NODE_CIDR_PREFIX})`));
+  }
   const serviceCidr = parseCidr(input.serviceCidr);
   if (typeof serviceCidr === 'string') problems.push(named('service-cidr', serviceCidr));
   const nodePortRange = parsePortRange(input.serviceNodePortRange);
@@ -155,4 +158,32 @@ export function defaultServiceNetwork(): ServiceNetwork {
 /** The kubernetes Service's address: the first address after the network's. */
 export function firstServiceIp(network: ServiceNetwork): string {
   return numberToIpv4(network.serviceCidr.base + 1);
+}
+
+/** Each node's share of cluster-cidr (kube-controller-manager's node-cidr-mask-size, as K3s sets it). */
+export const NODE_CIDR_PREFIX = 24;
+
+/** What a server tells an agent at registration: the settings as text (the agent parses them) and the backend. */
+export interface ClusterNetworkSettings extends ServiceNetworkInput {
+  /** `flannel-backend`: `none` means no pod network, no Service datapath, no cluster DNS on the nodes. */
+  backend: 'vxlan' | 'host-gw' | 'none';
+}
+
+/**
+ * The lowest node CIDR of the cluster CIDR that no node holds, or undefined when all are taken.
+ * `used` may hold anything (CIDRs of another plan after a change are simply not in the way).
+ */
+export function nextNodeCidr(clusterCidr: Cidr, used: Iterable<string>): string | undefined {
+  const taken = new Set(used);
+  const size = 2 ** (32 - NODE_CIDR_PREFIX);
+  for (let base = clusterCidr.base; base < clusterCidr.base + clusterCidr.size; base += size) {
+    const text = `${numberToIpv4(base)}/${NODE_CIDR_PREFIX}`;
+    if (!taken.has(text)) return text;
+  }
+  return undefined;
+}
+
+/** A node CIDR's gateway (its first address, on the node's pod bridge) and its prefix. */
+export function nodeCidrGateway(nodeCidr: Cidr): string {
+  return numberToIpv4(nodeCidr.base + 1);
 }

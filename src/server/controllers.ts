@@ -7,6 +7,10 @@ import type { ServerSettings } from '../config/schema.js';
 import type { DerivedTimings } from '../config/timings.js';
 import { ControllerManager } from '../controllers/controller-manager.js';
 import { EndpointsController } from '../controllers/endpoints.js';
+import { NodeIpamController } from '../controllers/node-ipam.js';
+import type { SharedInformers } from '../client/shared-informers.js';
+import type { Clock } from '../controllers/clock.js';
+import { serviceNetworkFromSettings } from './service-network.js';
 import type { KubernetesServiceReconciler } from './kubernetes-service.js';
 import { ClusterRoleAggregationController } from '../controllers/rbac-aggregation.js';
 import type { Logger } from '../logging/logger.js';
@@ -67,6 +71,9 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
     termControllers: [
       ...serviceAccountControllers(serviceAccounts, client, logger, deps.caCertificatePem),
       (informers, clock) => new EndpointsController(client, informers, logger.child({ controller: 'endpoints' }), { clock }),
+      ...(settings.flannelBackend === 'none'
+        ? []
+        : [(informers: SharedInformers, clock: Clock) => new NodeIpamController(client, informers, logger.child({ controller: 'node-ipam' }), serviceNetworkFromSettings(settings).clusterCidr, clock)]),
     ],
     lifecycle: {
       tickMs: timings.lifecycleTickMs,

@@ -46,6 +46,14 @@ describe('node restriction rules (pure)', () => {
     assert.equal(nodeSelfUpdateViolation(node({}, { taints }), node({}, { taints })), undefined);
   });
 
+  it('pod CIDR: the allocator’s, never set or changed by the node itself', () => {
+    const cidr = { podCIDR: '10.42.3.0/24', podCIDRs: ['10.42.3.0/24'] };
+    assert.match(nodeSelfUpdateViolation(undefined, node({}, cidr)) ?? '', /may not set its pod CIDR/);
+    assert.match(nodeSelfUpdateViolation(node({}, {}), node({}, cidr)) ?? '', /may not set its pod CIDR/);
+    assert.match(nodeSelfUpdateViolation(node({}, cidr), node({}, { podCIDR: '10.42.4.0/24', podCIDRs: ['10.42.4.0/24'] })) ?? '', /may not set its pod CIDR/);
+    assert.equal(nodeSelfUpdateViolation(node({}, cidr), node({ mine: 'x' }, cidr)), undefined, 'a write that keeps it');
+  });
+
   it('cordon: only for a planned stop; uncordon only of its own recorded cordon', () => {
     // The agent's planned stop: record cordoned:true and unschedulable in one write.
     assert.equal(nodeSelfUpdateViolation(node({}), node({}, { unschedulable: true }, OWN_CORDON)), undefined);

@@ -5,7 +5,7 @@ import net from 'node:net';
 import path from 'node:path';
 import type { TestContext } from 'node:test';
 import { reapPods } from './pods.js';
-import { type ApiResponse, DROVER_BIN, eventually, request, tempDir, TEST_RUNTIME_CLASS_ARGS } from './server.js';
+import { type ApiResponse, DROVER_BIN, eventually, request, tempDir, TEST_CLUSTER_ARGS } from './server.js';
 
 /**
  * Test harness for multi-server clusters on managed etcd: `drover server` processes on their own
@@ -170,7 +170,7 @@ function etcdLog(m: ClusterServer): string {
 
 export function spawnDrover(args: string[], env: NodeJS.ProcessEnv = process.env): ClusterProcess {
   // Servers run the suite's pods as processes, as startServer's do (a test's own flag comes after and wins).
-  const withDefaults = args[0] === 'server' ? ['server', ...TEST_RUNTIME_CLASS_ARGS, ...args.slice(1)] : args;
+  const withDefaults = args[0] === 'server' ? ['server', ...TEST_CLUSTER_ARGS, ...args.slice(1)] : args;
   const child = spawn(process.execPath, [DROVER_BIN, ...withDefaults], { stdio: ['ignore', 'pipe', 'pipe'], env });
   let output = '';
   child.stdout!.on('data', (c: Buffer) => (output += c.toString()));

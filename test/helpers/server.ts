@@ -81,8 +81,14 @@ const running = new Set<ServerProcess>();
  * The `drover server …` arguments startServer uses: loopback, an ephemeral port, no agent unless
  * asked. For tests that run a start expected to be refused (through runDrover) with the same flags.
  */
-/** The cluster default the test servers run with: pods without a runtimeClassName are processes. */
-export const TEST_RUNTIME_CLASS_ARGS: readonly string[] = ['--default-runtime-class', 'process'];
+/**
+ * The cluster defaults the test servers run with: pods without a runtimeClassName are processes,
+ * and there is no pod network (`--flannel-backend none`): most suites run several nodes in the
+ * host's one network namespace, where each would claim the same bridge, routes and tables. The
+ * pod network's tests run each agent in a network namespace of its own and pass their backend
+ * after these (the last flag wins).
+ */
+export const TEST_CLUSTER_ARGS: readonly string[] = ['--default-runtime-class', 'process', '--flannel-backend', 'none'];
 
 export function serverArgs(
   dataDir: string,
@@ -99,7 +105,7 @@ export function serverArgs(
     ...(options.embeddedAgent ? ['--agent-port', '0', '--node-ip', '127.0.0.1'] : ['--disable-agent']),
     // The suite's pods are local processes (a command, no image) unless a test asks for containers:
     // those name `runtimeClassName: runc`, or pass their own --default-runtime-class after this one.
-    ...TEST_RUNTIME_CLASS_ARGS,
+    ...TEST_CLUSTER_ARGS,
     ...(options.handMadeNodes ? ['--node-monitor-grace-period', '1h'] : []),
     ...(options.args ?? []),
   ];

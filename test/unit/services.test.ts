@@ -21,7 +21,7 @@ import { applyServiceDefaults, validateService } from '../../src/apiserver/kinds
 import { LocalClient } from '../../src/client/local.js';
 import { NAMESPACES, type ResourceRef } from '../../src/client/types.js';
 import { openSqliteDatastore, type SqliteDatastore } from '../../src/datastore/sqlite.js';
-import { defaultServiceNetwork, parseServiceNetwork, type ServiceNetwork } from '../../src/node-protocol/service-network.js';
+import { type Cidr, defaultServiceNetwork, nextNodeCidr, nodeCidrGateway, parseCidr, parseServiceNetwork, SERVICE_NETWORK_DEFAULTS, type ServiceNetwork } from '../../src/node-protocol/service-network.js';
 import { ApiServerDirectory } from '../../src/cluster/apiservers.js';
 import { NodeAuthorizer } from '../../src/cluster/node-authorization.js';
 import { createLogger } from '../../src/logging/logger.js';
@@ -225,5 +225,21 @@ describe('node authorization of Services and their endpoints', () => {
       }
     }
     assert.equal(authorizer.authorize(node, { group: '', resource: 'services', subresource: 'status', verb: 'update', namespace: 'default', name: 'web' }).allowed, false);
+  });
+});
+
+describe('node pod CIDRs from cluster-cidr', () => {
+  it('each node gets the lowest free /24; none when the range is used up', () => {
+    const cidr = parseCidr('10.42.0.0/22') as Cidr;
+    assert.equal(nextNodeCidr(cidr, []), '10.42.0.0/24');
+    assert.equal(nextNodeCidr(cidr, ['10.42.0.0/24', '10.42.2.0/24']), '10.42.1.0/24');
+    assert.equal(nextNodeCidr(cidr, ['10.42.0.0/24', '10.42.1.0/24', '10.42.2.0/24', '10.42.3.0/24']), undefined);
+    assert.equal(nextNodeCidr(cidr, ['10.99.0.0/24']), '10.42.0.0/24', 'a CIDR of another plan is not in the way');
+    assert.equal(nodeCidrGateway(parseCidr('10.42.7.0/24') as Cidr), '10.42.7.1');
+  });
+
+  it('a cluster-cidr smaller than a /24 is refused at start, with its key', () => {
+    const { problems } = parseServiceNetwork({ ...SERVICE_NETWORK_DEFAULTS, clusterCidr: '10.42.0.0/25' });
+    assert.deepEqual(problems, ['cluster-cidr (default): "10.42.0.0/25" is too small to give each node a /24 (at most /24)']);
   });
 });

@@ -29,6 +29,7 @@ const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
   serviceNodePortRange: true,
   clusterDns: true,
   clusterDomain: true,
+  flannelBackend: true,
   httpsListenPort: true,
   bindAddress: true,
   tlsSans: true,
