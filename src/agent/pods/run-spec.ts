@@ -151,10 +151,23 @@ export interface PodRunSpec {
   /** runc's state directory (`<data-dir>/agent/runc`); required when runtime is runc. */
   runcRoot?: string;
   /**
+   * runc: the pod's own network, wired by the agent before the supervisor starts (its namespace
+   * pinned at `<pod dir>/ns/net`, src/agent/network/). Absent: the node's network (hostNetwork
+   * pods, clusters without a pod network).
+   */
+  podNetwork?: PodNetworkRunSpec;
+  /**
    * runc: containers added to the running pod (`kubectl debug`). The agent appends to this list
    * and sends the supervisor SIGUSR2; each runs once, never restarted.
    */
   ephemeralContainers?: EphemeralContainerRunSpec[];
+}
+
+export interface PodNetworkRunSpec {
+  /** The pod's address, for its /etc/hosts. */
+  podIp: string;
+  /** The pod's /etc/resolv.conf, as its dnsPolicy makes it. */
+  resolvConf: string;
 }
 
 export interface EphemeralContainerRunSpec extends ContainerRunSpec {
@@ -298,6 +311,13 @@ export function validateRunSpec(value: unknown, file: string): PodRunSpec {
   }
   const runc = spec.runtime === 'runc';
   if (runc && !isAbsolute(spec.runcRoot)) fail('runcRoot must be an absolute path when runtime is runc');
+  if (spec.podNetwork !== undefined) {
+    const network = spec.podNetwork as Partial<PodNetworkRunSpec> | null;
+    if (!runc) fail('podNetwork needs runtime runc');
+    if (!network || typeof network.podIp !== 'string' || !/^\d+\.\d+\.\d+\.\d+$/.test(network.podIp) || typeof network.resolvConf !== 'string') {
+      fail('podNetwork must have podIp (IPv4) and resolvConf');
+    }
+  }
   for (const c of spec.containers ?? []) validateContainerExtras(c, runc, (what) => fail(`container ${c.name}: ${what}`));
   if (spec.ephemeralContainers !== undefined) {
     if (!runc || !Array.isArray(spec.ephemeralContainers)) fail('ephemeralContainers must be a list, under runc only');

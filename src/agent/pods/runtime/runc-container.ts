@@ -51,14 +51,19 @@ export class RuncContainer {
     if (fs.existsSync(path.join(this.root, this.id))) await runcDelete(this.root, this.id);
     const image = this.container.image;
     if (!image) throw new Error(`container ${this.container.name} has no image`);
-    const sandbox = ensureSandbox(this.podDir, this.spec.hostname ?? this.spec.name);
+    const sandbox = ensureSandbox(this.podDir, this.spec.hostname ?? this.spec.name, this.spec.podNetwork);
     fs.mkdirSync(this.bundle, { recursive: true, mode: 0o700 });
     this.rootfsKind = makeRootfs(rootfsPaths(containerDir(this.podDir, this.container.name), this.bundle), image.layerDirs, this.warn);
     const config = buildOciConfig({
       spec: this.spec,
       container: this.container,
       rootfs: 'rootfs',
-      namespaces: { ipc: sandbox.ipc, uts: sandbox.uts, ...(this.pidNamespace ? { pid: this.pidNamespace } : {}) },
+      namespaces: {
+        ipc: sandbox.ipc,
+        uts: sandbox.uts,
+        ...(sandbox.network ? { network: sandbox.network } : {}),
+        ...(this.pidNamespace ? { pid: this.pidNamespace } : {}),
+      },
       cgroupsPath: this.cgroup,
       shmPath: sandbox.shm,
       podFiles: sandbox.files,

@@ -12,8 +12,10 @@ import { namespacesDir } from './names.js';
  * System V IPC and the hostname (the pod's name). A per-pod tmpfs is their /dev/shm. Pod files
  * (/etc/hostname, /etc/hosts, /etc/resolv.conf) are written under `<pod dir>/etc/`.
  *
- * The network namespace stays the host's until a pod network exists: that work adds `net` here,
- * pinned the same way, and the containers join it as they join `ipc`.
+ * With a pod network the agent pins a network namespace at `ns/net` the same way and wires it
+ * with CNI before the supervisor starts (src/agent/network/pod-network.ts); the containers join
+ * it as they join `ipc`, and the pod files name the pod's address and its cluster DNS. Without
+ * one (hostNetwork, or a cluster with `flannel-backend: none`) the containers share the node's.
  */
 
 export const SHM_DIR = 'shm';
@@ -23,12 +25,15 @@ const SHM_SIZE = '64m';
 export interface Sandbox {
   ipc: string;
   uts: string;
+  /** The pod's pinned network namespace; absent: the node's network. */
+  network?: string;
   shm: string;
   /** Bind mounts every container of the pod gets. */
   files: ContainerMount[];
 }
 
-function isNsfs(file: string): boolean {
+/** Whether `file` is a pinned namespace (an nsfs bind mount). */
+export function isNsfs(file: string): boolean {
   const resolved = path.resolve(file);
   return mountTable().some((m) => m.mountPoint === resolved && m.fsType === 'nsfs');
 }
@@ -37,15 +42,15 @@ function must(result: { ok: boolean; stderr: string }, what: string): void {
   if (!result.ok) throw new MountError(`${what}: ${result.stderr}`);
 }
 
-function hostsFile(hostname: string): string {
+function hostsFile(hostname: string, podIp: string | undefined): string {
   return [
-    '# Kubernetes-managed hosts file (host network).',
+    podIp ? '# Kubernetes-managed hosts file.' : '# Kubernetes-managed hosts file (host network).',
     '127.0.0.1\tlocalhost',
     '::1\tlocalhost ip6-localhost ip6-loopback',
     'fe00::0\tip6-localnet',
     'fe00::1\tip6-allnodes',
     'fe00::2\tip6-allrouters',
-    `127.0.1.1\t${hostname}`,
+    podIp ? `${podIp}\t${hostname}` : `127.0.1.1\t${hostname}`,
     '',
   ].join('\n');
 }
@@ -59,16 +64,46 @@ function writeIfChanged(file: string, content: string): void {
   fs.writeFileSync(file, content, { mode: 0o644 });
 }
 
-/** Make (or find again) the pod's sandbox. Idempotent: a supervisor restarted on the pod keeps its namespaces. */
-export function ensureSandbox(podDir: string, hostname: string): Sandbox {
+/**
+ * `<pod dir>/ns/`, a private bind mount of itself: pins made in it stay out of other mount
+ * namespaces. Whoever pins first (the agent for `net`, the supervisor for `ipc`/`uts`) makes it.
+ */
+export function ensureNamespacesDir(podDir: string): string {
   const nsDir = namespacesDir(podDir);
-  const ipc = path.join(nsDir, 'ipc');
-  const uts = path.join(nsDir, 'uts');
   fs.mkdirSync(nsDir, { recursive: true, mode: 0o700 });
   if (!isMountPoint(nsDir)) {
     must(run('mount', ['--bind', nsDir, nsDir]), `bind-mounting ${nsDir}`);
     must(run('mount', ['--make-private', nsDir]), `making ${nsDir} private`);
   }
+  return nsDir;
+}
+
+/** The pod's network namespace, pinned at `<pod dir>/ns/net` (made once; found again after a restart). */
+export function pinNetworkNamespace(podDir: string): string {
+  const file = path.join(ensureNamespacesDir(podDir), 'net');
+  if (!isNsfs(file)) {
+    if (isMountPoint(file)) unmount(file);
+    fs.writeFileSync(file, '', { mode: 0o600 });
+    must(run('unshare', [`--net=${file}`, 'true']), 'creating the pod network namespace');
+  }
+  return file;
+}
+
+export interface SandboxNetwork {
+  podIp: string;
+  resolvConf: string;
+}
+
+/**
+ * Make (or find again) the pod's sandbox. Idempotent: a supervisor restarted on the pod keeps its
+ * namespaces. `network`: the pod's own network, whose namespace the agent pinned already.
+ */
+export function ensureSandbox(podDir: string, hostname: string, network?: SandboxNetwork): Sandbox {
+  const nsDir = ensureNamespacesDir(podDir);
+  const ipc = path.join(nsDir, 'ipc');
+  const uts = path.join(nsDir, 'uts');
+  const net = path.join(nsDir, 'net');
+  if (network && !isNsfs(net)) throw new MountError(`the pod network namespace ${net} is missing (the agent pins it before the pod starts)`);
   if (!isNsfs(ipc) || !isNsfs(uts)) {
     for (const file of [ipc, uts]) {
       if (isMountPoint(file)) unmount(file);
@@ -82,13 +117,15 @@ export function ensureSandbox(podDir: string, hostname: string): Sandbox {
   const etc = path.join(podDir, POD_ETC_DIR);
   fs.mkdirSync(etc, { recursive: true, mode: 0o755 });
   writeIfChanged(path.join(etc, 'hostname'), `${hostname}\n`);
-  writeIfChanged(path.join(etc, 'hosts'), hostsFile(hostname));
-  let resolv = '';
-  try {
-    // Host network: the host's resolvers, as kubelet gives hostNetwork pods.
-    resolv = fs.readFileSync('/etc/resolv.conf', 'utf8');
-  } catch {
-    // none on the host
+  writeIfChanged(path.join(etc, 'hosts'), hostsFile(hostname, network?.podIp));
+  let resolv = network?.resolvConf;
+  if (resolv === undefined) {
+    try {
+      // Host network: the host's resolvers, as kubelet gives hostNetwork pods.
+      resolv = fs.readFileSync('/etc/resolv.conf', 'utf8');
+    } catch {
+      resolv = '';
+    }
   }
   writeIfChanged(path.join(etc, 'resolv.conf'), resolv);
   const files: ContainerMount[] = ['hostname', 'hosts', 'resolv.conf'].map((name) => ({
@@ -97,7 +134,7 @@ export function ensureSandbox(podDir: string, hostname: string): Sandbox {
     type: 'bind',
     readOnly: false,
   }));
-  return { ipc, uts, shm, files };
+  return { ipc, uts, shm, files, ...(network ? { network: net } : {}) };
 }
 
 /** Unpin the namespaces and unmount the pod's /dev/shm. Safe to call again, and on a pod that never had one. */
