@@ -1,15 +1,15 @@
 import dgram from 'node:dgram';
 import fs from 'node:fs';
 import net from 'node:net';
-import dnsPacket, { type Answer, type DecodedPacket, type OptAnswer, type Packet } from 'dns-packet';
 import type { KubeObject } from '../../apiserver/objects.js';
 import { Informer } from '../../client/informer.js';
 import { type ApiClient, ENDPOINTSLICES, SERVICES } from '../../client/types.js';
 import type { Logger } from '../../logging/logger.js';
 import type { ServiceNetwork } from '../../node-protocol/service-network.js';
 import { type DnsAddressOptions, type DnsAddressState, ensureDnsAddress, removeDnsAddress } from './address.js';
-import { Forwarder, questionEnd } from './forwarder.js';
-import { answer, buildSnapshot, type DnsAnswer, type DnsSnapshot, soaRecord } from './records.js';
+import { Forwarder } from './forwarder.js';
+import { buildSnapshot, type DnsSnapshot } from './records.js';
+import { DnsResponder } from './responder.js';
 import { parseUpstream, type Upstream, upstreamsFromResolvConf } from './upstreams.js';
 
 /**
@@ -37,17 +37,7 @@ export interface ClusterDnsOptions {
   ip?: string;
 }
 
-/** The classic UDP limit a client without EDNS takes (RFC 1035). */
-const UDP_PLAIN_LIMIT = 512;
-/** The most we send over UDP even when a client's EDNS offers more (fragmentation). */
-const UDP_EDNS_MAX = 4096;
 const TCP_IDLE_MS = 10_000;
-const FLAG_QR = 0x8000;
-const FLAG_AA = 0x0400;
-const FLAG_TC = 0x0200;
-const FLAG_RD = 0x0100;
-const FLAG_RA = 0x0080;
-const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4 } as const;
 
 /** Delegates to whichever client the agent holds now, so the informers survive a server change. */
 function followingClient(current: () => ApiClient): ApiClient {
@@ -81,6 +71,7 @@ export class ClusterDns {
   private readonly slices: Informer;
   private snapshot: DnsSnapshot | undefined;
   private forwarder: Forwarder | undefined;
+  private responder: DnsResponder | undefined;
   private udp: dgram.Socket | undefined;
   private tcp: net.Server | undefined;
   private readonly connections = new Set<net.Socket>();
@@ -118,6 +109,12 @@ export class ClusterDns {
       : upstreamsFromResolvConf(readResolvConf(this.options.resolvConf ?? '/etc/resolv.conf', this.logger), this.address);
     if (upstreams.length === 0) this.logger.warn('no usable upstream resolver (loopback ones are skipped): names outside the cluster get SERVFAIL');
     this.forwarder = new Forwarder({ upstreams, timeoutMs: this.options.upstreamTimeoutMs ?? 2000, logger: this.logger });
+    this.responder = new DnsResponder({
+      network: this.options.network,
+      snapshot: () => (this.synced ? this.current() : undefined),
+      forwarder: this.forwarder,
+      logger: this.logger,
+    });
     try {
       this.addressState = await ensureDnsAddress(this.addressOptions);
       await this.listen();
@@ -166,7 +163,7 @@ export class ClusterDns {
     const udp = dgram.createSocket({ type: 'udp4' });
     this.udp = udp;
     udp.on('message', (msg, rinfo) => {
-      void this.handle(msg, false).then((reply) => {
+      void this.responder!.handle(msg, false).then((reply) => {
         if (reply && this.udp === udp) udp.send(reply, rinfo.port, rinfo.address);
       });
     });
@@ -200,7 +197,7 @@ export class ClusterDns {
       while (buffered.length >= 2 && buffered.length >= 2 + buffered.readUInt16BE(0)) {
         const message = buffered.subarray(2, 2 + buffered.readUInt16BE(0));
         buffered = buffered.subarray(2 + message.length);
-        void this.handle(Buffer.from(message), true).then((reply) => {
+        void this.responder!.handle(Buffer.from(message), true).then((reply) => {
           if (!reply || socket.destroyed) return;
           const length = Buffer.alloc(2);
           length.writeUInt16BE(reply.length);
@@ -216,68 +213,6 @@ export class ClusterDns {
     this.snapshot ??= buildSnapshot(this.services.items(), this.slices.items(), this.options.network, Math.floor(Date.now() / 1000));
     return this.snapshot;
   }
-
-  /** One query in, one reply out (undefined: nothing to say, e.g. not a query at all). */
-  async handle(message: Buffer, tcp: boolean): Promise<Buffer | undefined> {
-    let query: DecodedPacket;
-    try {
-      query = dnsPacket.decode(message);
-    } catch {
-      return message.length >= 12 && (message.readUInt16BE(2) & FLAG_QR) === 0 ? headerOnly(message, RCODE.FORMERR) : undefined;
-    }
-    if (query.flag_qr) return undefined;
-    const opt = query.additionals?.find((a): a is OptAnswer => a.type === 'OPT');
-    const limit = tcp ? 65535 : opt ? Math.min(UDP_EDNS_MAX, Math.max(UDP_PLAIN_LIMIT, opt.udpPayloadSize)) : UDP_PLAIN_LIMIT;
-    if ((message.readUInt16BE(2) >> 11) & 0xf) return this.reply(query, RCODE.NOTIMP, undefined, opt, limit);
-    const question = query.questions?.length === 1 ? query.questions[0]! : undefined;
-    if (!question) return this.reply(query, RCODE.FORMERR, undefined, opt, limit);
-
-    const result: DnsAnswer = answer(question, this.current(), this.options.network);
-    if (result === 'forward') {
-      const key = `${question.name.toLowerCase().replace(/\.$/, '')}|${question.type}|${question.class ?? 'IN'}|${opt ? `e${opt.flag_do ? 'd' : ''}` : ''}`;
-      let response: Buffer | undefined;
-      try {
-        questionEnd(message);
-        response = await this.forwarder!.resolve(message, key, limit, tcp);
-      } catch (error) {
-        this.logger.debug({ err: error }, 'cannot forward');
-      }
-      return response ?? this.reply(query, RCODE.SERVFAIL, undefined, opt, limit);
-    }
-    // Before the first lists, an unknown name may be one not seen yet: no false NXDOMAIN.
-    if (!this.synced) return this.reply(query, RCODE.SERVFAIL, undefined, opt, limit);
-    if (result === 'nxdomain') return this.reply(query, RCODE.NXDOMAIN, { answers: [], additionals: [] }, opt, limit);
-    return this.reply(query, RCODE.NOERROR, result, opt, limit);
-  }
-
-  /** Our own reply (authoritative), truncated with TC when over the client's UDP limit. */
-  private reply(query: DecodedPacket, rcode: number, records: { answers: Answer[]; additionals: Answer[] } | undefined, opt: OptAnswer | undefined, limit: number): Buffer {
-    const negative = records !== undefined && records.answers.length === 0;
-    const ours: OptAnswer[] = opt ? [{ name: '.', type: 'OPT', udpPayloadSize: UDP_EDNS_MAX, extendedRcode: 0, ednsVersion: 0, flags: 0, flag_do: false, options: [] }] : [];
-    const packet: Packet = {
-      type: 'response',
-      id: query.id ?? 0,
-      flags: (records ? FLAG_AA : 0) | (query.flag_rd ? FLAG_RD : 0) | FLAG_RA | rcode,
-      questions: query.questions ?? [],
-      answers: records?.answers ?? [],
-      authorities: negative ? [soaRecord(this.options.network, this.current().serial)] : [],
-      additionals: [...(records?.additionals ?? []), ...ours],
-    };
-    let encoded = dnsPacket.encode(packet);
-    if (encoded.length > limit) {
-      // Too big for this client over UDP: the header says so and it asks again over TCP.
-      encoded = dnsPacket.encode({ ...packet, flags: packet.flags! | FLAG_TC, answers: [], authorities: [], additionals: ours });
-    }
-    return encoded;
-  }
-}
-
-/** A reply that is only the query's header (no question could be read): FORMERR. */
-function headerOnly(message: Buffer, rcode: number): Buffer {
-  const reply = Buffer.alloc(12);
-  message.copy(reply, 0, 0, 4);
-  reply.writeUInt16BE(((message.readUInt16BE(2) & ~0x0f) | FLAG_QR | rcode) & 0xffff, 2);
-  return reply;
 }
 
 function readResolvConf(file: string, logger: Logger): string {
