@@ -273,7 +273,7 @@ describe('Service rules: sessionAffinity ClientIP', () => {
     const newSets = second.sets.filter((s) => s.startsWith('affinity-'));
     assert.equal(newSets.length, 2);
     for (const s of newSets) assert.ok(!oldSets.includes(s));
-    for (const s of oldSets) assert.match(second.script, new RegExp(`^delete set ip drover-proxy ${s.replace(/[.]/g, '\\.')}$`, 'm'));
+    for (const s of oldSets) assert.match(second.cleanup, new RegExp(`^delete set ip drover-proxy ${s.replace(/[.]/g, '\\.')}$`, 'm'));
   });
 });
 
@@ -315,16 +315,18 @@ describe('Service rules: rebuilding over an existing table', () => {
   const web = serviceObject('web', { clusterIP: '10.43.0.20', ports: HTTP });
   const two = sliceObject('web', [{ ip: '10.42.0.5' }, { ip: '10.42.0.6' }], SLICE_PORTS);
 
-  it('flushes and deletes the chains no Service needs any more, after the maps that pointed at them are refilled', () => {
+  it('flushes the chains no Service needs any more after the maps that pointed at them are refilled, and deletes them in a second transaction', () => {
     const first = planServiceRules(input([web], [two]));
+    assert.equal(first.cleanup, '');
     const second = planServiceRules(input([web], [sliceObject('web', [{ ip: '10.42.0.5' }], SLICE_PORTS)], { existing: { chains: first.chains, sets: first.sets } }));
     const gone = first.chains.find((c) => c.endsWith('__10.42.0.6/8080'))!;
     const lines = second.script.split('\n');
     const flush = lines.indexOf(`flush chain ip drover-proxy ${gone}`);
-    const del = lines.indexOf(`delete chain ip drover-proxy ${gone}`);
     const lastElement = lines.map((l) => l.startsWith('add element ')).lastIndexOf(true);
-    assert.ok(flush > lastElement && del > flush, `${lastElement} < ${flush} < ${del}`);
-    assert.equal(second.deleted, 1);
+    assert.ok(flush > lastElement, `${lastElement} < ${flush}`);
+    assert.ok(!second.script.includes('delete '), 'nothing deleted in the main transaction');
+    assert.equal(second.cleanup, `delete chain ip drover-proxy ${gone}\n`);
+    assert.deepEqual(second.stale, { chains: [gone], sets: [] });
     assert.ok(!second.chains.includes(gone));
   });
 

@@ -11,8 +11,8 @@ import { type ServiceEndpoint, type ServicePortModel, serviceModel } from './ser
  * The script is one transaction for `nft -f -`: every chain and map it owns is added (a no-op
  * when present) and flushed, then refilled, so applying it twice leaves one copy of each rule
  * (`add rule` alone appends duplicates). Chains and sets of the table that the new rules no
- * longer name (`existing`, read from the kernel) are flushed and deleted in the same
- * transaction. The session-affinity sets are added but never flushed, so a rebuild keeps which
+ * longer name (`existing`, read from the kernel) are flushed in the same transaction and deleted
+ * by a second one (`cleanup`). The session-affinity sets are added but never flushed, so a rebuild keeps which
  * client sticks to which endpoint; a set's name carries its timeout, so a new timeout is a new set.
  *
  * Written for nft 1.0.6: numeric hook priorities (symbolic `dstnat` is refused on the output
@@ -56,8 +56,10 @@ export interface ServiceRulesPlan {
   rules: number;
   /** Service ports programmed (with a ClusterIP). */
   servicePorts: number;
-  /** Chains and sets the script deletes. */
-  deleted: number;
+  /** What the table holds that the rules no longer name: `script` flushes them, `cleanup` deletes them. */
+  stale: { chains: string[]; sets: string[] };
+  /** Deletes `stale` (empty when nothing is): apply it after `script`, as a transaction of its own. */
+  cleanup: string;
   /** Chains the script (re)writes; the others are left as they are. */
   writtenChains: number;
   /** Each chain's rules as text: hand it back as `existing.contents` once this plan is applied. */
@@ -352,18 +354,20 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
   w.elements('no-endpoint-services', noEndpointServices);
   w.elements('no-endpoint-nodeports', noEndpointNodePorts);
 
-  // Last: what the table holds but the rules no longer name. Flushed first so no rule of a stale
-  // chain still points at another one (or at a stale set) when it is deleted.
-  let deleted = 0;
+  // Last: what the table holds but the rules no longer name, flushed here so nothing points at
+  // them once this commits. They are deleted by `cleanup`, a transaction of its own applied
+  // after this one: in the same one the kernel refuses (EBUSY) a chain the old rules' anonymous
+  // numgen maps still named, as those are released only at commit (kube-proxy deletes later too).
+  const stale = { chains: [] as string[], sets: [] as string[] };
+  const cleanup: string[] = [];
   if (input.existing) {
     const keepChains = new Set(contents.keys());
     const keepSets = new Set(w.sets);
-    const staleChains = input.existing.chains.filter((c) => !keepChains.has(c)).sort(compareText);
-    const staleSets = input.existing.sets.filter((s) => !keepSets.has(s)).sort(compareText);
-    for (const c of staleChains) w.lines.push(`flush chain ${T} ${c}`);
-    for (const c of staleChains) w.lines.push(`delete chain ${T} ${c}`);
-    for (const s of staleSets) w.lines.push(`delete set ${T} ${s}`);
-    deleted = staleChains.length + staleSets.length;
+    stale.chains = input.existing.chains.filter((c) => !keepChains.has(c)).sort(compareText);
+    stale.sets = input.existing.sets.filter((s) => !keepSets.has(s)).sort(compareText);
+    for (const c of stale.chains) w.lines.push(`flush chain ${T} ${c}`);
+    for (const c of stale.chains) cleanup.push(`delete chain ${T} ${c}`);
+    for (const s of stale.sets) cleanup.push(`delete set ${T} ${s}`);
   }
   return {
     script: `${w.lines.join('\n')}\n`,
@@ -371,7 +375,8 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
     sets: w.sets,
     rules: w.rules,
     servicePorts: model.length,
-    deleted,
+    cleanup: cleanup.length > 0 ? `${cleanup.join('\n')}\n` : '',
+    stale,
     writtenChains: w.writtenChains,
     contents,
   };
