@@ -2,6 +2,7 @@ import type { KubeObject } from '../apiserver/objects.js';
 import type { EventRecorder } from '../controllers/events.js';
 import type { Logger } from '../logging/logger.js';
 import type { ContainerWaiting, PodConfigurator } from './pod-config.js';
+import { withTerminal } from './pod-run-spec.js';
 import { liveSupervisor, readRunState } from './pods/launch.js';
 import { readRunSpec, writeRunSpec, type EphemeralContainerRunSpec } from './pods/run-spec.js';
 
@@ -107,7 +108,7 @@ export class EphemeralContainers {
       const target = typeof container.targetContainerName === 'string' && container.targetContainerName ? container.targetContainerName : undefined;
       added.push({
         ...prepared.spec,
-        ...(container.stdin === true ? { stdin: true, ...(container.stdinOnce === true ? { stdinOnce: true } : {}) } : {}),
+        ...withTerminal(container),
         ...(target ? { targetContainerName: target } : {}),
       });
     }

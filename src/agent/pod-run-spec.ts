@@ -46,7 +46,7 @@ export function runSpecFor(
       containers: (spec.containers ?? []).map((c) => {
         const built = runc.containers.get(c.name);
         if (!built) throw new Error(`container ${c.name} has no run spec`);
-        return { ...built, ...withProbes(c), ...withStdin(c) };
+        return { ...built, ...withProbes(c), ...withTerminal(c) };
       }),
       restartPolicy,
       terminationGracePeriodSeconds: spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,
@@ -63,7 +63,7 @@ export function runSpecFor(
     name: pod.metadata.name!,
     containers: (spec.containers ?? []).map((c) => ({
       ...withProbes(c),
-      ...withStdin(c),
+      ...withTerminal(c),
       name: c.name,
       // No command: the args are the command line (no image entrypoint exists to receive them).
       command: c.command?.length ? c.command : (c.args ?? []),
@@ -78,11 +78,16 @@ export function runSpecFor(
   };
 }
 
-/** `stdin`/`stdinOnce` of a container, kept open by its supervisor for `kubectl attach -i`. */
-function withStdin(container: unknown): { stdin?: boolean; stdinOnce?: boolean } {
-  const c = (container ?? {}) as { stdin?: unknown; stdinOnce?: unknown };
-  if (c.stdin !== true) return {};
-  return { stdin: true, ...(c.stdinOnce === true ? { stdinOnce: true } : {}) };
+/**
+ * `stdin`/`stdinOnce` of a container, kept open by its supervisor for `kubectl attach -i`, and
+ * `tty`, a pseudo-terminal for its process (under runc).
+ */
+export function withTerminal(container: unknown): { stdin?: boolean; stdinOnce?: boolean; tty?: boolean } {
+  const c = (container ?? {}) as { stdin?: unknown; stdinOnce?: unknown; tty?: unknown };
+  return {
+    ...(c.stdin === true ? { stdin: true, ...(c.stdinOnce === true ? { stdinOnce: true } : {}) } : {}),
+    ...(c.tty === true ? { tty: true } : {}),
+  };
 }
 
 function withProbes(container: unknown): { probes?: ReturnType<typeof containerProbeSpecs> } {

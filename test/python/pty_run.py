@@ -4,12 +4,16 @@ the terminal showed (as a Python bytes literal) and the command's exit code as J
   pty_run.py ROWS COLS LINE [LINE...] -- COMMAND [ARGS...]
 
 Each LINE is typed (with a carriage return) once the terminal has been quiet for a moment or
-after a generous ceiling. Used by test/e2e/streaming.test.ts for `kubectl exec -it`."""
+after a generous ceiling. Two LINEs are directions instead: `@resize ROWS COLS` sets the
+terminal's size (the command gets SIGWINCH, as from a resized window) and `@end` sends the command
+SIGTERM (a session that would not end on its own, e.g. `kubectl attach`). Used by the e2e tests
+for `kubectl exec -it`, `attach -it` and `debug -it`."""
 import fcntl
 import json
 import os
 import pty
 import select
+import signal
 import struct
 import sys
 import termios
@@ -50,7 +54,13 @@ def read_for(wait, ceiling=20.0):
 
 read_for(1.0)
 for line in lines:
-    os.write(fd, line.encode() + b'\r')
+    if line.startswith('@resize '):
+        _, r, c = line.split()
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack('HHHH', int(r), int(c), 0, 0))
+    elif line == '@end':
+        os.kill(pid, signal.SIGTERM)
+    else:
+        os.write(fd, line.encode() + b'\r')
     if not read_for(1.0):
         break
 read_for(1.0, 10.0)

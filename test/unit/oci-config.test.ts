@@ -47,6 +47,16 @@ describe('OCI config', () => {
     assert.equal(buildOciConfig(input()).process.user.uid, 0);
   });
 
+  it('tty: a terminal, TERM=xterm unless the container sets its own', () => {
+    const tty = buildOciConfig(input({ tty: true }));
+    assert.equal(tty.process.terminal, true);
+    assert.deepEqual(tty.process.env, ['TERM=xterm', 'PATH=/bin', 'A=x=y']);
+    const own = buildOciConfig(input({ tty: true, env: { TERM: 'vt100' } }));
+    assert.deepEqual(own.process.env, ['TERM=vt100']);
+    // /dev/pts is a devpts of its own, where runc makes the console.
+    assert.ok(tty.mounts.some((m) => m.destination === '/dev/pts' && m.type === 'devpts' && m.options.includes('newinstance')));
+  });
+
   it('namespaces: PID and mount of its own, IPC and UTS joined, the host network; hostname is the pod name', () => {
     const config = buildOciConfig(input());
     assert.deepEqual(config.linux.namespaces, [{ type: 'pid' }, { type: 'mount' }, { type: 'ipc', path: '/pods/u1/ns/ipc' }, { type: 'uts', path: '/pods/u1/ns/uts' }]);

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import { execPlan, shellQuote } from '../../src/agent/pods/runtime/exec.js';
 import { runcContainerId, splitRuncContainerId } from '../../src/agent/pods/runtime/names.js';
 import { type PodRunSpec, RunSpecError, validateRunSpec } from '../../src/agent/pods/run-spec.js';
+import { withTerminal } from '../../src/agent/pod-run-spec.js';
 
 /** pod.json's runc fields are checked before a supervisor trusts them, and the exec entry point's plans. */
 
@@ -90,6 +91,16 @@ describe('pod.json runtime fields', () => {
     const relCwd = runcSpec();
     relCwd.containers[0]!.workingDir = 'app';
     refused(relCwd, /workingDir must be absolute/);
+    const badTty = runcSpec();
+    (badTty.containers[0] as { tty?: unknown }).tty = 'yes';
+    refused(badTty, /tty must be a boolean/);
+  });
+
+  it("takes stdin, stdinOnce and tty from a container's spec, only when true", () => {
+    assert.deepEqual(withTerminal({ name: 'a', tty: true, stdin: true, stdinOnce: true }), { stdin: true, stdinOnce: true, tty: true });
+    assert.deepEqual(withTerminal({ name: 'a', tty: true }), { tty: true });
+    assert.deepEqual(withTerminal({ name: 'a', tty: false, stdin: 'true', stdinOnce: true }), {});
+    assert.deepEqual(withTerminal(undefined), {});
   });
 });
 
@@ -110,7 +121,10 @@ describe('exec plans', () => {
     assert.deepEqual(plain.args, ['--root', '/var/lib/drover/agent/runc', 'exec', 'u1_main', 'ls', '-l']);
     const tty = execPlan('/pods/u1', spec, spec.containers[0]!, ['sh', '-c', "echo 'hi'"], { tty: true });
     assert.equal(tty.file, 'script');
-    assert.deepEqual(tty.args, ['-qfec', `runc --root /var/lib/drover/agent/runc exec --tty u1_main sh -c 'echo '\\''hi'\\'''`, '/dev/null']);
+    assert.deepEqual(tty.args, ['-qfec', `runc --root /var/lib/drover/agent/runc exec --tty --env TERM=xterm u1_main sh -c 'echo '\\''hi'\\'''`, '/dev/null']);
+    // A container that sets TERM keeps its own.
+    const own = { ...spec.containers[0]!, env: { ...spec.containers[0]!.env, TERM: 'vt100' } };
+    assert.equal(execPlan('/pods/u1', spec, own, ['sh'], { tty: true }).args[1], 'runc --root /var/lib/drover/agent/runc exec --tty u1_main sh');
   });
 
   it('process: the command itself, in the container working dir with its environment', () => {
@@ -120,6 +134,8 @@ describe('exec plans', () => {
     assert.equal(plan.file, 'env');
     assert.equal(plan.cwd, '/pods/u1/work');
     assert.equal(plan.env.PATH, '/bin');
+    assert.equal(plan.env.TERM, undefined);
+    assert.equal(execPlan('/pods/u1', spec, container, ['sh'], { tty: true }).env.TERM, 'xterm', 'on a terminal TERM is xterm');
     assert.throws(() => execPlan('/pods/u1', spec, container, [], { tty: false }), /exec needs a command/);
   });
 

@@ -104,6 +104,8 @@ export interface ContainerRunSpec {
   stdin?: boolean;
   /** With stdin: closed after the first attach session ends, until the container restarts. */
   stdinOnce?: boolean;
+  /** `tty: true`: under runc its process runs on a pseudo-terminal (runtime/terminal.ts); the process runtime makes none. */
+  tty?: boolean;
 }
 
 export type ProbeKind = 'liveness' | 'readiness' | 'startup';
@@ -366,7 +368,7 @@ function validateContainerExtras(c: ContainerRunSpec, runc: boolean, fail: (what
     fail('image is required when runtime is runc');
   }
   if (runc && c.workingDir !== undefined && !path.isAbsolute(c.workingDir)) fail('workingDir must be absolute');
-  for (const key of ['stdin', 'stdinOnce'] as const) if (c[key] !== undefined && typeof c[key] !== 'boolean') fail(`${key} must be a boolean`);
+  for (const key of ['stdin', 'stdinOnce', 'tty'] as const) if (c[key] !== undefined && typeof c[key] !== 'boolean') fail(`${key} must be a boolean`);
   if (c.mounts !== undefined) {
     if (!Array.isArray(c.mounts)) fail('mounts must be a list');
     for (const m of c.mounts) {

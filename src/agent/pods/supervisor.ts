@@ -316,8 +316,8 @@ export class PodSupervisor {
       this.maybeFinish();
       return;
     }
-    const { file, args, cwd } = runc.spawnArgs();
-    const child = spawnContainerProcess(file, args, { cwd, env: supervisorEnvironment(), stdin: runner.stdin !== undefined }, (message) =>
+    const { file, args, cwd, keepStdin } = runc.spawnArgs();
+    const child = spawnContainerProcess(file, args, { cwd, env: supervisorEnvironment(), stdin: runner.stdin !== undefined || keepStdin }, (message) =>
       this.createFailed(runner, message),
     );
     if (child) this.attachChild(runner, child);
@@ -336,6 +336,8 @@ export class PodSupervisor {
     const { spec } = runner;
     const argv = [...spec.command, ...spec.args];
     const cwd = spec.workingDir ?? path.join(this.dir, WORK_DIR);
+    // Under script its command would be out of the group the supervisor signals (runtime/terminal.ts).
+    if (spec.tty) this.logger.warn({ container: spec.name }, 'tty: true has no terminal under the process runtime; the container runs with pipes');
     // Built from nothing: the supervisor's own environment (its priority note) is not the pod's.
     const env = containerEnvironment(spec.env);
     try {

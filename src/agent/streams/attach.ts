@@ -1,9 +1,10 @@
 import type net from 'node:net';
 import { Writable } from 'node:stream';
-import { ERROR, exitStatus, failureStatus, STDERR, STDIN, STDOUT } from '../../apiserver/streaming/channels.js';
+import { ERROR, exitStatus, failureStatus, parseResize, RESIZE, STDERR, STDIN, STDOUT, type TerminalSize } from '../../apiserver/streaming/channels.js';
 import type { ChannelPeer } from '../../apiserver/streaming/peers.js';
 import { streamContainerLog } from '../pods/logs.js';
-import { sendConnected, type SessionChannels } from './exec.js';
+import { readRunState } from '../pods/run-spec.js';
+import { resizeTerminal, sendConnected, type SessionChannels } from './exec.js';
 
 /**
  * `kubectl attach`: the container's output from now on, taken from its log as the supervisor
@@ -11,15 +12,35 @@ import { sendConnected, type SessionChannels } from './exec.js';
  * client leaves. With `-i`, `stdin` is a connection to the container's stdin socket (the
  * supervisor keeps a pipe for containers with `stdin: true`, pods/stdin.ts): channel 0 goes into
  * it, the client closing its stdin half-closes it, and the session's end closes it (which closes
- * the container's stdin under `stdinOnce`). The main process has no terminal: a TTY is not made.
+ * the container's stdin under `stdinOnce`). A container with `tty: true` under runc runs on a
+ * terminal (pods/runtime/terminal.ts): what is typed is echoed by it into the log, and resizes on
+ * channel 4 set its size (`resize`); else resizes are ignored, as kubelet ignores them.
  */
-export function runAttachSession(dir: string, container: string, peer: ChannelPeer, channels: SessionChannels, stdin?: net.Socket): void {
+export function runAttachSession(
+  dir: string,
+  container: string,
+  peer: ChannelPeer,
+  channels: SessionChannels,
+  stdin?: net.Socket,
+  resize?: (size: TerminalSize) => boolean,
+): void {
   const abort = new AbortController();
   stdin?.on('error', () => undefined);
   // The supervisor closed the socket (the pod finished): nothing more can be written.
   stdin?.on('close', () => peer.resume());
+  let retry: NodeJS.Timeout | undefined;
+  const applySize = (size: TerminalSize, attempt = 0): void => {
+    clearTimeout(retry);
+    // A terminal that is not there yet (the instance is starting): try again a little later.
+    if (!resize!(size) && attempt < 5) retry = setTimeout(() => applySize(size, attempt + 1), 200 * 2 ** attempt).unref();
+  };
   peer.start({
     frame(channel, data) {
+      if (channel === RESIZE) {
+        const size = resize && parseResize(data);
+        if (size) applySize(size);
+        return;
+      }
       if (channel !== STDIN || !stdin || !stdin.writable) return;
       if (!stdin.write(data)) {
         peer.pause();
@@ -30,6 +51,7 @@ export function runAttachSession(dir: string, container: string, peer: ChannelPe
       if (channel === STDIN) stdin?.end();
     },
     close() {
+      clearTimeout(retry);
       abort.abort();
       stdin?.destroy();
     },
@@ -49,4 +71,14 @@ export function runAttachSession(dir: string, container: string, peer: ChannelPe
     () => done(exitStatus(0)),
     (error: Error) => done(failureStatus(error.message, 400)),
   );
+}
+
+/**
+ * Resizes the terminal of a running `tty: true` container: its main process as the supervisor
+ * spawned it (script, with the foreground `runc run` on its terminal) is in state.json.
+ */
+export function resizeContainerTerminal(dir: string, container: string, size: TerminalSize): boolean {
+  const run = readRunState(dir);
+  const state = [...(run?.containers ?? []), ...(run?.ephemeralContainers ?? [])].find((c) => c.name === container)?.state;
+  return state !== undefined && 'running' in state && resizeTerminal(state.running.pid, size);
 }

@@ -1,9 +1,9 @@
-import { execFile, type ChildProcess } from 'node:child_process';
-import fs from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import type { Readable } from 'node:stream';
 import { ERROR, exitStatus, failureStatus, parseResize, RESIZE, STDERR, STDIN, STDOUT, type StreamStatus, type TerminalSize } from '../../apiserver/streaming/channels.js';
 import type { ChannelPeer } from '../../apiserver/streaming/peers.js';
+import { resizeTerminal as resizeScriptTerminal } from '../pods/runtime/terminal.js';
 
 /**
  * The agent's end of one remote command session (exec; attach reuses the pumps): the process's
@@ -49,29 +49,9 @@ export function pump(source: Readable | null | undefined, peer: ChannelPeer, cha
   });
 }
 
-/**
- * The terminal of a session run through util-linux `script`: its size is set with `stty -F` on the
- * pseudo-terminal the command reads from (Node has no ioctl), found as the stdin of script's child.
- */
-export function resizeTerminal(scriptPid: number | undefined, size: TerminalSize): void {
-  if (!scriptPid) return;
-  let children: string[];
-  try {
-    children = fs.readFileSync(`/proc/${scriptPid}/task/${scriptPid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean);
-  } catch {
-    return;
-  }
-  for (const child of children) {
-    let tty: string;
-    try {
-      tty = fs.readlinkSync(`/proc/${child}/fd/0`);
-    } catch {
-      continue;
-    }
-    if (!tty.startsWith('/dev/pts/')) continue;
-    execFile('stty', ['-F', tty, 'cols', String(size.width), 'rows', String(size.height)], () => undefined);
-    return;
-  }
+/** The terminal of a session run through util-linux `script` (pods/runtime/terminal.ts) takes the client's size. */
+export function resizeTerminal(scriptPid: number | undefined, size: TerminalSize): boolean {
+  return resizeScriptTerminal(scriptPid, size.width, size.height);
 }
 
 /** Why a command could not start, as the client reads it (runc's wording for a missing binary). */

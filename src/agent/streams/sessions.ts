@@ -4,7 +4,7 @@ import type net from 'node:net';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
-import { negotiate, PROTOCOL_V5 } from '../../apiserver/streaming/channels.js';
+import { negotiate, PROTOCOL_V5, type TerminalSize } from '../../apiserver/streaming/channels.js';
 import { parsePort, parseStreamQuery, type RemoteCommandOptions } from '../../apiserver/streaming/options.js';
 import { WebSocketPeer } from '../../apiserver/streaming/peers.js';
 import { PORT_DATA, PORT_ERROR } from '../../apiserver/streaming/port-forward.js';
@@ -13,7 +13,7 @@ import type { Logger } from '../../logging/logger.js';
 import { execInContainer } from '../pods/runtime/exec.js';
 import { readRunSpec, readRunState, type PodRunSpec } from '../pods/run-spec.js';
 import { connectContainerStdin, StdinError } from '../pods/stdin.js';
-import { runAttachSession } from './attach.js';
+import { resizeContainerTerminal, runAttachSession } from './attach.js';
 import { runProcessSession } from './exec.js';
 import { dialPodPort, PortForwardError } from './port-forward.js';
 
@@ -166,7 +166,9 @@ export class AgentStreams {
         throw error;
       }
       this.context.logger.info({ pod: `${namespace}/${podName}`, container, stdin: options.stdin }, 'attach session');
-      runAttachSession(dir, container, new WebSocketPeer(ws, 5), options, stdin);
+      // Only a container on a terminal can be resized: under runc with tty: true (pods/runtime/terminal.ts).
+      const resize = containerSpec.tty === true && spec.runtime === 'runc' ? (size: TerminalSize) => resizeContainerTerminal(dir, container, size) : undefined;
+      runAttachSession(dir, container, new WebSocketPeer(ws, 5), options, stdin, resize);
       return;
     }
     const ws = await this.upgrade(req, socket, head);

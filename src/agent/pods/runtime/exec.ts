@@ -3,6 +3,7 @@ import path from 'node:path';
 import { containerEnvironment } from '../environment.js';
 import { WORK_DIR, type ContainerRunSpec, type PodRunSpec } from '../run-spec.js';
 import { RUNC_BINARY, runcContainerId } from './names.js';
+import { onTerminal } from './terminal.js';
 
 /**
  * Running a command in a running container: the one entry point `kubectl exec` (streaming) and
@@ -10,9 +11,9 @@ import { RUNC_BINARY, runcContainerId } from './names.js';
  * environment. runc: `runc exec`, which takes the container's user, environment, working directory,
  * capabilities and namespaces from its config.json.
  *
- * A TTY is made by util-linux `script`, which runs the command on a new pseudo-terminal and copies
- * it to its own stdio: Node cannot open a pty itself, and `runc exec -t` needs its caller's stdio to
- * be a terminal. The size of that terminal is script's default; resizing is not supported yet.
+ * A TTY is made by util-linux `script` (terminal.ts): under runc, script gives a foreground `runc
+ * exec --tty` the terminal it needs on its stdio, runc makes the container's own and passes sizes
+ * on; under the process runtime the command runs right on script's terminal.
  */
 
 export interface ExecOptions {
@@ -36,15 +37,10 @@ export class ExecError extends Error {
   }
 }
 
-/** POSIX shell quoting, for script's `-c`. */
-export function shellQuote(arg: string): string {
-  return /^[A-Za-z0-9_./=:@%+-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", `'\\''`)}'`;
-}
+export { shellQuote } from './terminal.js';
 
 function withTty(plan: ExecPlan): ExecPlan {
-  const command = [plan.file, ...plan.args].map(shellQuote).join(' ');
-  // -q no banner, -f flush at once, -e the command's exit status, /dev/null: no typescript file.
-  return { ...plan, file: 'script', args: ['-qfec', command, '/dev/null'] };
+  return { ...plan, ...onTerminal(plan.file, plan.args) };
 }
 
 export function execPlan(podDir: string, spec: PodRunSpec, container: ContainerRunSpec, argv: readonly string[], options: Pick<ExecOptions, 'tty'>): ExecPlan {
@@ -53,14 +49,16 @@ export function execPlan(podDir: string, spec: PodRunSpec, container: ContainerR
   let plan: ExecPlan;
   if (runtime === 'runc') {
     if (!spec.runcRoot) throw new ExecError(`pod ${spec.namespace}/${spec.name} has no runc root`);
-    const args = ['--root', spec.runcRoot, 'exec', ...(options.tty ? ['--tty'] : []), runcContainerId(spec.uid, container.name), ...argv];
+    // On a terminal TERM is xterm (as CRI runtimes set it for exec -t), unless the container sets its own.
+    const term = options.tty && container.env.TERM === undefined ? ['--env', 'TERM=xterm'] : [];
+    const args = ['--root', spec.runcRoot, 'exec', ...(options.tty ? ['--tty', ...term] : []), runcContainerId(spec.uid, container.name), ...argv];
     plan = { file: RUNC_BINARY, args, cwd: podDir, env: containerEnvironment({}) };
   } else {
     plan = {
       file: argv[0]!,
       args: argv.slice(1),
       cwd: container.workingDir ?? path.join(podDir, WORK_DIR),
-      env: containerEnvironment(container.env),
+      env: containerEnvironment(options.tty && container.env.TERM === undefined ? { TERM: 'xterm', ...container.env } : container.env),
     };
   }
   return options.tty ? withTty(plan) : plan;

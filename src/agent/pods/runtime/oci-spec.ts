@@ -170,10 +170,12 @@ export function buildOciConfig(input: OciConfigInput): OciConfig {
   const config: OciConfig = {
     ociVersion: OCI_VERSION,
     process: {
-      terminal: false,
+      // tty: runc makes the container's console and hands its master to the foreground `runc run` (runtime/terminal.ts).
+      terminal: container.tty === true,
       user: { uid: user.uid, gid: user.gid, ...(user.additionalGids?.length ? { additionalGids: [...user.additionalGids] } : {}) },
       args: [...container.command, ...container.args],
-      env: Object.entries(container.env).map(([key, value]) => `${key}=${value}`),
+      // On a terminal TERM is xterm unless the container sets its own, as CRI runtimes do.
+      env: [...(container.tty === true && container.env.TERM === undefined ? ['TERM=xterm'] : []), ...Object.entries(container.env).map(([key, value]) => `${key}=${value}`)],
       cwd: container.workingDir ?? '/',
       // Inheritable and ambient stay empty, as runtimes have shipped since CVE-2022-24769.
       capabilities: { bounding: caps, effective: caps, permitted: caps, inheritable: [], ambient: [] },

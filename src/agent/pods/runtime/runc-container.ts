@@ -8,12 +8,13 @@ import { buildOciConfig } from './oci-spec.js';
 import { makeRootfs, removeRootfs, rootfsPaths, type RootfsKind } from './rootfs.js';
 import { runcDelete, runcKill, runcRunArgs } from './runc.js';
 import { ensureSandbox, teardownSandbox } from './sandbox.js';
+import { onTerminal } from './terminal.js';
 
 /**
  * One container under runc, as the supervisor drives it: `prepare` makes a fresh bundle (root
  * file system, config.json) in the pod's sandbox, `spawnArgs` is the foreground `runc run` the
- * supervisor spawns like any process (runc passes stdio through, forwards signals and exits with
- * the container's status), `stop` signals it through runc, `kill` kills every process of its
+ * supervisor spawns like any process (runc passes stdio through, or with a TTY copies the
+ * container's terminal to it, forwards signals and exits with the container's status), `stop` signals it through runc, `kill` kills every process of its
  * cgroup at once (the fence, the end of a grace period), `cleanup` reads whether the OOM killer
  * struck and removes the container, its mount and its cgroup.
  */
@@ -71,8 +72,14 @@ export class RuncContainer {
     fs.writeFileSync(path.join(this.bundle, 'config.json'), JSON.stringify(config), { mode: 0o600 });
   }
 
-  spawnArgs(): { file: string; args: string[]; cwd: string } {
-    return { file: RUNC_BINARY, args: runcRunArgs(this.root, this.bundle, this.id), cwd: this.bundle };
+  /**
+   * The foreground `runc run`; for `tty: true` run on a terminal made by script (terminal.ts), whose
+   * stdin must then be a pipe kept open for the life of the instance (`keepStdin`).
+   */
+  spawnArgs(): { file: string; args: string[]; cwd: string; keepStdin: boolean } {
+    const args = runcRunArgs(this.root, this.bundle, this.id);
+    if (this.container.tty === true) return { ...onTerminal(RUNC_BINARY, args), cwd: this.bundle, keepStdin: true };
+    return { file: RUNC_BINARY, args, cwd: this.bundle, keepStdin: false };
   }
 
   /** The container's stop signal (its image's StopSignal, else SIGTERM) to its init, through runc. */
