@@ -215,6 +215,8 @@ export class PodConfigurator {
         for (const warning of resolved.warnings) this.once(pod, warning.reason, warning.message);
         env.set(name, resolved.env);
       }
+      // The process runtime makes no terminal (pods/runtime/terminal.ts): say so where kubectl describe shows it.
+      if (runtime === 'process' && container.tty === true) this.once(pod, 'NoTerminal', `container ${name}: tty: true has no terminal under the process runtime; it runs with pipes (the runc runtime makes one)`);
     }
     if (volumes.kind === 'unplaceable') {
       waiting[volumes.container] = { reason: 'CreateContainerConfigError', message: volumes.message };

@@ -145,6 +145,17 @@ describe('terminals: tty containers, attach -it, exec -it, debug -it', { concurr
     await eventually(async () => (await statuses('term', 'containerStatuses'))[0]?.state.terminated?.exitCode === 3, 'main terminated with exit code 3', 60_000);
   });
 
+  it('kubectl run -it --rm under runc: a shell on a terminal, then the pod is removed', async () => {
+    const result = await runOnTerminal(MODERN_KUBECTL, target(), 24, 80, ['echo ran-$((5*5))', 'tty', 'exit 0'], [
+      'run', 'oneoff', '-it', '--rm', '--restart=Never', `--image=${IMAGE}`, '--image-pull-policy=Never',
+      '--overrides', '{"apiVersion":"v1","spec":{"runtimeClassName":"runc","terminationGracePeriodSeconds":1}}', '--', 'sh',
+    ]);
+    assert.match(result.output, /^ran-25\r?$/m, result.output);
+    assert.match(result.output, /^\/dev\/pts\/\d+\r?$/m, result.output);
+    assert.match(result.output, /pod "oneoff" deleted/, result.output);
+    assert.equal(result.exitCode, 0, result.output);
+  });
+
   it('stdinOnce on a terminal: the end of the first session types an end-of-file, a reader sees EOF', async () => {
     const live = spawnKubectl(MODERN_KUBECTL, target(), ['attach', '-i', 'once', '-c', 'main'], 'pipe');
     live.child.stdin!.end('one\ntwo\n');
@@ -167,5 +178,11 @@ describe('terminals: tty containers, attach -it, exec -it, debug -it', { concurr
     const uid = (res.json as { metadata: { uid: string } }).metadata.uid;
     const supervisorLog = fs.readFileSync(path.join(podDirOf(server.dataDir, uid), 'supervisor.log'), 'utf8');
     assert.match(supervisorLog, /tty: true has no terminal under the process runtime/);
+    // And where kubectl describe shows it: a Warning event on the pod.
+    await eventually(async () => {
+      const events = await request(server, 'GET', `/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dplain`);
+      const items = (events.json as { items?: { type: string; reason: string; message: string }[] }).items ?? [];
+      return items.some((e) => e.type === 'Warning' && e.reason === 'NoTerminal' && /container main: tty: true has no terminal under the process runtime/.test(e.message));
+    }, 'a NoTerminal event on the process pod', 30_000);
   });
 });
