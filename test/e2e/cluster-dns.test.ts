@@ -170,7 +170,7 @@ describe('cluster DNS in a network namespace (real server, informers, busybox an
       ],
       ports: [{ name: 'pg', port: 5433, protocol: 'TCP' }],
     });
-    await create('/api/v1/namespaces/default/services', { metadata: { name: 'ext' }, spec: { type: 'ExternalName', externalName: 'www.example.test' } });
+    await create('/api/v1/namespaces/default/services', { metadata: { name: 'ext' }, spec: { type: 'ExternalName', externalName: 'other.example.test' } });
 
     upstream = spawnInNetns(['test/helpers/fake-dns-upstream.ts', NS_IP, '53']);
     await waitReady(upstream, 'the stand-in upstream');
@@ -267,7 +267,9 @@ describe('cluster DNS in a network namespace (real server, informers, busybox an
     assert.deepEqual(addresses(await nslookup('db-0.db.default.svc.cluster.local')), ['10.42.1.7']);
     assert.match(await nslookup('db-2.db.default.svc.cluster.local'), /NXDOMAIN/);
     const ext = await query('ext.default.svc.cluster.local', 'A');
-    assert.deepEqual(ext.answers.map((a) => [a.type, a.data]), [['CNAME', 'www.example.test']]);
+    // The CNAME followed upstream (stub resolvers do not chase it themselves).
+    assert.deepEqual(ext.answers.map((a) => [a.type, a.data]), [['CNAME', 'other.example.test'], ['A', '192.0.2.45']]);
+    assert.ok(addresses(await nslookup('ext.default.svc.cluster.local')).includes('192.0.2.45'));
     assert.deepEqual(addresses(await nslookup('10-42-0-9.default.pod.cluster.local')), ['10.42.0.9']);
     const ptr = await nslookup(webIp.split('.').reverse().join('.') + '.in-addr.arpa', 'ptr');
     assert.match(ptr, /name = web\.default\.svc\.cluster\.local/, ptr);

@@ -3,6 +3,7 @@
  * network namespace (`ip netns exec <ns> node --import tsx this-file <address> <port>`). UDP and
  * TCP. It knows a few names under `example.test`:
  *   - `A www.example.test` → 192.0.2.44 (TTL 60)
+ *   - `A other.example.test` → 192.0.2.45 (TTL 60)
  *   - `TXT big.example.test` → 40 strings of 60 bytes (over 512 bytes: truncated for plain UDP)
  *   - anything else → NXDOMAIN with an SOA (TTL 30)
  * It prints `{"ready":true}` and then one JSON line per query received (`{"query":name,"type":…,
@@ -30,9 +31,10 @@ function respond(message: Buffer, tcp: boolean): Buffer | undefined {
   let answers: Answer[] = [];
   let rcode = 0;
   if (name === 'www.example.test' && question.type === 'A') answers = [{ name: question.name, type: 'A', ttl: 60, data: '192.0.2.44' }];
+  else if (name === 'other.example.test' && question.type === 'A') answers = [{ name: question.name, type: 'A', ttl: 60, data: '192.0.2.45' }];
   else if (name === 'big.example.test' && question.type === 'TXT') {
     answers = [{ name: question.name, type: 'TXT', ttl: 60, data: Array.from({ length: 40 }, (_, i) => `${String(i).padStart(2, '0')}${'x'.repeat(58)}`) }];
-  } else if (name !== 'www.example.test' && name !== 'big.example.test') rcode = 3;
+  } else if (!['www.example.test', 'other.example.test', 'big.example.test'].includes(name)) rcode = 3;
   const opt = query.additionals?.find((a): a is OptAnswer => a.type === 'OPT');
   const limit = tcp ? 65535 : opt ? opt.udpPayloadSize : 512;
   const packet = {

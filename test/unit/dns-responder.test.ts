@@ -83,6 +83,11 @@ const snapshot: DnsSnapshot = buildSnapshot(
   [
     { metadata: { name: 'web', namespace: 'default' }, spec: { clusterIP: '10.43.0.20', ports: [{ name: 'http', port: 80 }] } },
     { metadata: { name: 'db', namespace: 'default' }, spec: { clusterIP: 'None' } },
+    { metadata: { name: 'ext', namespace: 'default' }, spec: { type: 'ExternalName', externalName: 'www.example.test' } },
+    { metadata: { name: 'alias', namespace: 'default' }, spec: { type: 'ExternalName', externalName: 'web.default.svc.cluster.local' } },
+    { metadata: { name: 'chain', namespace: 'default' }, spec: { type: 'ExternalName', externalName: 'alias.default.svc.cluster.local' } },
+    { metadata: { name: 'dangling', namespace: 'default' }, spec: { type: 'ExternalName', externalName: 'nosuch.default.svc.cluster.local' } },
+    { metadata: { name: 'loop', namespace: 'default' }, spec: { type: 'ExternalName', externalName: 'loop.default.svc.cluster.local' } },
   ],
   manySlices,
   network,
@@ -220,6 +225,30 @@ describe('cluster DNS responder and forwarder', () => {
     // Another type is another entry.
     decode(await r.handle(encodeQuery('www.example.test', 'AAAA'), false));
     assert.equal(good.asked.length, start + 5);
+  });
+
+  it('follows an ExternalName CNAME to the records asked for: upstream, in-cluster, chained; NXDOMAIN at a dead end; a loop stops', async () => {
+    const r = responder([addresses.good!]);
+    const data = (reply: DecodedPacket): unknown[] => reply.answers!.map((a) => [a.type, (a as { data: unknown }).data]);
+    const outside = decode(await r.handle(encodeQuery('ext.default.svc.cluster.local', 'A'), false));
+    assert.equal(outside.rcode, 'NOERROR');
+    assert.deepEqual(data(outside), [['CNAME', 'www.example.test'], ['A', '192.0.2.1']]);
+    const inside = decode(await r.handle(encodeQuery('alias.default.svc.cluster.local', 'A'), false));
+    assert.deepEqual(data(inside), [['CNAME', 'web.default.svc.cluster.local'], ['A', '10.43.0.20']]);
+    const chained = decode(await r.handle(encodeQuery('chain.default.svc.cluster.local', 'A'), false));
+    assert.deepEqual(data(chained), [['CNAME', 'alias.default.svc.cluster.local'], ['CNAME', 'web.default.svc.cluster.local'], ['A', '10.43.0.20']]);
+    const dangling = decode(await r.handle(encodeQuery('dangling.default.svc.cluster.local', 'A'), false));
+    assert.equal(dangling.rcode, 'NXDOMAIN');
+    assert.deepEqual(data(dangling), [['CNAME', 'nosuch.default.svc.cluster.local']]);
+    const loop = decode(await r.handle(encodeQuery('loop.default.svc.cluster.local', 'A'), false));
+    assert.equal(loop.rcode, 'NOERROR');
+    assert.ok(loop.answers!.length <= 9);
+    // Asked for the CNAME itself: just the CNAME.
+    assert.deepEqual(data(decode(await r.handle(encodeQuery('ext.default.svc.cluster.local', 'CNAME'), false))), [['CNAME', 'www.example.test']]);
+    // No upstream answers: the CNAME alone.
+    const alone = decode(await responder([addresses.silent!]).handle(encodeQuery('ext.default.svc.cluster.local', 'A'), false));
+    assert.equal(alone.rcode, 'NOERROR');
+    assert.deepEqual(data(alone), [['CNAME', 'www.example.test']]);
   });
 
   it('the wire walkers refuse messages that run short', () => {

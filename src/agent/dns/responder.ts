@@ -1,4 +1,4 @@
-import dnsPacket, { type Answer, type DecodedPacket, type OptAnswer, type Packet } from 'dns-packet';
+import dnsPacket, { type Answer, type DecodedPacket, type OptAnswer, type Packet, type RecordType } from 'dns-packet';
 import type { Logger } from '../../logging/logger.js';
 import type { ServiceNetwork } from '../../node-protocol/service-network.js';
 import { type Forwarder, questionEnd } from './forwarder.js';
@@ -67,7 +67,61 @@ export class DnsResponder {
     // Before the first lists, an unknown name may be one not seen yet: no false NXDOMAIN.
     if (!snapshot) return this.reply(query, RCODE.SERVFAIL, undefined, opt, limit);
     if (result === 'nxdomain') return this.reply(query, RCODE.NXDOMAIN, { answers: [], additionals: [] }, opt, limit, snapshot);
+    const last = result.answers[result.answers.length - 1];
+    if (last?.type === 'CNAME' && question.type !== 'CNAME' && (question.type as string) !== 'ANY') {
+      const chased = await this.chase(result, question.type, snapshot);
+      return this.reply(query, chased.rcode, chased.records, opt, limit, snapshot);
+    }
     return this.reply(query, RCODE.NOERROR, result, opt, limit, snapshot);
+  }
+
+  /**
+   * An ExternalName's CNAME followed to the records the client asked for, as a recursive resolver
+   * does (RFC 1034 4.3.2): stub resolvers (glibc's, musl's) do not chase a CNAME themselves. A
+   * target in the cluster domain is answered here, any other is forwarded (and cached); when the
+   * upstreams fail the client still gets the CNAME. At most 8 links.
+   */
+  private async chase(records: DnsRecords, type: RecordType, snapshot: DnsSnapshot): Promise<{ rcode: number; records: DnsRecords }> {
+    const answers = [...records.answers];
+    const additionals = [...records.additionals];
+    const seen = new Set<string>();
+    for (let link = 0; link < 8; link++) {
+      const target = String((answers[answers.length - 1] as { data: unknown }).data);
+      if (seen.has(target.toLowerCase())) break;
+      seen.add(target.toLowerCase());
+      const next = answer({ name: target, type, class: 'IN' }, snapshot, this.options.network);
+      if (next === 'nxdomain') return { rcode: RCODE.NXDOMAIN, records: { answers, additionals } };
+      if (next === 'forward') {
+        const reply = await this.forwardQuestion(target, type);
+        if (reply) {
+          answers.push(...(reply.answers ?? []));
+          return { rcode: rcodeNumber(reply), records: { answers, additionals } };
+        }
+        break;
+      }
+      answers.push(...next.answers);
+      additionals.push(...next.additionals);
+      if (next.answers[next.answers.length - 1]?.type !== 'CNAME') break;
+    }
+    return { rcode: RCODE.NOERROR, records: { answers, additionals } };
+  }
+
+  /** A question of our own to the upstreams (through the cache), or undefined when none answers. */
+  private async forwardQuestion(name: string, type: RecordType): Promise<DecodedPacket | undefined> {
+    const message = dnsPacket.encode({
+      type: 'query',
+      id: Math.floor(Math.random() * 65536),
+      flags: FLAG_RD,
+      questions: [{ name, type, class: 'IN' }],
+    });
+    try {
+      // As a TCP client: a truncated UDP answer is asked again over TCP; our reply is truncated later.
+      const reply = await this.options.forwarder.resolve(message, `${name.toLowerCase().replace(/\.$/, '')}|${type}|IN|`, 65535, true);
+      return reply ? dnsPacket.decode(reply) : undefined;
+    } catch (error) {
+      this.options.logger.debug({ err: error, name }, 'cannot follow the CNAME upstream');
+      return undefined;
+    }
   }
 
   /** Our own reply (authoritative when it has records), truncated with TC when over the client's limit. */
@@ -93,13 +147,24 @@ export class DnsResponder {
       authorities,
       additionals: [...(records?.additionals ?? []), ...ours],
     };
-    let encoded = dnsPacket.encode(packet);
+    let encoded: Buffer;
+    try {
+      encoded = dnsPacket.encode(packet);
+    } catch (error) {
+      // A record relayed from upstream that the wire library cannot write back: say so plainly.
+      this.options.logger.debug({ err: error }, 'cannot encode the reply');
+      encoded = dnsPacket.encode({ ...packet, flags: (packet.flags! & ~0xf) | RCODE.SERVFAIL, answers: [], authorities: [], additionals: ours });
+    }
     if (encoded.length > limit) {
       // Too big for this client over UDP: the header says so and it asks again over TCP.
       encoded = dnsPacket.encode({ ...packet, flags: packet.flags! | FLAG_TC, answers: [], authorities: [], additionals: ours });
     }
     return encoded;
   }
+}
+
+function rcodeNumber(reply: DecodedPacket): number {
+  return (reply.flags ?? 0) & 0xf;
 }
 
 /** A reply that is only the query's header (no question could be read): FORMERR. */

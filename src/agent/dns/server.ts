@@ -163,9 +163,12 @@ export class ClusterDns {
     const udp = dgram.createSocket({ type: 'udp4' });
     this.udp = udp;
     udp.on('message', (msg, rinfo) => {
-      void this.responder!.handle(msg, false).then((reply) => {
-        if (reply && this.udp === udp) udp.send(reply, rinfo.port, rinfo.address);
-      });
+      this.responder!.handle(msg, false).then(
+        (reply) => {
+          if (reply && this.udp === udp) udp.send(reply, rinfo.port, rinfo.address);
+        },
+        (error: unknown) => this.logger.warn({ err: error }, 'DNS query failed'),
+      );
     });
     udp.on('error', (error) => this.logger.warn({ err: error }, 'DNS UDP socket error'));
     await new Promise<void>((resolve, reject) => {
@@ -197,12 +200,15 @@ export class ClusterDns {
       while (buffered.length >= 2 && buffered.length >= 2 + buffered.readUInt16BE(0)) {
         const message = buffered.subarray(2, 2 + buffered.readUInt16BE(0));
         buffered = buffered.subarray(2 + message.length);
-        void this.responder!.handle(Buffer.from(message), true).then((reply) => {
-          if (!reply || socket.destroyed) return;
-          const length = Buffer.alloc(2);
-          length.writeUInt16BE(reply.length);
-          socket.write(Buffer.concat([length, reply]));
-        });
+        this.responder!.handle(Buffer.from(message), true).then(
+          (reply) => {
+            if (!reply || socket.destroyed) return;
+            const length = Buffer.alloc(2);
+            length.writeUInt16BE(reply.length);
+            socket.write(Buffer.concat([length, reply]));
+          },
+          (error: unknown) => this.logger.warn({ err: error }, 'DNS query failed'),
+        );
       }
     });
     socket.on('error', () => socket.destroy());
