@@ -1,6 +1,7 @@
 import { isIPv4 } from 'node:net';
 import type { KubeObject } from '../../apiserver/objects.js';
 import { SERVICE_NAME_LABEL } from '../../controllers/endpoints-logic.js';
+import { ipv4ToNumber } from '../../node-protocol/service-network.js';
 
 /**
  * What the Service datapath needs to know, read out of Services and EndpointSlices (pure): one
@@ -42,12 +43,6 @@ const DEFAULT_AFFINITY_SECONDS = 10800;
 
 const PROTOCOLS: Record<string, L4Protocol> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
 
-function compareIp(a: string, b: string): number {
-  const pa = a.split('.').map(Number);
-  const pb = b.split('.').map(Number);
-  for (let i = 0; i < 4; i++) if (pa[i]! !== pb[i]!) return pa[i]! - pb[i]!;
-  return 0;
-}
 
 interface SliceEndpointPorts {
   endpoints: Obj[];
@@ -98,7 +93,10 @@ function endpointsFor(slices: readonly SliceEndpointPorts[], portName: string, p
       else if (local) had.local = true;
     }
   }
-  return [...seen.values()].sort((a, b) => compareIp(a.ip, b.ip) || a.port - b.port);
+  return [...seen.values()]
+    .map((ep) => ({ ep, key: ipv4ToNumber(ep.ip) * 65536 + ep.port }))
+    .sort((a, b) => a.key - b.key)
+    .map(({ ep }) => ep);
 }
 
 export interface ModelInput {

@@ -35,6 +35,8 @@ export interface ServiceProxyOptions {
   debounceMs?: number;
   /** Full rewrite period. Default 5 minutes. */
   resyncMs?: number;
+  /** Called after each sync that reached the kernel (benchmarks time propagation with it). */
+  onSync?: (sync: ServiceSync) => void;
 }
 
 export interface ServiceSync {
@@ -46,6 +48,8 @@ export interface ServiceSync {
   ms: number;
   /** performance.now() when the rules were in the kernel. */
   at: number;
+  /** The table's chains after the sync. */
+  chains: readonly string[];
 }
 
 const RETRY_MS = [1000, 2000, 5000, 10_000, 30_000];
@@ -197,7 +201,7 @@ export class ServiceProxy {
       this.fullNext = false;
       this.failures = 0;
       const ms = Math.round(performance.now() - started);
-      this.last = { rules: plan.rules, written: plan.writtenChains, servicePorts: plan.servicePorts, ms, at: performance.now() };
+      this.last = { rules: plan.rules, written: plan.writtenChains, servicePorts: plan.servicePorts, ms, at: performance.now(), chains: plan.chains };
       this.logger.info(
         { rules: plan.rules, chains: plan.chains.length, written: plan.writtenChains, stale: plan.stale.chains.length + plan.stale.sets.length, servicePorts: plan.servicePorts, full, ms },
         'service rules synced',
@@ -210,7 +214,9 @@ export class ServiceProxy {
       this.failures++;
       this.logger.error({ err: error, retryMs: delay }, 'service rules sync failed');
       setTimeout(() => this.schedule(0), delay).unref();
+      return;
     }
+    this.options.onSync?.(this.last);
   }
 }
 

@@ -109,10 +109,21 @@ function base32(bytes: Buffer): string {
  * characters nft identifiers may not hold (replaced by `_`).
  */
 export function objectName(prefix: string, readable: string, salt = ''): string {
-  const hash = base32(createHash('sha256').update(`${readable}${salt}`).digest()).slice(0, 8);
-  const safe = readable.replace(/[^A-Za-z0-9_./-]/g, '_').slice(0, NAME_LIMIT);
-  return `${prefix}-${hash}-${safe}`;
+  const key = `${prefix}\0${readable}\0${salt}`;
+  let name = nameCache.get(key);
+  if (name === undefined) {
+    const hash = base32(createHash('sha256').update(`${readable}${salt}`).digest()).slice(0, 8);
+    const safe = readable.replace(/[^A-Za-z0-9_./-]/g, '_').slice(0, NAME_LIMIT);
+    name = `${prefix}-${hash}-${safe}`;
+    // Every sync names the same chains again: remember them (bounded; cleared when full).
+    if (nameCache.size >= NAME_CACHE_LIMIT) nameCache.clear();
+    nameCache.set(key, name);
+  }
+  return name;
 }
+
+const NAME_CACHE_LIMIT = 200_000;
+const nameCache = new Map<string, string>();
 
 function portId(p: ServicePortModel): string {
   return `${p.namespace}/${p.name}/${p.protocol}/${p.portName}`;
