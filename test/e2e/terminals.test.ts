@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { readRunState } from '../../src/agent/pods/run-spec.js';
+import { terminalOf } from '../../src/agent/pods/runtime/terminal.js';
 import { importTestImage, nodeLeftovers, podDirOf } from '../helpers/containers.js';
 import { buildTestImage } from '../helpers/images.js';
 import { type KubectlClient, kubectlClients, MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
@@ -122,6 +124,24 @@ describe('terminals: tty containers, attach -it, exec -it, debug -it', { concurr
     assert.equal(logs.code, 0, logs.stderr);
     assert.match(logs.stdout, /attached-modern-42/);
     assert.match(logs.stdout, /\/dev\/pts\/\d+/);
+  });
+
+  it("the host end of a container's terminal is root's, closed to other users", async () => {
+    const res = await request(server, 'GET', `${POD}/term`);
+    const uid = (res.json as { metadata: { uid: string } }).metadata.uid;
+    const run = readRunState(podDirOf(server.dataDir, uid));
+    const state = run?.containers.find((c) => c.name === 'main')?.state;
+    assert.ok(state && 'running' in state, JSON.stringify(state));
+    const tty = terminalOf(state.running.pid);
+    assert.ok(tty, 'the main process (script) has a terminal with runc on it');
+    const stat = fs.statSync(tty);
+    assert.ok(stat.isCharacterDevice(), tty);
+    assert.equal(stat.uid, 0, `${tty} is root's`);
+    assert.equal(stat.mode & 0o007, 0, `${tty} is closed to other users: mode ${(stat.mode & 0o777).toString(8)}`);
+    // The container's end is in its own devpts: not this host device.
+    const inside = await kubectl(['exec', 'term', '-c', 'main', '--', 'sh', '-c', 'readlink /proc/1/fd/0; ls /dev/pts']);
+    assert.equal(inside.code, 0, inside.stderr);
+    assert.deepEqual(inside.stdout.split(/\s+/).filter(Boolean), ['/dev/pts/0', '0', 'ptmx'], `a devpts of its own, holding only its console: ${inside.stdout}`);
   });
 
   it('debug -it gets a terminal in its ephemeral container', async () => {
