@@ -90,7 +90,7 @@ async function rebuilds(nft: Nft, input: Omit<ServiceRulesInput, 'existing'>): P
     const names = await timed(() => nft.readNames('ip', PROXY_TABLE));
     ms.readNames.push(names.ms);
     ms.fullRewrite.push(full.ms);
-    // One endpoint of one Service replaced: build with what the kernel holds, apply, clean up.
+    // One endpoint of one Service replaced: build with what the kernel holds, apply (the old chain is emptied; deleted by the next sync).
     const slices = [...input.endpointSlices];
     const changed = structuredClone(slices[r % slices.length]!) as KubeObject & { endpoints: { addresses: string[] }[] };
     changed.endpoints[0]!.addresses = [`10.41.0.${r + 1}`];
@@ -98,7 +98,6 @@ async function rebuilds(nft: Nft, input: Omit<ServiceRulesInput, 'existing'>): P
     const partial = await timed(async () => {
       const plan = planServiceRules({ ...input, endpointSlices: slices, existing: { ...names.value, contents: full.value.contents } });
       await nft.apply(plan.script);
-      if (plan.cleanup) await nft.apply(plan.cleanup);
       return plan;
     });
     ms.partialOneEndpoint.push(partial.ms);

@@ -181,8 +181,19 @@ describe('the Service datapath in a network namespace (real nft, real connection
     // `contents` must be what the table holds: the last plan applied (the partial one above).
     const next = plan(before, applied);
     await nft.apply(next.script);
-    assert.ok(next.cleanup.length > 0);
-    await nft.apply(next.cleanup);
+    assert.ok(next.flushed.chains.length > 0 && next.flushed.sets.length > 0);
+    // The next sync deletes what this one emptied.
+    const emptied = (await nft.readTable('ip', PROXY_TABLE))!;
+    const last = planServiceRules({
+      services,
+      endpointSlices: slices,
+      nodeName: 'n1',
+      nodeAddresses: [LAB_NODE_IP],
+      network,
+      existing: { chains: emptied.chains, sets: emptied.sets, contents: next.contents, flushed: next.flushed },
+    });
+    assert.equal(last.deleted, next.flushed.chains.length + next.flushed.sets.length);
+    await nft.apply(last.script);
     const table = (await nft.readTable('ip', PROXY_TABLE))!;
     assert.deepEqual(table.chains.filter((c) => c.includes('/sticky/')), []);
     assert.deepEqual(table.sets.filter((s) => s.startsWith('affinity-')), []);

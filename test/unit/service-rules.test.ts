@@ -3,7 +3,7 @@
  * EndpointSlices → the nft script of table `ip drover-proxy`. ClusterIP and NodePort dispatch,
  * random balancing, the no-endpoint reject, ClientIP affinity, the traffic policies, which
  * endpoints count, named ports, the cluster DNS address left alone, deterministic and bounded
- * names, stale objects deleted and unchanged chains left alone. The same scripts are loaded into
+ * names, stale objects emptied then deleted, unchanged chains left alone. The same scripts are loaded into
  * a real kernel by test/e2e/service-datapath.test.ts.
  *
  * Run: node --import tsx --test test/unit/service-rules.test.ts
@@ -273,7 +273,14 @@ describe('Service rules: sessionAffinity ClientIP', () => {
     const newSets = second.sets.filter((s) => s.startsWith('affinity-'));
     assert.equal(newSets.length, 2);
     for (const s of newSets) assert.ok(!oldSets.includes(s));
-    for (const s of oldSets) assert.match(second.cleanup, new RegExp(`^delete set ip drover-proxy ${s.replace(/[.]/g, '\\.')}$`, 'm'));
+    // Left in place by this plan (a rule it replaces may still name them), deleted by the next.
+    assert.deepEqual(second.flushed.sets, [...oldSets].sort());
+    assert.ok(!second.script.includes('delete set'));
+    const third = planServiceRules(
+      input([sticky(30)], [slice], { existing: { chains: second.chains, sets: [...second.sets, ...second.flushed.sets], contents: second.contents, flushed: second.flushed } }),
+    );
+    for (const s of oldSets) assert.match(third.script, new RegExp(`^delete set ip drover-proxy ${s.replace(/[.]/g, '\\.')}$`, 'm'));
+    assert.equal(third.deleted, 2);
   });
 });
 
@@ -315,26 +322,31 @@ describe('Service rules: rebuilding over an existing table', () => {
   const web = serviceObject('web', { clusterIP: '10.43.0.20', ports: HTTP });
   const two = sliceObject('web', [{ ip: '10.42.0.5' }, { ip: '10.42.0.6' }], SLICE_PORTS);
 
-  it('flushes the chains no Service needs any more after the maps that pointed at them are refilled, and deletes them in a second transaction', () => {
+  it('empties the chains no Service needs any more after the maps that pointed at them are refilled; the next plan deletes them', () => {
     const first = planServiceRules(input([web], [two]));
-    assert.equal(first.cleanup, '');
-    const second = planServiceRules(input([web], [sliceObject('web', [{ ip: '10.42.0.5' }], SLICE_PORTS)], { existing: { chains: first.chains, sets: first.sets } }));
+    assert.deepEqual(first.flushed, { chains: [], sets: [] });
+    const one = sliceObject('web', [{ ip: '10.42.0.5' }], SLICE_PORTS);
+    const second = planServiceRules(input([web], [one], { existing: { chains: first.chains, sets: first.sets, contents: first.contents } }));
     const gone = first.chains.find((c) => c.endsWith('__10.42.0.6/8080'))!;
     const lines = second.script.split('\n');
     const flush = lines.indexOf(`flush chain ip drover-proxy ${gone}`);
     const lastElement = lines.map((l) => l.startsWith('add element ')).lastIndexOf(true);
     assert.ok(flush > lastElement, `${lastElement} < ${flush}`);
-    assert.ok(!second.script.includes('delete '), 'nothing deleted in the main transaction');
-    assert.equal(second.cleanup, `delete chain ip drover-proxy ${gone}\n`);
-    assert.deepEqual(second.stale, { chains: [gone], sets: [] });
+    assert.ok(!second.script.includes('delete '), 'nothing deleted in the transaction that replaces the rules naming it');
+    assert.deepEqual(second.flushed, { chains: [gone], sets: [] });
     assert.ok(!second.chains.includes(gone));
+    const third = planServiceRules(input([web], [one], { existing: { chains: [...second.chains, gone], sets: second.sets, contents: second.contents, flushed: second.flushed } }));
+    assert.deepEqual(third.script.split('\n').filter((l) => l.includes(gone)), [`delete chain ip drover-proxy ${gone}`]);
+    assert.equal(third.deleted, 1);
+    assert.deepEqual(third.flushed, { chains: [], sets: [] });
   });
 
-  it('leaves chains whose rules did not change alone; base chains and maps are always rewritten', () => {
+  it('leaves chains whose rules did not change alone (base chains too); the maps are always refilled', () => {
     const first = planServiceRules(input([web], [two]));
     const again = planServiceRules(input([web], [two], { existing: { chains: first.chains, sets: first.sets, contents: first.contents } }));
     assert.equal(again.rules, first.rules);
-    assert.equal(again.writtenChains, 7, 'only the seven base chains');
+    assert.equal(again.writtenChains, 0);
+    assert.deepEqual(again.script.split('\n').filter((l) => l.startsWith('add chain') || l.startsWith('add rule')), []);
     assert.deepEqual(scriptRules(again.script, 'endpoint-'), []);
     assert.equal(scriptElements(again.script, 'service-ips').length, 1);
     // One endpoint gone: its Service's chain is rewritten, the other endpoint's chain is not.

@@ -53,6 +53,8 @@ export interface ServiceSync {
 }
 
 const RETRY_MS = [1000, 2000, 5000, 10_000, 30_000];
+/** Chains and sets a sync emptied are deleted by a sync this much later. */
+const DELETE_AFTER_MS = 1000;
 
 /** Delegates to whichever client the agent holds now, so the informers survive a server change. */
 function followingClient(current: () => ApiClient): ApiClient {
@@ -155,21 +157,6 @@ export class ServiceProxy {
     }, delay);
   }
 
-  /**
-   * Deletes the chains and sets the last sync emptied. A failure is no failure of the sync: they
-   * are empty and unreferenced, and the next sync (which still sees them) tries again.
-   */
-  private async deleteStale(cleanup: string): Promise<boolean> {
-    if (!cleanup) return true;
-    try {
-      await this.nft.apply(cleanup);
-      return true;
-    } catch (error) {
-      this.logger.debug({ err: error }, 'stale service chains not deleted yet; the next sync tries again');
-      return false;
-    }
-  }
-
   private async sync(): Promise<void> {
     if (!this.running || !this.services.hasSynced || !this.slices.hasSynced) return;
     const started = performance.now();
@@ -190,20 +177,21 @@ export class ServiceProxy {
         ...(this.known ? { existing: this.known } : {}),
       });
       if (plan.script !== this.lastScript) await this.nft.apply(plan.script);
-      this.known = { chains: plan.chains, sets: plan.sets, contents: plan.contents };
-      const deleted = await this.deleteStale(plan.cleanup);
-      if (!deleted) {
-        // Older kernels keep a chain busy for a moment after the last rule naming it went.
-        this.known = { ...this.known, chains: [...plan.chains, ...plan.stale.chains], sets: [...plan.sets, ...plan.stale.sets] };
-        setTimeout(() => this.schedule(0), RETRY_MS[0]).unref();
-      }
+      // What the plan emptied stays in the table until the next sync deletes it, a second from now.
+      this.known = {
+        chains: [...plan.chains, ...plan.flushed.chains],
+        sets: [...plan.sets, ...plan.flushed.sets],
+        contents: plan.contents,
+        flushed: plan.flushed,
+      };
+      if (plan.flushed.chains.length + plan.flushed.sets.length > 0) setTimeout(() => this.schedule(0), DELETE_AFTER_MS).unref();
       this.lastScript = plan.script;
       this.fullNext = false;
       this.failures = 0;
       const ms = Math.round(performance.now() - started);
       this.last = { rules: plan.rules, written: plan.writtenChains, servicePorts: plan.servicePorts, ms, at: performance.now(), chains: plan.chains };
       this.logger.info(
-        { rules: plan.rules, chains: plan.chains.length, written: plan.writtenChains, stale: plan.stale.chains.length + plan.stale.sets.length, servicePorts: plan.servicePorts, full, ms },
+        { rules: plan.rules, chains: plan.chains.length, written: plan.writtenChains, emptied: plan.flushed.chains.length + plan.flushed.sets.length, deleted: plan.deleted, servicePorts: plan.servicePorts, full, ms },
         'service rules synced',
       );
     } catch (error) {

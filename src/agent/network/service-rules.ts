@@ -11,8 +11,8 @@ import { type ServiceEndpoint, type ServicePortModel, serviceModel } from './ser
  * The script is one transaction for `nft -f -`: every chain and map it owns is added (a no-op
  * when present) and flushed, then refilled, so applying it twice leaves one copy of each rule
  * (`add rule` alone appends duplicates). Chains and sets of the table that the new rules no
- * longer name (`existing`, read from the kernel) are flushed in the same transaction and deleted
- * by a second one (`cleanup`). The session-affinity sets are added but never flushed, so a rebuild keeps which
+ * longer name (`existing`, read from the kernel) are flushed in that transaction and deleted by
+ * the next one (`flushed`). The session-affinity sets are added but never flushed, so a rebuild keeps which
  * client sticks to which endpoint; a set's name carries its timeout, so a new timeout is a new set.
  *
  * Written for nft 1.0.6: numeric hook priorities (symbolic `dstnat` is refused on the output
@@ -33,6 +33,8 @@ export interface ExistingObjects {
   sets: readonly string[];
   /** What the last applied plan wrote in each chain (its `contents`): chains still so are not rewritten. */
   contents?: ReadonlyMap<string, string>;
+  /** What the last applied plan emptied (its `flushed`): deleted now if still unnamed. */
+  flushed?: { chains: readonly string[]; sets: readonly string[] };
 }
 
 export interface ServiceRulesInput {
@@ -56,10 +58,13 @@ export interface ServiceRulesPlan {
   rules: number;
   /** Service ports programmed (with a ClusterIP). */
   servicePorts: number;
-  /** What the table holds that the rules no longer name: `script` flushes them, `cleanup` deletes them. */
-  stale: { chains: string[]; sets: string[] };
-  /** Deletes `stale` (empty when nothing is): apply it after `script`, as a transaction of its own. */
-  cleanup: string;
+  /**
+   * Chains and sets the table holds that the rules no longer name, emptied by `script` and left
+   * in the table: hand them back as `existing.flushed` and the next plan deletes them.
+   */
+  flushed: { chains: string[]; sets: string[] };
+  /** Chains and sets `script` deletes (emptied by an earlier plan). */
+  deleted: number;
   /** Chains the script (re)writes; the others are left as they are. */
   writtenChains: number;
   /** Each chain's rules as text: hand it back as `existing.contents` once this plan is applied. */
@@ -169,7 +174,7 @@ class ScriptWriter {
     for (const [name, { base, rules }] of this.chainRules) {
       const text = rules.join('\n');
       contents.set(name, text);
-      if (!base && this.unchanged(name, text)) continue;
+      if (this.unchanged(name, text)) continue;
       const spec = base ? ` { type ${base.type} hook ${base.hook} priority ${base.priority} ; policy accept ; }` : '';
       this.lines.push(`add chain ${T} ${name}${spec}`, `flush chain ${T} ${name}`);
       written.push(name);
@@ -365,20 +370,36 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
   w.elements('no-endpoint-services', noEndpointServices);
   w.elements('no-endpoint-nodeports', noEndpointNodePorts);
 
-  // Last: what the table holds but the rules no longer name, flushed here so nothing points at
-  // them once this commits. They are deleted by `cleanup`, a transaction of its own applied
-  // after this one: in the same one the kernel refuses (EBUSY) a chain the old rules' anonymous
-  // numgen maps still named, as those are released only at commit (kube-proxy deletes later too).
-  const stale = { chains: [] as string[], sets: [] as string[] };
-  const cleanup: string[] = [];
+  // Last: what the table holds but the rules no longer name. Emptied here (the maps that named
+  // them were refilled above, so nothing points at them once this commits), deleted by the next
+  // plan: deleting in the same transaction fails (EBUSY) on kernels that release a replaced
+  // rule's anonymous numgen map only after the commit (kube-proxy deletes a second later too).
+  const flushed = { chains: [] as string[], sets: [] as string[] };
+  let deleted = 0;
   if (input.existing) {
     const keepChains = new Set(contents.keys());
     const keepSets = new Set(w.sets);
-    stale.chains = input.existing.chains.filter((c) => !keepChains.has(c)).sort(compareText);
-    stale.sets = input.existing.sets.filter((s) => !keepSets.has(s)).sort(compareText);
-    for (const c of stale.chains) w.lines.push(`flush chain ${T} ${c}`);
-    for (const c of stale.chains) cleanup.push(`delete chain ${T} ${c}`);
-    for (const s of stale.sets) cleanup.push(`delete set ${T} ${s}`);
+    const emptied = { chains: new Set(input.existing.flushed?.chains ?? []), sets: new Set(input.existing.flushed?.sets ?? []) };
+    const staleChains = input.existing.chains.filter((c) => !keepChains.has(c)).sort(compareText);
+    const staleSets = input.existing.sets.filter((s) => !keepSets.has(s)).sort(compareText);
+    for (const c of staleChains) {
+      if (emptied.chains.has(c)) continue;
+      w.lines.push(`flush chain ${T} ${c}`);
+      flushed.chains.push(c);
+    }
+    for (const c of staleChains) {
+      if (!emptied.chains.has(c)) continue;
+      w.lines.push(`delete chain ${T} ${c}`);
+      deleted++;
+    }
+    for (const set of staleSets) {
+      if (emptied.sets.has(set)) {
+        w.lines.push(`delete set ${T} ${set}`);
+        deleted++;
+      } else {
+        flushed.sets.push(set);
+      }
+    }
   }
   return {
     script: `${w.lines.join('\n')}\n`,
@@ -386,8 +407,8 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
     sets: w.sets,
     rules: w.rules,
     servicePorts: model.length,
-    cleanup: cleanup.length > 0 ? `${cleanup.join('\n')}\n` : '',
-    stale,
+    flushed,
+    deleted,
     writtenChains: w.writtenChains,
     contents,
   };
