@@ -251,6 +251,27 @@ describe('cluster DNS responder and forwarder', () => {
     assert.deepEqual(data(alone), [['CNAME', 'www.example.test']]);
   });
 
+  it('keeps encoded replies to cluster names only while the snapshot stays: the ID and spelling are each query\'s own', async () => {
+    const webAt = (ip: string): DnsSnapshot => buildSnapshot([{ metadata: { name: 'web', namespace: 'default' }, spec: { clusterIP: ip } }], [], network);
+    let current = webAt('10.43.0.20');
+    const forwarder = new Forwarder({ upstreams: [], timeoutMs: 200, logger });
+    forwarders.push(forwarder);
+    const r = new DnsResponder({ network, snapshot: () => current, forwarder, logger });
+    const ask = async (name: string, id: number): Promise<DecodedPacket> => decode(await r.handle(encodeQuery(name, 'A', { id }), false));
+    const first = await ask('web.default.svc.cluster.local', 1);
+    const again = await ask('web.default.svc.cluster.local', 2);
+    assert.equal(first.id, 1);
+    assert.equal(again.id, 2);
+    assert.deepEqual(again.answers!.map((a) => (a as { data: unknown }).data), ['10.43.0.20']);
+    const upper = await ask('WEB.default.svc.cluster.local', 3);
+    assert.deepEqual(upper.questions!.map((q) => q.name), ['WEB.default.svc.cluster.local']);
+    assert.deepEqual(upper.answers!.map((a) => a.name), ['WEB.default.svc.cluster.local']);
+    current = webAt('10.43.0.21');
+    const moved = await ask('web.default.svc.cluster.local', 4);
+    assert.equal(moved.id, 4);
+    assert.deepEqual(moved.answers!.map((a) => (a as { data: unknown }).data), ['10.43.0.21']);
+  });
+
   it('the wire walkers refuse messages that run short', () => {
     const message = dnsPacket.encode({
       type: 'response',

@@ -27,10 +27,15 @@ const FLAG_AA = 0x0400;
 const FLAG_TC = 0x0200;
 const FLAG_RD = 0x0100;
 const FLAG_RA = 0x0080;
+/** Encoded replies kept per snapshot at most (all dropped when full: a burst of odd names). */
+const REPLY_CACHE_ENTRIES = 10_000;
 export const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4 } as const;
 
 export class DnsResponder {
   private readonly empty: DnsSnapshot;
+  /** Encoded replies to cluster names, by query bytes after the ID, for `repliesOf` only. */
+  private readonly replies = new Map<string, Buffer>();
+  private repliesOf: DnsSnapshot | undefined;
 
   constructor(private readonly options: ResponderOptions) {
     this.empty = buildSnapshot([], [], options.network);
@@ -38,21 +43,45 @@ export class DnsResponder {
 
   /** The reply to `message` (undefined: nothing to say, e.g. it is itself a reply). */
   async handle(message: Buffer, tcp: boolean): Promise<Buffer | undefined> {
+    const snapshot = this.options.snapshot();
+    if (snapshot !== this.repliesOf) {
+      this.replies.clear();
+      this.repliesOf = snapshot;
+    }
+    // The same query bytes (ID aside) against the same snapshot get the same reply: kept encoded.
+    const replyKey = snapshot && message.length >= 12 ? `${tcp ? 't' : 'u'}${message.toString('latin1', 2)}` : undefined;
+    const known = replyKey === undefined ? undefined : this.replies.get(replyKey);
+    if (known) {
+      const copy = Buffer.from(known);
+      message.copy(copy, 0, 0, 2);
+      return copy;
+    }
+    const computed = await this.computeReply(message, tcp, snapshot);
+    if (computed?.cacheable && replyKey !== undefined) {
+      if (this.replies.size >= REPLY_CACHE_ENTRIES) this.replies.clear();
+      this.replies.set(replyKey, computed.reply);
+    }
+    return computed?.reply;
+  }
+
+  /** The reply, and whether it is ours alone (from the snapshot: kept until the snapshot changes). */
+  private async computeReply(message: Buffer, tcp: boolean, snapshot: DnsSnapshot | undefined): Promise<{ reply: Buffer; cacheable: boolean } | undefined> {
+    const own = (reply: Buffer): { reply: Buffer; cacheable: boolean } => ({ reply, cacheable: true });
+    const passed = (reply: Buffer): { reply: Buffer; cacheable: boolean } => ({ reply, cacheable: false });
     let query: DecodedPacket;
     try {
       query = dnsPacket.decode(message);
       questionEnd(message);
     } catch {
-      return message.length >= 12 && (message.readUInt16BE(2) & FLAG_QR) === 0 ? headerOnly(message, RCODE.FORMERR) : undefined;
+      return message.length >= 12 && (message.readUInt16BE(2) & FLAG_QR) === 0 ? own(headerOnly(message, RCODE.FORMERR)) : undefined;
     }
     if (query.flag_qr) return undefined;
     const opt = query.additionals?.find((a): a is OptAnswer => a.type === 'OPT');
     const limit = tcp ? 65535 : opt ? Math.min(UDP_EDNS_MAX, Math.max(UDP_PLAIN_LIMIT, opt.udpPayloadSize)) : UDP_PLAIN_LIMIT;
-    if ((message.readUInt16BE(2) >> 11) & 0xf) return this.reply(query, RCODE.NOTIMP, undefined, opt, limit);
+    if ((message.readUInt16BE(2) >> 11) & 0xf) return own(this.reply(query, RCODE.NOTIMP, undefined, opt, limit));
     const question = query.questions?.length === 1 ? query.questions[0]! : undefined;
-    if (!question) return this.reply(query, RCODE.FORMERR, undefined, opt, limit);
+    if (!question) return own(this.reply(query, RCODE.FORMERR, undefined, opt, limit));
 
-    const snapshot = this.options.snapshot();
     const result: DnsAnswer = answer(question, snapshot ?? this.empty, this.options.network);
     if (result === 'forward') {
       const key = `${question.name.toLowerCase().replace(/\.$/, '')}|${question.type}|${question.class ?? 'IN'}|${opt ? `e${opt.flag_do ? 'd' : ''}` : ''}`;
@@ -62,17 +91,19 @@ export class DnsResponder {
       } catch (error) {
         this.options.logger.debug({ err: error }, 'cannot forward');
       }
-      return response ?? this.reply(query, RCODE.SERVFAIL, undefined, opt, limit);
+      // The forwarder has its own cache, with TTLs counted down: not kept here.
+      return passed(response ?? this.reply(query, RCODE.SERVFAIL, undefined, opt, limit));
     }
     // Before the first lists, an unknown name may be one not seen yet: no false NXDOMAIN.
-    if (!snapshot) return this.reply(query, RCODE.SERVFAIL, undefined, opt, limit);
-    if (result === 'nxdomain') return this.reply(query, RCODE.NXDOMAIN, { answers: [], additionals: [] }, opt, limit, snapshot);
+    if (!snapshot) return passed(this.reply(query, RCODE.SERVFAIL, undefined, opt, limit));
+    if (result === 'nxdomain') return own(this.reply(query, RCODE.NXDOMAIN, { answers: [], additionals: [] }, opt, limit, snapshot));
     const last = result.answers[result.answers.length - 1];
     if (last?.type === 'CNAME' && question.type !== 'CNAME' && (question.type as string) !== 'ANY') {
       const chased = await this.chase(result, question.type, snapshot);
-      return this.reply(query, chased.rcode, chased.records, opt, limit, snapshot);
+      // Part of it came from upstream: not kept here.
+      return passed(this.reply(query, chased.rcode, chased.records, opt, limit, snapshot));
     }
-    return this.reply(query, RCODE.NOERROR, result, opt, limit, snapshot);
+    return own(this.reply(query, RCODE.NOERROR, result, opt, limit, snapshot));
   }
 
   /**
