@@ -21,11 +21,11 @@ import { Nft, type NftTable } from '../../src/agent/network/nftables.js';
 import { removeServiceRules, ServiceProxy } from '../../src/agent/network/service-proxy.js';
 import { PROXY_TABLE, planServiceRules, type ServiceRulesPlan } from '../../src/agent/network/service-rules.js';
 import { HttpClient } from '../../src/client/http.js';
-import { ENDPOINTSLICES, SERVICES } from '../../src/client/types.js';
+import { CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES, ENDPOINTSLICES, SERVICEACCOUNTS, SERVICES } from '../../src/client/types.js';
 import { createLogger } from '../../src/logging/logger.js';
 import { defaultServiceNetwork } from '../../src/node-protocol/service-network.js';
 import { createNetnsLab, LAB_NODE_IP, type NetnsLab, netnsLabUnavailable } from '../helpers/netns-lab.js';
-import { cleanup, eventually, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+import { always, cleanup, eventually, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 import { type EndpointSpec, serviceObject, sliceObject } from '../helpers/service-objects.js';
 
 const skip = netnsLabUnavailable();
@@ -221,9 +221,9 @@ describe('ServiceProxy: Services and EndpointSlices of a real server become rule
   let clusterIP = '';
   let nodePort = 0;
 
-  const newProxy = (): ServiceProxy => {
+  const newProxy = (as: HttpClient = client): ServiceProxy => {
     const proxy = new ServiceProxy({
-      client: () => client,
+      client: () => as,
       nodeName: 'lab-node',
       nodeAddresses: () => [LAB_NODE_IP],
       network,
@@ -253,6 +253,33 @@ describe('ServiceProxy: Services and EndpointSlices of a real server become rule
     for (const proxy of proxies) await proxy.stop();
     lab?.destroy();
     await cleanup(work);
+  });
+
+  it('writes nothing while it can read Services but not EndpointSlices; programs both once it can', async () => {
+    // A ServiceAccount that may read Services only: the slice informer's list keeps failing (403).
+    await client.create(SERVICEACCOUNTS, 'default', { metadata: { name: 'proxy-test' } });
+    const role = { metadata: { name: 'proxy-test' }, rules: [{ apiGroups: [''], resources: ['services'], verbs: ['get', 'list', 'watch'] }] };
+    await client.create(CLUSTER_ROLES, undefined, role);
+    await client.create(CLUSTER_ROLE_BINDINGS, undefined, {
+      metadata: { name: 'proxy-test' },
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'proxy-test' },
+      subjects: [{ kind: 'ServiceAccount', name: 'proxy-test', namespace: 'default' }],
+    });
+    const review = await client.requestToken('default', 'proxy-test', { metadata: {}, spec: { expirationSeconds: 3600 } });
+    const limited = new HttpClient({ server: server.url, caPem: server.caPem, token: (review.status as { token: string }).token });
+    await eventually(async () => (await limited.list(SERVICES, undefined)).items.length > 0, 'the limited client reads Services');
+    const proxy = newProxy(limited);
+    await proxy.start();
+    await always(async () => (await nft.readTable('ip', PROXY_TABLE)) === undefined, 'no table before the slices are read', 3000, 500);
+    assert.equal(proxy.lastSync, undefined);
+    await client.update(CLUSTER_ROLES, undefined, {
+      ...role,
+      rules: [...role.rules, { apiGroups: ['discovery.k8s.io'], resources: ['endpointslices'], verbs: ['get', 'list', 'watch'] }],
+    });
+    await eventually(async () => (await nft.readTable('ip', PROXY_TABLE))?.chains.some((c) => c.startsWith('service-') && c.includes('-default/web/')), 'the web Service chain');
+    await proxy.stop();
+    await removeServiceRules({ nft: lab.nft });
+    proxies.length = 0;
   });
 
   it('programs the ClusterIP and node port once both lists are read, and follows an endpoint leaving', async () => {
