@@ -114,6 +114,16 @@ function ownerReference(svc: KubeObject): Obj {
 
 const targetRef = (pod: KubeObject): Obj => ({ kind: 'Pod', namespace: pod.metadata.namespace, name: pod.metadata.name, uid: pod.metadata.uid });
 
+/**
+ * A pod's `hostname` when its `subdomain` names this Service (as a StatefulSet's pods name their
+ * governing Service), as Kubernetes' controllers set it: the cluster DNS answers
+ * `<hostname>.<service>.<ns>.svc.<domain>` from it.
+ */
+function hostnameOf(svc: KubeObject, pod: KubeObject): Obj {
+  const spec = (pod.spec ?? {}) as Obj;
+  return typeof spec.hostname === 'string' && spec.hostname && spec.subdomain === svc.metadata.name ? { hostname: spec.hostname } : {};
+}
+
 /** The Endpoints and EndpointSlices a selector Service should have now; undefined for a Service without a selector. */
 export function desiredEndpoints(svc: KubeObject, pods: readonly KubeObject[], nodeUsable: (node: string) => boolean = () => true): DesiredEndpoints | undefined {
   const selector = selectorOf(svc);
@@ -132,7 +142,12 @@ export function desiredEndpoints(svc: KubeObject, pods: readonly KubeObject[], n
   const name = svc.metadata.name!;
   const subsets: Obj[] = [];
   for (const { ports, members } of groups.values()) {
-    const address = (b: Backend): Obj => ({ ip: b.ip, ...(b.pod.spec && (b.pod.spec as Obj).nodeName ? { nodeName: (b.pod.spec as Obj).nodeName } : {}), targetRef: targetRef(b.pod) });
+    const address = (b: Backend): Obj => ({
+      ip: b.ip,
+      ...hostnameOf(svc, b.pod),
+      ...(b.pod.spec && (b.pod.spec as Obj).nodeName ? { nodeName: (b.pod.spec as Obj).nodeName } : {}),
+      targetRef: targetRef(b.pod),
+    });
     const ready = members.filter((b) => b.ready).map(address);
     const notReady = members.filter((b) => !b.ready && !b.terminating).map(address);
     if (ready.length === 0 && notReady.length === 0) continue;
@@ -160,6 +175,7 @@ export function desiredEndpoints(svc: KubeObject, pods: readonly KubeObject[], n
       addressType: 'IPv4',
       endpoints: members.map((b) => ({
         addresses: [b.ip],
+        ...hostnameOf(svc, b.pod),
         conditions: { ready: b.ready, serving: b.ready || (b.terminating && podReady(b.pod)), terminating: b.terminating },
         ...((b.pod.spec as Obj | undefined)?.nodeName ? { nodeName: (b.pod.spec as Obj).nodeName } : {}),
         targetRef: targetRef(b.pod),

@@ -90,6 +90,25 @@ describe('pods → Endpoints and EndpointSlices', () => {
     assert.deepEqual((desired.slices[0]!.endpoints as { conditions: unknown }[])[0]!.conditions, { ready: false, serving: true, terminating: true });
   });
 
+  it('gives a pod its hostname when its subdomain names the Service (a StatefulSet pod under its governing Service), in both objects', () => {
+    const named = (name: string, subdomain: string | undefined, ip: string): KubeObject => {
+      const p = pod(name, { ip });
+      (p.spec as Record<string, unknown>).hostname = name;
+      if (subdomain) (p.spec as Record<string, unknown>).subdomain = subdomain;
+      return p;
+    };
+    const desired = desiredEndpoints(service({ selector: { app: 'web' }, clusterIP: 'None', ports: [{ port: 80, protocol: 'TCP' }] }), [
+      named('web-0', 'web', '10.42.0.5'),
+      named('web-1', 'other', '10.42.0.6'),
+      named('web-2', undefined, '10.42.0.7'),
+    ])!;
+    const addresses = (desired.endpoints.subsets as { addresses: { ip: string; hostname?: string }[] }[])[0]!.addresses;
+    assert.deepEqual(addresses.map((a) => [a.ip, a.hostname]), [['10.42.0.5', 'web-0'], ['10.42.0.6', undefined], ['10.42.0.7', undefined]]);
+    const endpoints = desired.slices[0]!.endpoints as { addresses: string[]; hostname?: string }[];
+    assert.deepEqual(endpoints.map((e) => [e.addresses[0], e.hostname]), [['10.42.0.5', 'web-0'], ['10.42.0.6', undefined], ['10.42.0.7', undefined]]);
+    assert.deepEqual(validateEndpointSlice(desired.slices[0]!), []);
+  });
+
   it('Endpoints and EndpointSlice validation refuse what kube-apiserver refuses', () => {
     const ep: KubeObject = { apiVersion: 'v1', kind: 'Endpoints', metadata: { name: 'x' }, subsets: [{ addresses: [{ ip: '127.0.0.1' }, { ip: 'nope' }], ports: [{ port: 0, protocol: 'TCP' }] }] };
     assert.deepEqual(validateEndpoints(ep).map((c) => c.field), ['subsets[0].addresses[0].ip', 'subsets[0].addresses[1].ip', 'subsets[0].ports[0].port']);
