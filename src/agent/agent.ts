@@ -19,6 +19,8 @@ import { RuntimeHandlers } from './node-resources.js';
 import { StatsSampler } from './stats.js';
 import { PodManager } from './pod-manager.js';
 import { NodeRegistration } from './registration.js';
+import { NodeNetwork } from './network/node-network.js';
+import { listPodDirs } from './pods/launch.js';
 import { ServerConnection } from './servers.js';
 
 /**
@@ -97,6 +99,8 @@ export class Agent {
   private stats: StatsSampler | undefined;
   /** The runtime handlers this node offers (`process`; `runc` where it works), refreshed with its status. */
   readonly runtimeHandlers: RuntimeHandlers;
+  /** The node's part of the pod network; absent without one (flannel-backend none, or no root/plugins). */
+  private network: NodeNetwork | undefined;
 
   constructor(private readonly options: AgentOptions) {
     this.agentDir = path.join(options.dataDir, 'agent');
@@ -172,6 +176,19 @@ export class Agent {
     }
     this.renewal.start();
     const timings = this.registration.timings;
+    const clusterNetwork = this.registration.clusterNetwork;
+    this.network = clusterNetwork
+      ? NodeNetwork.create({
+          client: () => this.connection.client!,
+          nodeName: this.options.nodeName,
+          nodeIp: this.registration.nodeIp(),
+          agentDir: this.agentDir,
+          settings: clusterNetwork,
+          livePodUids: () => new Set(listPodDirs(path.join(this.agentDir, 'pods')).map((dir) => path.basename(dir))),
+          logger: this.logger.child({ component: 'pod-network' }),
+        })
+      : undefined;
+    await this.network?.start();
     this.images = await startNodeImages({ agentDir: this.agentDir, logger: this.logger, gc: this.options.imageGc ?? { highThresholdPercent: 85, lowThresholdPercent: 80 } });
     this.pods = new PodManager({
       nodeName: this.options.nodeName,
@@ -184,6 +201,7 @@ export class Agent {
       logger: this.logger,
       registries: this.registries,
       runtimeHandlers: () => this.runtimeHandlers.names,
+      network: () => this.network,
     });
     await this.pods.start();
     this.stats = new StatsSampler(this.options.nodeName, this.pods.podsDir);
@@ -248,6 +266,7 @@ export class Agent {
       this.pods?.beginDrain();
       await this.pods?.stopAll(Math.max(500, drainDeadline - Date.now()));
       this.pods?.stop();
+      this.network?.stop();
       this.images?.stop();
       this.renewal.stop();
       if (this.registered()) {

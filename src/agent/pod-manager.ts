@@ -9,6 +9,7 @@ import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { type ContainerWaiting, PodConfigurator } from './pod-config.js';
 import { podStatusFrom } from './pod-status.js';
+import type { NodeNetwork } from './network/node-network.js';
 import { DEFAULT_GRACE_SECONDS, runSpecFor } from './pod-run-spec.js';
 import { EphemeralContainers } from './ephemeral-containers.js';
 import { type FencingPeer, monoNowMs, type PeerControlPlaneAnswer, writeFencingState } from './pods/fencing.js';
@@ -61,6 +62,8 @@ export interface PodManagerOptions {
   ensureImage?: EnsureImage;
   /** This node's registries.yaml (mirrors, credentials, TLS) for the pulls of the default ensureImage. */
   registries?: RegistriesConfig;
+  /** The node's pod network; absent or undefined: pods use the node's network. */
+  network?: () => NodeNetwork | undefined;
 }
 
 const RECONCILE_MS = 250;
@@ -361,6 +364,15 @@ export class PodManager {
       prepared.runtime === 'runc' ? { runcRoot: this.runcRoot, containers: prepared.containers ?? new Map() } : undefined,
     );
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const network = prepared.runtime === 'runc' ? this.options.network?.() : undefined;
+    if (network) {
+      const wired = await network.prepare(pod, dir);
+      if (wired.kind === 'waiting') {
+        await this.report(pod, undefined, Object.fromEntries(spec.containers.map((c) => [c.name, { reason: 'ContainerCreating', message: wired.message }])));
+        return;
+      }
+      if (wired.kind === 'attached') spec.podNetwork = wired.spec;
+    }
     writeRunSpec(dir, spec);
     let pid: number;
     try {
@@ -394,6 +406,7 @@ export class PodManager {
     // mounts, cgroups). What cannot be reclaimed now is retried when the dir is found unbound.
     let released = true;
     try {
+      await this.options.network?.()?.release(pod.metadata.uid!, dir);
       await releasePodRuntime(dir);
     } catch (error) {
       released = false;
@@ -428,6 +441,7 @@ export class PodManager {
       // unreadable spec: stop with the default grace
     }
     await stopSupervisor(dir, grace * 1000);
+    await this.options.network?.()?.release(path.basename(dir), dir);
     await releasePodRuntime(dir);
     fs.rmSync(dir, { recursive: true, force: true });
     this.reported.delete(path.basename(dir));
@@ -442,6 +456,7 @@ export class PodManager {
       pod,
       state,
       nodeIp: this.options.nodeIp,
+      podIp: this.options.network?.()?.podIp(pod.metadata.uid!),
       now: new Date().toISOString(),
       ...(waiting ? { waiting } : {}),
       ...(ephemeralWaiting ? { ephemeralWaiting } : {}),

@@ -43,6 +43,8 @@ export interface PodStatusInput {
   pod: KubeObject;
   state: PodRunState | undefined;
   nodeIp: string;
+  /** The pod's own address on the pod network; absent: the node's (host network, no pod network). */
+  podIp?: string | undefined;
   /** The time conditions changed, when the caller has no better one. */
   now: string;
   /**
@@ -73,7 +75,7 @@ function ephemeralStatuses(pod: KubeObject, state: PodRunState | undefined, wait
   });
 }
 
-export function podStatusFrom({ pod, state, nodeIp, now, waiting, ephemeralWaiting }: PodStatusInput): Record<string, unknown> {
+export function podStatusFrom({ pod, state, nodeIp, podIp, now, waiting, ephemeralWaiting }: PodStatusInput): Record<string, unknown> {
   const containers = (getPath(pod, ['spec', 'containers']) as ContainerSpecLike[] | undefined) ?? [];
   const runByName = new Map((state?.containers ?? []).map((c) => [c.name, c]));
   const statuses = containers.map((spec) => {
@@ -132,8 +134,8 @@ export function podStatusFrom({ pod, state, nodeIp, now, waiting, ephemeralWaiti
     ],
     hostIP: nodeIp,
     hostIPs: [{ ip: nodeIp }],
-    podIP: nodeIp,
-    podIPs: [{ ip: nodeIp }],
+    podIP: podIp ?? nodeIp,
+    podIPs: [{ ip: podIp ?? nodeIp }],
     ...(state ? { startTime: state.startedAt } : {}),
     containerStatuses: statuses,
     ...(Array.isArray(getPath(pod, ['spec', 'ephemeralContainers'])) ? { ephemeralContainerStatuses: ephemeralStatuses(pod, state, ephemeralWaiting) } : {}),

@@ -60,6 +60,12 @@ export interface StartAgentOptions {
   env?: NodeJS.ProcessEnv;
   /** How long startAgent waits for "agent is running" (60 s: a ceiling for a loaded machine, not a figure). */
   timeoutMs?: number;
+  /**
+   * Run the agent in this network namespace (`nsenter --net`, which execs in place: the PID is the
+   * agent's; not `ip netns exec`, whose fresh /sys hides the cgroup mounts runc needs). Pass its
+   * `--node-ip` in `args`.
+   */
+  netns?: string;
 }
 
 const runningAgents = new Set<AgentProcess>();
@@ -134,8 +140,9 @@ export function spawnAgent(options: StartAgentOptions): AgentProcess {
   }
   agentDataDirs.add(dataDir);
   const child = spawn(
-    process.execPath,
+    options.netns ? 'nsenter' : process.execPath,
     [
+      ...(options.netns ? [`--net=/run/netns/${options.netns}`, '--', process.execPath] : []),
       DROVER_BIN,
       'agent',
       '--server',

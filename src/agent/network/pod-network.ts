@@ -242,7 +242,10 @@ export class PodNetwork {
   }
 
   private async release(cached: CachedAttachment): Promise<void> {
-    await delNetworkList(this.binDirs, this.list, this.target(cached, 'eth0'), { portMappings: cached.portMappings }, cached.result);
+    // The namespace may be gone already (the supervisor unpinned it, the host rebooted): plugins
+    // then get an empty CNI_NETNS, as the specification allows for DEL, and release the rest.
+    const live = isNsfs(cached.netns);
+    await delNetworkList(this.binDirs, this.list, { ...this.target(cached, 'eth0'), netns: live ? cached.netns : '' }, { portMappings: cached.portMappings }, cached.result);
     fs.rmSync(this.cacheFile(cached.uid), { force: true });
     fs.rmSync(`${this.cacheFile(cached.uid)}.pending`, { force: true });
     this.options.logger.info({ pod: `${cached.namespace}/${cached.name}`, podIP: cached.result ? resultIpv4(cached.result) : undefined }, 'pod network released');

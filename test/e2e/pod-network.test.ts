@@ -1,0 +1,184 @@
+/**
+ * The pod network across real nodes: two agents, each in a network namespace of its own joined
+ * by a bridge (test/helpers/netns.ts), the server in the test's namespace. Per backend (vxlan and
+ * host-gw): every runc pod gets an address of its node's pod CIDR, a pod on one node reaches a pod
+ * on the other by that address (busybox wget to busybox httpd), a pod reaches outside the pod
+ * network through the masquerade (the server's address), an agent killed with -9 and started
+ * again finds the same pods with the same addresses and leaks none (host-local's reservations are
+ * exactly the running pods), and a deleted pod gives its address back.
+ *
+ * (busybox's `wget -T` crashes in Debian's busybox-static 1.35: timeouts come from `timeout`.)
+ *
+ * Run: node --import tsx --test test/e2e/pod-network.test.ts
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { type AgentProcess, cleanupAgents, startAgent } from '../helpers/agent.js';
+import { execIn, importTestImage } from '../helpers/containers.js';
+import { buildTestImage } from '../helpers/images.js';
+import { createTestNetwork, inNetns, netnsProblem, type TestNetwork } from '../helpers/netns.js';
+import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
+
+const IMAGE = 'drover.test/net:1';
+const skip = netnsProblem();
+
+interface PodView {
+  metadata: { uid: string };
+  spec: { nodeName?: string };
+  status?: { phase?: string; podIP?: string; hostIP?: string; containerStatuses?: { ready?: boolean; restartCount?: number }[] };
+}
+
+function webPod(name: string, node: string): unknown {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name },
+    spec: {
+      nodeName: node,
+      runtimeClassName: 'runc',
+      // httpd as PID 1 ignores SIGTERM: no point waiting the default 30 s for it.
+      terminationGracePeriodSeconds: 1,
+      containers: [
+        {
+          name: 'web',
+          image: IMAGE,
+          imagePullPolicy: 'Never',
+          command: ['sh', '-c', `mkdir -p /www && echo "hello from ${name}" > /www/index.html && exec httpd -f -p 8080 -h /www`],
+        },
+      ],
+    },
+  };
+}
+
+for (const backend of ['vxlan', 'host-gw'] as const) {
+  describe(`pod network (${backend}) between nodes in their own network namespaces`, { concurrency: false, ...(skip ? { skip } : {}) }, () => {
+    let net: TestNetwork;
+    let server: ServerProcess;
+    let work: string;
+    const agents = new Map<string, AgentProcess>();
+    const dataDirs = new Map<string, string>();
+    const nodes = ['pn-a', 'pn-b'];
+
+    const api = (method: string, p: string, body?: unknown) => request(server, method, p, body === undefined ? {} : { body });
+    const getPod = async (name: string): Promise<PodView | undefined> => {
+      const res = await api('GET', `/api/v1/namespaces/default/pods/${name}`);
+      return res.status === 200 ? (res.json as PodView) : undefined;
+    };
+    const runningPod = (name: string) =>
+      eventually(async () => {
+        const pod = await getPod(name);
+        return pod?.status?.phase === 'Running' && pod.status.containerStatuses?.[0]?.ready && pod;
+      }, `${name} running`, 120_000);
+
+    async function launch(index: number): Promise<void> {
+      const name = nodes[index]!;
+      const host = net.hosts[index]!;
+      const agent = await startAgent({
+        server: { url: `https://${net.hostIp}:${server.port}`, dataDir: server.dataDir },
+        name,
+        dataDir: dataDirs.get(name)!,
+        netns: host.netns,
+        args: ['--node-ip', host.ip],
+      });
+      agents.set(name, agent);
+    }
+
+    /** host-local's reservations on a node: the addresses it holds, by owner. */
+    function reservations(node: string): Map<string, string> {
+      const dir = path.join(dataDirs.get(node)!, 'agent', 'cni', 'ipam', 'drover');
+      const held = new Map<string, string>();
+      for (const file of fs.existsSync(dir) ? fs.readdirSync(dir) : []) {
+        if (/^\d+\.\d+\.\d+\.\d+$/.test(file)) held.set(file, fs.readFileSync(path.join(dir, file), 'utf8').split('\n')[0]!.trim());
+      }
+      return held;
+    }
+
+    before(async () => {
+      net = createTestNetwork(2, backend === 'vxlan' ? 'a' : 'b');
+      work = tempDir(`pod-network-${backend}`);
+      server = await startServer({ args: ['--bind-address', '0.0.0.0', '--tls-san', net.hostIp, '--flannel-backend', backend] });
+      const image = buildTestImage({ name: IMAGE });
+      for (const name of nodes) {
+        const dir = path.join(work, name);
+        fs.mkdirSync(dir, { recursive: true });
+        dataDirs.set(name, dir);
+        await importTestImage(dir, image, work);
+      }
+      for (let i = 0; i < nodes.length; i++) await launch(i);
+    });
+
+    after(async () => {
+      await cleanupAgents();
+      // Whatever the agents left in their namespaces (bridge, VXLAN device, tables) goes with them.
+      net?.remove();
+      await cleanup(work);
+    });
+
+    it('each node gets a pod CIDR; each pod an address of its node’s, reported in status.podIP', async () => {
+      for (const name of nodes) {
+        await eventually(async () => {
+          const res = await api('GET', `/api/v1/nodes/${name}`);
+          const node = res.json as { spec?: { podCIDR?: string }; metadata: { annotations?: Record<string, string> } };
+          return res.status === 200 && node.spec?.podCIDR && node.metadata.annotations?.['drover.io/backend'] === backend;
+        }, `${name} has a pod CIDR and published its ${backend} endpoint`, 60_000);
+      }
+      for (const [i, node] of nodes.entries()) assert.equal((await api('POST', '/api/v1/namespaces/default/pods', webPod(`web-${i}`, node))).status, 201);
+      for (const [i, node] of nodes.entries()) {
+        const pod = await runningPod(`web-${i}`);
+        const cidr = ((await api('GET', `/api/v1/nodes/${node}`)).json as { spec: { podCIDR: string } }).spec.podCIDR;
+        const prefix = cidr.split('.').slice(0, 3).join('.');
+        assert.ok(pod.status?.podIP?.startsWith(`${prefix}.`), `web-${i} has ${pod.status?.podIP}, expected one of ${cidr}`);
+        assert.equal(pod.status?.hostIP, net.hosts[i]!.ip);
+        assert.deepEqual([...reservations(node).values()], [pod.metadata.uid], `${node}'s host-local holds exactly web-${i}`);
+      }
+    });
+
+    it('a pod reaches a pod on the other node by its address, and the node reaches its own pod', async () => {
+      const a = (await getPod('web-0'))!;
+      const b = (await getPod('web-1'))!;
+      const fromA = await eventually(async () => {
+        const out = await execIn(dataDirs.get('pn-a')!, a.metadata.uid, 'web', ['timeout', '5', 'wget', '-qO-', `http://${b.status!.podIP}:8080/`]);
+        return out.code === 0 && out.stdout;
+      }, 'web-0 reaches web-1 across nodes', 60_000);
+      assert.match(fromA, /hello from web-1/);
+      const fromB = await execIn(dataDirs.get('pn-b')!, b.metadata.uid, 'web', ['timeout', '5', 'wget', '-qO-', `http://${a.status!.podIP}:8080/`]);
+      assert.equal(fromB.code, 0, fromB.stderr);
+      assert.match(fromB.stdout, /hello from web-0/);
+      // The node itself, over its bridge.
+      assert.match(inNetns(net.hosts[0]!.netns, ['timeout', '5', 'wget', '-qO-', `http://${a.status!.podIP}:8080/`]), /hello from web-0/);
+    });
+
+    it('a pod reaches an address outside the pod network (masqueraded as its node)', async () => {
+      const a = (await getPod('web-0'))!;
+      // The API server listens on the bridge address; any answer (even 401/403) proves the way there and back.
+      const out = await execIn(dataDirs.get('pn-a')!, a.metadata.uid, 'web', ['sh', '-c', `echo | nc -w 3 ${net.hostIp} ${server.port} && echo connected`]);
+      assert.match(out.stdout, /connected/, out.stderr);
+    });
+
+    it('an agent killed with -9 and started again keeps its pods, their addresses, and leaks none', async () => {
+      const before = (await getPod('web-0'))!;
+      await agents.get('pn-a')!.stop('SIGKILL');
+      await launch(0);
+      // A pod that went while the agent was away: its reservation must be released at start.
+      await eventually(async () => {
+        const pod = await getPod('web-0');
+        return pod?.status?.phase === 'Running' && pod.status.podIP === before.status!.podIP;
+      }, 'web-0 still runs with its address', 60_000);
+      const after = (await getPod('web-0'))!;
+      assert.equal(after.metadata.uid, before.metadata.uid);
+      assert.equal(after.status?.containerStatuses?.[0]?.restartCount ?? 0, before.status?.containerStatuses?.[0]?.restartCount ?? 0, 'the container was not restarted');
+      assert.deepEqual([...reservations('pn-a').entries()], [[before.status!.podIP, before.metadata.uid]]);
+      const b = (await getPod('web-1'))!;
+      const out = await execIn(dataDirs.get('pn-b')!, b.metadata.uid, 'web', ['timeout', '5', 'wget', '-qO-', `http://${before.status!.podIP}:8080/`]);
+      assert.match(out.stdout, /hello from web-0/, out.stderr);
+    });
+
+    it('a deleted pod gives its address back', async () => {
+      assert.equal((await api('DELETE', '/api/v1/namespaces/default/pods/web-1')).status, 200);
+      await eventually(async () => (await getPod('web-1')) === undefined, 'web-1 gone', 60_000);
+      assert.deepEqual([...reservations('pn-b').keys()], [], `the address is free again; the agent said:\n${agents.get('pn-b')!.output().split('\n').filter((l) => /network|CNI|release/i.test(l)).join('\n')}`);
+    });
+  });
+}
