@@ -20,6 +20,8 @@ import { StatsSampler } from './stats.js';
 import { PodManager } from './pod-manager.js';
 import { NodeRegistration } from './registration.js';
 import { NodeNetwork } from './network/node-network.js';
+import { ServiceProxy } from './network/service-proxy.js';
+import { ClusterDns } from './dns/server.js';
 import { listPodDirs } from './pods/launch.js';
 import { ServerConnection } from './servers.js';
 
@@ -101,6 +103,9 @@ export class Agent {
   readonly runtimeHandlers: RuntimeHandlers;
   /** The node's part of the pod network; absent without one (flannel-backend none, or no root/plugins). */
   private network: NodeNetwork | undefined;
+  /** The node's Service datapath (nftables) and cluster DNS: with the pod network only. */
+  private serviceProxy: ServiceProxy | undefined;
+  private clusterDns: ClusterDns | undefined;
 
   constructor(private readonly options: AgentOptions) {
     this.agentDir = path.join(options.dataDir, 'agent');
@@ -189,6 +194,7 @@ export class Agent {
         })
       : undefined;
     await this.network?.start();
+    if (this.network) await this.startServicesAndDns(this.network);
     this.images = await startNodeImages({ agentDir: this.agentDir, logger: this.logger, gc: this.options.imageGc ?? { highThresholdPercent: 85, lowThresholdPercent: 80 } });
     this.pods = new PodManager({
       nodeName: this.options.nodeName,
@@ -230,6 +236,30 @@ export class Agent {
   }
 
   /**
+   * What kube-proxy and the cluster DNS do on a K3s node, here in the agent. Either failing to
+   * start (nft missing, port 53 taken) is logged and leaves the rest of the node running.
+   */
+  private async startServicesAndDns(network: NodeNetwork): Promise<void> {
+    const client = () => this.connection.client!;
+    this.serviceProxy = new ServiceProxy({
+      client,
+      nodeName: this.options.nodeName,
+      nodeAddresses: () => [this.registration.nodeIp()],
+      network: network.network,
+      logger: this.logger.child({ component: 'service-proxy' }),
+    });
+    await this.serviceProxy.start().catch((error: unknown) => {
+      this.logger.warn({ err: error }, 'the Service datapath could not start; Services do not answer on this node');
+      this.serviceProxy = undefined;
+    });
+    this.clusterDns = new ClusterDns({ client, network: network.network, logger: this.logger.child({ component: 'cluster-dns' }) });
+    await this.clusterDns.start().catch((error: unknown) => {
+      this.logger.warn({ err: error }, 'the cluster DNS could not start; pods on this node cannot resolve Service names');
+      this.clusterDns = undefined;
+    });
+  }
+
+  /**
    * A planned stop. The shutdown record goes first (locally and on the Node), so that whatever
    * happens after it, the control plane knows this was planned; the node is cordoned with it.
    * Then the drain: every pod here is evicted through the API (its owner starts a replacement
@@ -267,6 +297,8 @@ export class Agent {
       await this.pods?.stopAll(Math.max(500, drainDeadline - Date.now()));
       this.pods?.stop();
       this.network?.stop();
+      await this.serviceProxy?.stop();
+      await this.clusterDns?.stop();
       this.images?.stop();
       this.renewal.stop();
       if (this.registered()) {
