@@ -345,6 +345,20 @@ describe('cluster DNS in a network namespace (real server, informers, busybox an
     await eventually(async () => /NXDOMAIN/.test(await nslookup('late.default.svc.cluster.local')), 'the deleted Service gone', 60_000);
   });
 
+  it('a stopped ClusterDns starts again: the device comes back and the answers follow the API', async () => {
+    process.kill(dns!.process.pid!, 'SIGUSR2');
+    await eventually(() => dns!.output().includes('"restarted":1'), 'the restart', 60_000).catch((error: unknown) => {
+      throw new Error(`${String(error)}\n${dns!.output()}`);
+    });
+    assert.deepEqual(addresses(await nslookup('web.default.svc.cluster.local')), [webIp]);
+    assert.deepEqual(addresses(await nslookup('www.example.test')), ['192.0.2.44']);
+    // Its informers are new ones, following the API again: a Service made now is answered.
+    const res = await request(server, 'POST', '/api/v1/namespaces/default/services', { body: { metadata: { name: 'after-restart' }, spec: { ports: [{ port: 80 }] } } });
+    assert.equal(res.status, 201, res.text);
+    const ip = (res.json as { spec: { clusterIP: string } }).spec.clusterIP;
+    await eventually(async () => addresses(await nslookup('after-restart.default.svc.cluster.local'))[0] === ip, 'the new Service answered after the restart', 60_000);
+  });
+
   it('stop() closes the sockets and removes its device', async () => {
     const exited = new Promise<number | null>((resolve) => dns!.process.once('exit', (code) => resolve(code)));
     process.kill(dns!.process.pid!, 'SIGTERM');

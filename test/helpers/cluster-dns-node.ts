@@ -4,6 +4,7 @@
  * '<json>'`): it puts cluster-dns on its device there, follows the API server with the given
  * credentials and serves until SIGTERM, when it stops (removing its device) and exits 0.
  * Prints one JSON line `{"ready":true,…}` once serving, and its logs (JSON lines) on stdout.
+ * SIGUSR2 stops it and starts it again (the same ClusterDns object), then prints `{"restarted":n}`.
  */
 import { ClusterDns } from '../../src/agent/dns/server.js';
 import { HttpClient } from '../../src/client/http.js';
@@ -46,6 +47,17 @@ process.on('SIGTERM', () => {
       process.exit(1);
     },
   );
+});
+
+let restarts = 0;
+process.on('SIGUSR2', () => {
+  void dns
+    .stop()
+    .then(() => dns.start())
+    .then(
+      () => console.log(JSON.stringify({ restarted: ++restarts })),
+      (error: unknown) => console.error(`restart failed: ${String(error)}`),
+    );
 });
 
 try {

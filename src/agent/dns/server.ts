@@ -67,8 +67,10 @@ export class ClusterDns {
   private readonly address: string;
   private readonly port: number;
   private readonly addressOptions: DnsAddressOptions;
-  private readonly services: Informer;
-  private readonly slices: Informer;
+  private readonly client: ApiClient;
+  /** Made at each start (an informer once stopped stays stopped): a stopped ClusterDns may start again. */
+  private services: Informer;
+  private slices: Informer;
   private snapshot: DnsSnapshot | undefined;
   private forwarder: Forwarder | undefined;
   private responder: DnsResponder | undefined;
@@ -77,18 +79,25 @@ export class ClusterDns {
   private readonly connections = new Set<net.Socket>();
   private addressState: DnsAddressState | undefined;
   private started = false;
+  private starting: Promise<void> | undefined;
 
   constructor(private readonly options: ClusterDnsOptions) {
     this.logger = options.logger.child({ component: 'cluster-dns' });
     this.address = options.network.clusterDns;
     this.port = options.port ?? 53;
     this.addressOptions = { address: this.address, logger: this.logger, ...(options.device ? { device: options.device } : {}), ...(options.ip ? { ip: options.ip } : {}) };
-    const client = followingClient(options.client);
+    this.client = followingClient(options.client);
+    [this.services, this.slices] = this.informers();
+  }
+
+  private informers(): [Informer, Informer] {
     const changed = (): void => {
       this.snapshot = undefined;
     };
-    this.services = new Informer(client, SERVICES, undefined, changed, this.logger, {}, slim);
-    this.slices = new Informer(client, ENDPOINTSLICES, undefined, changed, this.logger, {}, slim);
+    return [
+      new Informer(this.client, SERVICES, undefined, changed, this.logger, {}, slim),
+      new Informer(this.client, ENDPOINTSLICES, undefined, changed, this.logger, {}, slim),
+    ];
   }
 
   /** The upstreams in use (after start). */
@@ -104,6 +113,8 @@ export class ClusterDns {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
+    [this.services, this.slices] = this.informers();
+    this.snapshot = undefined;
     const upstreams = this.options.upstreams
       ? this.options.upstreams.map(parseUpstream)
       : upstreamsFromResolvConf(readResolvConf(this.options.resolvConf ?? '/etc/resolv.conf', this.logger), this.address);
@@ -115,20 +126,16 @@ export class ClusterDns {
       forwarder: this.forwarder,
       logger: this.logger,
     });
-    try {
-      this.addressState = await ensureDnsAddress(this.addressOptions);
-      await this.listen();
-    } catch (error) {
-      await this.stop();
-      throw error;
-    }
+    this.starting = this.bind();
+    await this.starting;
+    // Serving already (outside names are forwarded, cluster names SERVFAIL until the first lists).
     await Promise.all([this.services.start(), this.slices.start()]);
     this.logger.info(
       {
         address: this.address,
         port: this.port,
-        device: this.addressState.device,
-        ...(this.addressState.createdType ? { deviceType: this.addressState.createdType } : {}),
+        device: this.addressState?.device,
+        ...(this.addressState?.createdType ? { deviceType: this.addressState.createdType } : {}),
         domain: this.options.network.clusterDomain,
         upstreams: upstreams.map((u) => `${u.family === 6 ? `[${u.address}]` : u.address}:${u.port}`),
       },
@@ -136,7 +143,25 @@ export class ClusterDns {
     );
   }
 
+  /** The address on its device, and the sockets on it; undone when any step fails. */
+  private async bind(): Promise<void> {
+    try {
+      this.addressState = await ensureDnsAddress(this.addressOptions);
+      await this.listen();
+    } catch (error) {
+      await this.teardown();
+      throw error;
+    }
+  }
+
+  /** Closes the sockets and removes the address (its device); waits for a bind in progress first. */
   async stop(): Promise<void> {
+    await this.starting?.catch(() => undefined);
+    this.starting = undefined;
+    await this.teardown();
+  }
+
+  private async teardown(): Promise<void> {
     this.services.stop();
     this.slices.stop();
     this.forwarder?.close();
