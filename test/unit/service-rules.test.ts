@@ -355,6 +355,18 @@ describe('Service rules: rebuilding over an existing table', () => {
     assert.deepEqual(scriptRules(fewer.script, 'endpoint-'), []);
   });
 
+  it('reuses a Service’s rules only while its objects and the node are the same: a replaced slice or another node name is recomputed', () => {
+    const svc = serviceObject('loc', { type: 'NodePort', clusterIP: '10.43.0.50', externalTrafficPolicy: 'Local', ports: [{ name: 'http', port: 80, nodePort: 30090 }] });
+    const slice = sliceObject('loc', [{ ip: '10.42.0.5', node: 'n1' }], SLICE_PORTS);
+    const onN1 = planServiceRules(input([svc], [slice]));
+    assert.equal(onN1.chains.filter((c) => c.startsWith('local-')).length, 1);
+    const onN2 = planServiceRules(input([svc], [slice], { nodeName: 'n2' }));
+    assert.deepEqual(onN2.chains.filter((c) => c.startsWith('local-')), [], 'the endpoint is not local on n2');
+    const moved = planServiceRules(input([svc], [sliceObject('loc', [{ ip: '10.42.0.6', node: 'n1' }], SLICE_PORTS)]));
+    assert.deepEqual(moved.chains.filter((c) => c.startsWith('endpoint-')).map((c) => c.split('__')[1]), ['10.42.0.6/8080']);
+    assert.equal(planServiceRules(input([svc], [slice])).script, onN1.script);
+  });
+
   it('a chain the kernel does not hold is written even if remembered (the table was changed behind its back)', () => {
     const first = planServiceRules(input([web], [two]));
     const again = planServiceRules(input([web], [two], { existing: { chains: [], sets: [], contents: first.contents } }));

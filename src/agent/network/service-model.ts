@@ -43,22 +43,16 @@ const DEFAULT_AFFINITY_SECONDS = 10800;
 
 const PROTOCOLS: Record<string, L4Protocol> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
 
-
-interface SliceEndpointPorts {
-  endpoints: Obj[];
-  ports: Obj[];
-}
-
-/** The IPv4 slices of each Service (`namespace/name`), by their service-name label. */
-function slicesByService(slices: readonly KubeObject[]): Map<string, SliceEndpointPorts[]> {
-  const out = new Map<string, SliceEndpointPorts[]>();
+/** The IPv4 slices of each Service (`namespace/name`), by their service-name label, in input order. */
+export function slicesByService(slices: readonly KubeObject[]): Map<string, KubeObject[]> {
+  const out = new Map<string, KubeObject[]>();
   for (const slice of slices) {
     const service = slice.metadata.labels?.[SERVICE_NAME_LABEL];
     if (!service || slice.addressType !== 'IPv4') continue;
     const key = `${slice.metadata.namespace ?? ''}/${service}`;
-    const list = out.get(key) ?? [];
-    list.push({ endpoints: (slice.endpoints ?? []) as Obj[], ports: (slice.ports ?? []) as Obj[] });
-    out.set(key, list);
+    const list = out.get(key);
+    if (list) list.push(slice);
+    else out.set(key, [slice]);
   }
   return out;
 }
@@ -75,13 +69,13 @@ function endpointReady(endpoint: Obj): boolean {
 }
 
 /** The ready endpoints of one Service port, its number taken from each slice's port of that name. */
-function endpointsFor(slices: readonly SliceEndpointPorts[], portName: string, protocol: string, nodeName: string): ServiceEndpoint[] {
+function endpointsFor(slices: readonly KubeObject[], portName: string, protocol: string, nodeName: string): ServiceEndpoint[] {
   const seen = new Map<string, ServiceEndpoint>();
   for (const slice of slices) {
-    const port = slice.ports.find((p) => String(p.name ?? '') === portName && String(p.protocol ?? 'TCP') === protocol);
+    const port = ((slice.ports ?? []) as Obj[]).find((p) => String(p.name ?? '') === portName && String(p.protocol ?? 'TCP') === protocol);
     const number = Number(port?.port);
     if (!port || !Number.isInteger(number) || number < 1 || number > 65535) continue;
-    for (const endpoint of slice.endpoints) {
+    for (const endpoint of (slice.endpoints ?? []) as Obj[]) {
       if (!endpointReady(endpoint)) continue;
       // kube-proxy uses an endpoint's first address: the others are the same pod's.
       const ip = ((endpoint.addresses ?? []) as unknown[])[0];
@@ -99,60 +93,49 @@ function endpointsFor(slices: readonly SliceEndpointPorts[], portName: string, p
     .map(({ ep }) => ep);
 }
 
-export interface ModelInput {
-  services: readonly KubeObject[];
-  endpointSlices: readonly KubeObject[];
-  nodeName: string;
-  /** Never program this address (the cluster DNS is served on it by the agent itself). */
-  clusterDns: string;
+/** `namespace/name`, the order Services are programmed in. */
+export function serviceKey(svc: KubeObject): string {
+  return `${svc.metadata.namespace ?? 'default'}/${svc.metadata.name ?? ''}`;
 }
 
 /**
- * Every Service port with a ClusterIP, sorted by namespace, name and the port's place in the
- * Service. ExternalName and headless Services have no ClusterIP and get nothing; neither does a
- * Service whose ClusterIP is the cluster DNS address (the agent answers there itself).
+ * The ports of one Service with a ClusterIP, in the Service's order, with their ready endpoints
+ * from `slices` (the Service's own). ExternalName and headless Services have no ClusterIP and get
+ * nothing; neither does a Service whose ClusterIP is the cluster DNS address (the agent answers
+ * there itself).
  */
-export function serviceModel(input: ModelInput): ServicePortModel[] {
-  const slices = slicesByService(input.endpointSlices);
+export function servicePorts(svc: KubeObject, slices: readonly KubeObject[], nodeName: string, clusterDns: string): ServicePortModel[] {
+  const spec = (svc.spec ?? {}) as Obj;
+  const type = String(spec.type ?? 'ClusterIP');
+  const clusterIP = spec.clusterIP;
+  if (type === 'ExternalName' || typeof clusterIP !== 'string' || !isIPv4(clusterIP)) return [];
+  if (clusterIP === clusterDns) return [];
+  const namespace = svc.metadata.namespace ?? 'default';
+  const name = svc.metadata.name ?? '';
+  const affinity = spec.sessionAffinity === 'ClientIP';
+  const timeout = Number(((spec.sessionAffinityConfig as Obj | undefined)?.clientIP as Obj | undefined)?.timeoutSeconds);
+  const exposesNodePorts = type === 'NodePort' || type === 'LoadBalancer';
   const out: ServicePortModel[] = [];
-  const services = [...input.services].sort((a, b) => {
-    const ka = `${a.metadata.namespace ?? ''}/${a.metadata.name ?? ''}`;
-    const kb = `${b.metadata.namespace ?? ''}/${b.metadata.name ?? ''}`;
-    return ka < kb ? -1 : ka > kb ? 1 : 0;
-  });
-  for (const svc of services) {
-    const spec = (svc.spec ?? {}) as Obj;
-    const type = String(spec.type ?? 'ClusterIP');
-    const clusterIP = spec.clusterIP;
-    if (type === 'ExternalName' || typeof clusterIP !== 'string' || !isIPv4(clusterIP)) continue;
-    if (clusterIP === input.clusterDns) continue;
-    const namespace = svc.metadata.namespace ?? 'default';
-    const name = svc.metadata.name ?? '';
-    const serviceSlices = slices.get(`${namespace}/${name}`) ?? [];
-    const affinity = spec.sessionAffinity === 'ClientIP';
-    const timeout = Number(((spec.sessionAffinityConfig as Obj | undefined)?.clientIP as Obj | undefined)?.timeoutSeconds);
-    const exposesNodePorts = type === 'NodePort' || type === 'LoadBalancer';
-    for (const port of (spec.ports ?? []) as Obj[]) {
-      const protocolName = String(port.protocol ?? 'TCP');
-      const protocol = PROTOCOLS[protocolName];
-      const number = Number(port.port);
-      if (!protocol || !Number.isInteger(number)) continue;
-      const portName = String(port.name ?? '');
-      const nodePort = Number(port.nodePort);
-      out.push({
-        namespace,
-        name,
-        portName,
-        protocol,
-        clusterIP,
-        port: number,
-        ...(exposesNodePorts && Number.isInteger(nodePort) && nodePort > 0 ? { nodePort } : {}),
-        ...(affinity ? { affinitySeconds: Number.isInteger(timeout) && timeout > 0 ? timeout : DEFAULT_AFFINITY_SECONDS } : {}),
-        externalLocal: exposesNodePorts && spec.externalTrafficPolicy === 'Local',
-        internalLocal: spec.internalTrafficPolicy === 'Local',
-        endpoints: endpointsFor(serviceSlices, portName, protocolName, input.nodeName),
-      });
-    }
+  for (const port of (spec.ports ?? []) as Obj[]) {
+    const protocolName = String(port.protocol ?? 'TCP');
+    const protocol = PROTOCOLS[protocolName];
+    const number = Number(port.port);
+    if (!protocol || !Number.isInteger(number)) continue;
+    const portName = String(port.name ?? '');
+    const nodePort = Number(port.nodePort);
+    out.push({
+      namespace,
+      name,
+      portName,
+      protocol,
+      clusterIP,
+      port: number,
+      ...(exposesNodePorts && Number.isInteger(nodePort) && nodePort > 0 ? { nodePort } : {}),
+      ...(affinity ? { affinitySeconds: Number.isInteger(timeout) && timeout > 0 ? timeout : DEFAULT_AFFINITY_SECONDS } : {}),
+      externalLocal: exposesNodePorts && spec.externalTrafficPolicy === 'Local',
+      internalLocal: spec.internalTrafficPolicy === 'Local',
+      endpoints: endpointsFor(slices, portName, protocolName, nodeName),
+    });
   }
   return out;
 }

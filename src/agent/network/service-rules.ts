@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { isIPv4 } from 'node:net';
 import type { KubeObject } from '../../apiserver/objects.js';
 import type { ServiceNetwork } from '../../node-protocol/service-network.js';
-import { type ServiceEndpoint, type ServicePortModel, serviceModel } from './service-model.js';
+import { type ServiceEndpoint, type ServicePortModel, serviceKey, servicePorts, slicesByService } from './service-model.js';
 
 /**
  * The node's Service datapath as one nftables script (pure): table `ip drover-proxy`, laid out
@@ -38,6 +38,7 @@ export interface ExistingObjects {
 }
 
 export interface ServiceRulesInput {
+  /** Never edited in place (as informers' objects): a Service's rules are reused while it and its slices are the same objects. */
   services: readonly KubeObject[];
   endpointSlices: readonly KubeObject[];
   nodeName: string;
@@ -143,7 +144,7 @@ class ScriptWriter {
   /** Table, sets and maps; then chain declarations (a rule may only name a declared chain); then rules. */
   readonly lines: string[] = [];
   readonly sets: string[] = [];
-  private readonly chainRules = new Map<string, { base?: (typeof BASE_CHAINS)[number]; rules: string[] }>();
+  private readonly chainRules = new Map<string, { base?: (typeof BASE_CHAINS)[number]; rules: string[]; text?: string }>();
   /** How many chains writeChains declared and filled. */
   writtenChains = 0;
 
@@ -167,12 +168,17 @@ class ScriptWriter {
     this.chainRules.get(chain)!.rules.push(body);
   }
 
+  /** A Service's chains, as serviceBlock wrote them. */
+  addBlock(block: ServiceBlock): void {
+    for (const [name, rules] of block.chains) this.chainRules.set(name, { rules, text: block.texts.get(name)! });
+  }
+
   /** Declares, flushes and fills every chain that changed; returns each chain's rules as text. */
   writeChains(): Map<string, string> {
     const contents = new Map<string, string>();
     const written: string[] = [];
-    for (const [name, { base, rules }] of this.chainRules) {
-      const text = rules.join('\n');
+    for (const [name, { base, rules, text: known }] of this.chainRules) {
+      const text = known ?? rules.join('\n');
       contents.set(name, text);
       if (this.unchanged(name, text)) continue;
       const spec = base ? ` { type ${base.type} hook ${base.hook} priority ${base.priority} ; policy accept ; }` : '';
@@ -192,15 +198,6 @@ class ScriptWriter {
 
 function compareText(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-interface PortChains {
-  model: ServicePortModel;
-  /** Every ready endpoint (cluster policy), when there is one. */
-  cluster?: string;
-  /** The ready endpoints on this node (local policy), when a policy is Local and there is one. */
-  local?: string;
-  external?: string;
 }
 
 interface EndpointNames {
@@ -224,7 +221,7 @@ function endpointNames(p: ServicePortModel, ep: ServiceEndpoint): EndpointNames 
 }
 
 /** A chain that picks one of `endpoints` (sticky with affinity, else at random). */
-function writeBalancer(w: ScriptWriter, chain: string, p: ServicePortModel, endpoints: readonly ServiceEndpoint[], masqueradeFrom?: string): void {
+function writeBalancer(w: ChainSink, chain: string, p: ServicePortModel, endpoints: readonly ServiceEndpoint[], masqueradeFrom?: string): void {
   w.chain(chain);
   if (masqueradeFrom) {
     // Off-cluster clients of the ClusterIP (the node itself, other hosts): replies must come back through this node.
@@ -236,12 +233,112 @@ function writeBalancer(w: ScriptWriter, chain: string, p: ServicePortModel, endp
   else w.rule(chain, `numgen random mod ${targets.length} vmap { ${targets.map((t, i) => `${i} : goto ${t.chain}`).join(', ')} }`);
 }
 
+/** Where chains and their rules are written: the script, or one Service's block. */
+interface ChainSink {
+  chain(name: string): void;
+  rule(chain: string, body: string): void;
+}
+
+/** What one Service contributes: its chains and affinity sets, and its map and set elements. */
+class ServiceBlock implements ChainSink {
+  readonly chains = new Map<string, string[]>();
+  /** Each chain's rules as one text (compared with what the table holds). */
+  readonly texts = new Map<string, string>();
+  readonly affinity = new Map<string, number>();
+  readonly clusterIps: string[] = [];
+  readonly serviceIps: string[] = [];
+  readonly nodePorts: string[] = [];
+  readonly noEndpointServices: string[] = [];
+  readonly noEndpointNodePorts: string[] = [];
+  ports = 0;
+
+  chain(name: string): void {
+    this.chains.set(name, []);
+  }
+
+  rule(chain: string, body: string): void {
+    this.chains.get(chain)!.push(body);
+  }
+}
+
+/** One Service's block, from its ports (service-model.ts). */
+function serviceBlock(model: readonly ServicePortModel[], clusterCidr: string): ServiceBlock {
+  const b = new ServiceBlock();
+  b.ports = model.length;
+  for (const p of model) {
+    b.clusterIps.push(p.clusterIP);
+    const id = portId(p);
+    const localEndpoints = p.endpoints.filter((ep) => ep.local);
+    const cluster = p.endpoints.length > 0 ? objectName('service', id) : undefined;
+    const local = (p.internalLocal || p.externalLocal) && localEndpoints.length > 0 ? objectName('local', id) : undefined;
+    // External traffic needs a chain when something can take it: the cluster chain, or (policy
+    // Local) pods and the node itself reaching the node port even without a local endpoint.
+    const external = p.nodePort !== undefined && cluster ? objectName('external', id) : undefined;
+
+    const key = `${p.clusterIP} . ${p.protocol} . ${p.port}`;
+    const internal = p.internalLocal ? local : cluster;
+    if (internal) b.serviceIps.push(`${key} : goto ${internal}`);
+    // No endpoint at all: refused at once. Endpoints elsewhere but policy Local: dropped, as kube-proxy does.
+    else b.noEndpointServices.push(`${key} : ${p.endpoints.length === 0 ? 'goto reject-chain' : 'drop'}`);
+    if (p.nodePort !== undefined) {
+      const nodeKey = `${p.protocol} . ${p.nodePort}`;
+      if (external) b.nodePorts.push(`${nodeKey} : goto ${external}`);
+      if (p.endpoints.length === 0) b.noEndpointNodePorts.push(`${nodeKey} : goto reject-chain`);
+      else if (p.externalLocal && !local) b.noEndpointNodePorts.push(`${nodeKey} : drop`);
+    }
+
+    if (cluster) writeBalancer(b, cluster, p, p.endpoints, internal === cluster ? clusterCidr : undefined);
+    if (local) writeBalancer(b, local, p, localEndpoints, internal === local ? clusterCidr : undefined);
+    if (external && cluster) {
+      b.chain(external);
+      if (!p.externalLocal) {
+        b.rule(external, 'jump mark-for-masquerade');
+        b.rule(external, `goto ${cluster}`);
+      } else {
+        // Policy Local keeps the client's address, so only this node's endpoints serve outsiders;
+        // pods and the node itself are served by every endpoint (kube-proxy short-circuits them too).
+        b.rule(external, `ip saddr ${clusterCidr} goto ${cluster}`);
+        b.rule(external, 'fib saddr type local jump mark-for-masquerade');
+        b.rule(external, `fib saddr type local goto ${cluster}`);
+        if (local) b.rule(external, `goto ${local}`);
+      }
+    }
+    for (const ep of p.endpoints) {
+      const { chain, affinity } = endpointNames(p, ep);
+      b.chain(chain);
+      // Hairpin: a pod reaching itself through the Service must see the reply come from the node.
+      b.rule(chain, `ip saddr ${ep.ip} jump mark-for-masquerade`);
+      if (affinity) {
+        b.rule(chain, `update @${affinity} { ip saddr }`);
+        b.affinity.set(affinity, p.affinitySeconds!);
+      }
+      b.rule(chain, `meta l4proto ${p.protocol} dnat to ${ep.ip}:${ep.port}`);
+    }
+  }
+  for (const [name, rules] of b.chains) b.texts.set(name, rules.join('\n'));
+  return b;
+}
+
+/**
+ * Each Service's block, kept while the Service object and its slice objects stay the same ones:
+ * informers replace an object that changed and never edit one in place, so a sync after one
+ * endpoint's change recomputes one Service, not a thousand.
+ */
+const blockCache = new WeakMap<KubeObject, { context: string; slices: readonly KubeObject[]; block: ServiceBlock }>();
+
+function cachedBlock(svc: KubeObject, slices: readonly KubeObject[], nodeName: string, dns: string, clusterCidr: string, context: string): ServiceBlock {
+  const hit = blockCache.get(svc);
+  if (hit && hit.context === context && hit.slices.length === slices.length && hit.slices.every((s, i) => s === slices[i])) return hit.block;
+  const block = serviceBlock(servicePorts(svc, slices, nodeName, dns), clusterCidr);
+  blockCache.set(svc, { context, slices, block });
+  return block;
+}
+
 /** The plan: script, what it leaves, what it deletes. */
 export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
   const { network } = input;
   const clusterCidr = network.clusterCidr.text;
   const dns = network.clusterDns;
-  const model = serviceModel({ services: input.services, endpointSlices: input.endpointSlices, nodeName: input.nodeName, clusterDns: dns });
   const nodeIps = [...new Set(input.nodeAddresses)]
     .filter((ip) => isIPv4(ip) && !ip.startsWith('127.') && ip !== dns)
     .sort(compareText);
@@ -259,19 +356,6 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
     w.lines.push(`add set ${T} ${s.name} { type ${s.type} ; }`, `flush set ${T} ${s.name}`);
     w.sets.push(s.name);
   }
-  const affinitySets = new Map<string, number>();
-  for (const p of model) {
-    for (const ep of p.endpoints) {
-      const { affinity } = endpointNames(p, ep);
-      if (affinity) affinitySets.set(affinity, p.affinitySeconds!);
-    }
-  }
-  for (const [name, seconds] of [...affinitySets].sort((a, b) => compareText(a[0], b[0]))) {
-    // Not flushed: a rebuild keeps the clients' stickiness.
-    w.lines.push(`add set ${T} ${name} { type ipv4_addr ; flags dynamic,timeout ; timeout ${seconds}s ; }`);
-    w.sets.push(name);
-  }
-
   for (const base of BASE_CHAINS) w.chain(base.name, base);
   for (const name of ['mark-for-masquerade', 'masquerading', 'services', 'service-endpoints-check', 'nodeport-endpoints-check', 'cluster-ips-check', 'reject-chain']) {
     w.chain(name);
@@ -303,72 +387,28 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
   w.rule('cluster-ips-check', `ip daddr @cluster-ips reject`);
   w.rule('cluster-ips-check', `ip daddr ${network.serviceCidr.text} ip daddr != ${dns} drop`);
 
-  const serviceIps: string[] = [];
-  const nodePorts: string[] = [];
-  const noEndpointServices: string[] = [];
-  const noEndpointNodePorts: string[] = [];
-  const clusterIps = new Set<string>();
-  const ports: PortChains[] = [];
-  for (const p of model) {
-    clusterIps.add(p.clusterIP);
-    const id = portId(p);
-    const localEndpoints = p.endpoints.filter((ep) => ep.local);
-    const chains: PortChains = { model: p };
-    if (p.endpoints.length > 0) chains.cluster = objectName('service', id);
-    if ((p.internalLocal || p.externalLocal) && localEndpoints.length > 0) chains.local = objectName('local', id);
-    // External traffic needs a chain when something can take it: the cluster chain, or (policy
-    // Local) pods and the node itself reaching the node port even without a local endpoint.
-    if (p.nodePort !== undefined && chains.cluster) chains.external = objectName('external', id);
-    ports.push(chains);
-
-    const key = `${p.clusterIP} . ${p.protocol} . ${p.port}`;
-    const internal = p.internalLocal ? chains.local : chains.cluster;
-    if (internal) serviceIps.push(`${key} : goto ${internal}`);
-    // No endpoint at all: refused at once. Endpoints elsewhere but policy Local: dropped, as kube-proxy does.
-    else noEndpointServices.push(`${key} : ${p.endpoints.length === 0 ? 'goto reject-chain' : 'drop'}`);
-    if (p.nodePort !== undefined) {
-      const nodeKey = `${p.protocol} . ${p.nodePort}`;
-      if (chains.external) nodePorts.push(`${nodeKey} : goto ${chains.external}`);
-      if (p.endpoints.length === 0) noEndpointNodePorts.push(`${nodeKey} : goto reject-chain`);
-      else if (p.externalLocal && !chains.local) noEndpointNodePorts.push(`${nodeKey} : drop`);
-    }
+  const slices = slicesByService(input.endpointSlices);
+  const context = `${input.nodeName}\0${dns}\0${clusterCidr}`;
+  const blocks = [...input.services]
+    .map((svc) => ({ svc, key: serviceKey(svc) }))
+    .sort((a, b) => compareText(a.key, b.key))
+    .map(({ svc, key }) => cachedBlock(svc, slices.get(key) ?? [], input.nodeName, dns, clusterCidr, context));
+  const affinitySets = new Map<string, number>();
+  for (const block of blocks) for (const [name, seconds] of block.affinity) affinitySets.set(name, seconds);
+  for (const [name, seconds] of [...affinitySets].sort((a, b) => compareText(a[0], b[0]))) {
+    // Not flushed: a rebuild keeps the clients' stickiness.
+    w.lines.push(`add set ${T} ${name} { type ipv4_addr ; flags dynamic,timeout ; timeout ${seconds}s ; }`);
+    w.sets.push(name);
   }
-
-  for (const { model: p, cluster, local, external } of ports) {
-    const internalChain = p.internalLocal ? local : cluster;
-    if (cluster) writeBalancer(w, cluster, p, p.endpoints, internalChain === cluster ? clusterCidr : undefined);
-    if (local) writeBalancer(w, local, p, p.endpoints.filter((ep) => ep.local), internalChain === local ? clusterCidr : undefined);
-    if (external && cluster) {
-      w.chain(external);
-      if (!p.externalLocal) {
-        w.rule(external, 'jump mark-for-masquerade');
-        w.rule(external, `goto ${cluster}`);
-      } else {
-        // Policy Local keeps the client's address, so only this node's endpoints serve outsiders;
-        // pods and the node itself are served by every endpoint (kube-proxy short-circuits them too).
-        w.rule(external, `ip saddr ${clusterCidr} goto ${cluster}`);
-        w.rule(external, 'fib saddr type local jump mark-for-masquerade');
-        w.rule(external, `fib saddr type local goto ${cluster}`);
-        if (local) w.rule(external, `goto ${local}`);
-      }
-    }
-    for (const ep of p.endpoints) {
-      const { chain, affinity } = endpointNames(p, ep);
-      w.chain(chain);
-      // Hairpin: a pod reaching itself through the Service must see the reply come from the node.
-      w.rule(chain, `ip saddr ${ep.ip} jump mark-for-masquerade`);
-      if (affinity) w.rule(chain, `update @${affinity} { ip saddr }`);
-      w.rule(chain, `meta l4proto ${p.protocol} dnat to ${ep.ip}:${ep.port}`);
-    }
-  }
-
+  for (const block of blocks) w.addBlock(block);
   const contents = w.writeChains();
-  w.elements('cluster-ips', [...clusterIps].sort(compareText));
+  const all = (pick: (b: ServiceBlock) => readonly string[]): string[] => blocks.flatMap(pick);
+  w.elements('cluster-ips', [...new Set(all((b) => b.clusterIps))].sort(compareText));
   w.elements('nodeport-ips', nodeIps);
-  w.elements('service-ips', serviceIps);
-  w.elements('service-nodeports', nodePorts);
-  w.elements('no-endpoint-services', noEndpointServices);
-  w.elements('no-endpoint-nodeports', noEndpointNodePorts);
+  w.elements('service-ips', all((b) => b.serviceIps));
+  w.elements('service-nodeports', all((b) => b.nodePorts));
+  w.elements('no-endpoint-services', all((b) => b.noEndpointServices));
+  w.elements('no-endpoint-nodeports', all((b) => b.noEndpointNodePorts));
 
   // Last: what the table holds but the rules no longer name. Emptied here (the maps that named
   // them were refilled above, so nothing points at them once this commits), deleted by the next
@@ -406,7 +446,7 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
     chains: w.chains,
     sets: w.sets,
     rules: w.rules,
-    servicePorts: model.length,
+    servicePorts: blocks.reduce((n, b) => n + b.ports, 0),
     flushed,
     deleted,
     writtenChains: w.writtenChains,
