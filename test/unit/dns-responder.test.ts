@@ -30,11 +30,14 @@ type Behaviour = 'answer' | 'servfail' | 'silent';
 class Upstream {
   readonly socket = dgram.createSocket('udp4');
   asked: string[] = [];
+  /** The source port of each query. */
+  ports: number[] = [];
   constructor(public behaviour: Behaviour) {
     this.socket.on('message', (msg, rinfo) => {
       const query = dnsPacket.decode(msg);
       const q = query.questions![0]!;
       this.asked.push(q.name);
+      this.ports.push(rinfo.port);
       if (this.behaviour === 'silent') return;
       const known = q.name.toLowerCase() === 'www.example.test';
       const rcode = this.behaviour === 'servfail' ? 2 : known ? 0 : 3;
@@ -225,6 +228,18 @@ describe('cluster DNS responder and forwarder', () => {
     // Another type is another entry.
     decode(await r.handle(encodeQuery('www.example.test', 'AAAA'), false));
     assert.equal(good.asked.length, start + 5);
+  });
+
+  it('asks upstreams from a new source port every 10 s (the port and the ID are what a forger must guess)', async () => {
+    const r = responder([addresses.good!]);
+    await r.handle(encodeQuery('p1.example.test', 'A'), false);
+    await r.handle(encodeQuery('p2.example.test', 'A'), false);
+    const [a, b] = good.ports.slice(-2);
+    assert.equal(a, b, 'the same socket within 10 s');
+    clock += 10_001;
+    const reply = decode(await r.handle(encodeQuery('p3.example.test', 'A'), false));
+    assert.equal(reply.rcode, 'NXDOMAIN');
+    assert.notEqual(good.ports[good.ports.length - 1], b, 'a new socket after 10 s');
   });
 
   it('follows an ExternalName CNAME to the records asked for: upstream, in-cluster, chained; NXDOMAIN at a dead end; a loop stops', async () => {

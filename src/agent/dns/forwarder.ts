@@ -40,6 +40,7 @@ interface CacheEntry {
 }
 
 const HEADER = 12;
+const SOCKET_ROTATE_MS = 10_000;
 const TYPE_OPT = 41;
 const RCODE_SERVFAIL = 2;
 const RCODE_NXDOMAIN = 3;
@@ -102,7 +103,9 @@ export function truncated(buf: Buffer): boolean {
 }
 
 export class Forwarder {
-  private readonly sockets = new Map<4 | 6, dgram.Socket>();
+  private readonly sockets = new Map<4 | 6, { socket: dgram.Socket; since: number }>();
+  /** Sockets replaced, open a while longer for the answers still on their way. */
+  private readonly retiring = new Set<dgram.Socket>();
   private readonly pending = new Map<number, Pending>();
   private readonly cache = new Map<string, CacheEntry>();
   private readonly now: () => number;
@@ -154,8 +157,10 @@ export class Forwarder {
 
   close(): void {
     this.closed = true;
-    for (const socket of this.sockets.values()) socket.close();
+    for (const { socket } of this.sockets.values()) socket.close();
     this.sockets.clear();
+    for (const socket of this.retiring) socket.close();
+    this.retiring.clear();
     for (const pending of this.pending.values()) pending.resolve(new Error('forwarder closed'));
     this.pending.clear();
     this.cache.clear();
@@ -196,15 +201,28 @@ export class Forwarder {
     while (this.cache.size > max) this.cache.delete(this.cache.keys().next().value!);
   }
 
+  /**
+   * The UDP socket for upstream queries, replaced every SOCKET_ROTATE_MS: its source port and the
+   * 16-bit ID are what an off-path attacker must guess to slip in a forged answer, so the port
+   * does not stay the same for the life of the agent.
+   */
   private socket(family: 4 | 6): dgram.Socket {
-    let socket = this.sockets.get(family);
-    if (!socket) {
-      socket = dgram.createSocket(family === 4 ? 'udp4' : 'udp6');
-      socket.on('message', (msg, rinfo) => this.onResponse(msg, rinfo));
-      socket.on('error', (error) => this.options.logger.warn({ err: error }, 'upstream socket error'));
-      socket.unref();
-      this.sockets.set(family, socket);
+    const current = this.sockets.get(family);
+    const now = this.now();
+    if (current && now - current.since < SOCKET_ROTATE_MS) return current.socket;
+    if (current) {
+      const old = current.socket;
+      this.retiring.add(old);
+      setTimeout(() => {
+        // Not when close() has closed it already.
+        if (this.retiring.delete(old)) old.close();
+      }, this.options.timeoutMs + 100).unref();
     }
+    const socket = dgram.createSocket(family === 4 ? 'udp4' : 'udp6');
+    socket.on('message', (msg, rinfo) => this.onResponse(msg, rinfo));
+    socket.on('error', (error) => this.options.logger.warn({ err: error }, 'upstream socket error'));
+    socket.unref();
+    this.sockets.set(family, { socket, since: now });
     return socket;
   }
 
