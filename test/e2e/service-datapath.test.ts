@@ -86,18 +86,19 @@ describe('the Service datapath in a network namespace (real nft, real connection
   let work: string;
   let services: KubeObject[];
   let slices: KubeObject[];
-  let applied: ServiceRulesPlan['contents'] | undefined;
+  let applied: ServiceRulesPlan | undefined;
   const HTTP = [{ name: 'http', port: 80, targetPort: 'web' }];
   const SLICE_PORTS = [{ name: 'http', port: 8080 }];
 
-  const plan = (existing?: NftTable, contents?: ServiceRulesPlan['contents']): ServiceRulesPlan =>
+  /** The plan over what the kernel holds; with `last` (the plan applied last), only what differs is written. */
+  const plan = (existing?: NftTable, last?: ServiceRulesPlan): ServiceRulesPlan =>
     planServiceRules({
       services,
       endpointSlices: slices,
       nodeName: 'n1',
       nodeAddresses: [LAB_NODE_IP],
       network,
-      ...(existing ? { existing: { chains: existing.chains, sets: existing.sets, ...(contents ? { contents } : {}) } } : {}),
+      ...(existing ? { existing: { chains: existing.chains, sets: existing.sets, ...(last ? { contents: last.contents, elements: last.elements } : {}) } } : {}),
     });
 
   before(async () => {
@@ -164,10 +165,10 @@ describe('the Service datapath in a network namespace (real nft, real connection
   it('re-applying (whole, then only what changed) leaves exactly the planned rules, no duplicates', async () => {
     const first = plan();
     for (let i = 0; i < 2; i++) await nft.apply(plan(await nft.readTable('ip', PROXY_TABLE)).script);
-    const partial = plan(await nft.readTable('ip', PROXY_TABLE), first.contents);
+    const partial = plan(await nft.readTable('ip', PROXY_TABLE), first);
     assert.ok(partial.writtenChains < first.chains.length, 'the partial plan rewrites fewer chains');
     await nft.apply(partial.script);
-    applied = partial.contents;
+    applied = partial;
     const table = (await nft.readTable('ip', PROXY_TABLE))!;
     assert.deepEqual(ruleKeys(table), { total: first.rules, distinct: first.rules });
     assert.deepEqual([...table.chains].sort(), [...first.chains].sort());
@@ -178,7 +179,7 @@ describe('the Service datapath in a network namespace (real nft, real connection
     const before = (await nft.readTable('ip', PROXY_TABLE))!;
     services = services.filter((s) => s.metadata.name !== 'sticky');
     slices = slices.map((s) => (s.metadata.name === 'web-a' ? sliceObject('web', endpoints(lab).slice(0, 1), SLICE_PORTS) : s));
-    // `contents` must be what the table holds: the last plan applied (the partial one above).
+    // `contents` and `elements` must be what the table holds: the last plan applied (the partial one above).
     const next = plan(before, applied);
     await nft.apply(next.script);
     assert.ok(next.flushed.chains.length > 0 && next.flushed.sets.length > 0);
@@ -190,7 +191,7 @@ describe('the Service datapath in a network namespace (real nft, real connection
       nodeName: 'n1',
       nodeAddresses: [LAB_NODE_IP],
       network,
-      existing: { chains: emptied.chains, sets: emptied.sets, contents: next.contents, flushed: next.flushed },
+      existing: { chains: emptied.chains, sets: emptied.sets, contents: next.contents, elements: next.elements, flushed: next.flushed },
     });
     assert.equal(last.deleted, next.flushed.chains.length + next.flushed.sets.length);
     await nft.apply(last.script);
@@ -199,6 +200,8 @@ describe('the Service datapath in a network namespace (real nft, real connection
     assert.deepEqual(table.sets.filter((s) => s.startsWith('affinity-')), []);
     assert.deepEqual(table.chains.filter((c) => c.includes('/web/') && c.includes(lab.pods[1]!.ip)), []);
     assert.deepEqual(ruleKeys(table), { total: next.rules, distinct: next.rules });
+    // The maps were changed element by element: the kernel holds what the plan wanted, no more.
+    for (const [name, wanted] of next.elements) assert.equal(table.elements.get(name)?.length ?? 0, wanted.length, name);
     const { answers, failures } = await fetchMany(lab, lab.client.netns, 'http://10.43.0.20/', 20);
     assert.deepEqual(failures, []);
     assert.deepEqual([...new Set(answers)], ['p0']);

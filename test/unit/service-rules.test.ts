@@ -367,6 +367,25 @@ describe('Service rules: rebuilding over an existing table', () => {
     assert.equal(planServiceRules(input([svc], [slice])).script, onN1.script);
   });
 
+  it('told what the maps hold, writes only the difference: deletes keys that went or changed verdict, adds the new', () => {
+    const empty = serviceObject('empty', { clusterIP: '10.43.0.21', ports: HTTP });
+    const first = planServiceRules(input([web, empty], [two]));
+    const existing = { chains: first.chains, sets: first.sets, contents: first.contents, elements: first.elements };
+    const same = planServiceRules(input([web, empty], [two], { existing }));
+    assert.deepEqual(same.script.split('\n').filter((l) => / element |^flush (map|set) /.test(l)), [], 'nothing changed, nothing written');
+    // `empty` gets an endpoint (reject → its chain), `web` goes (its key is deleted).
+    const next = planServiceRules(input([empty], [sliceObject('empty', [{ ip: '10.42.0.9' }], SLICE_PORTS)], { existing }));
+    const changes = next.script.split('\n').filter((l) => / element |^flush (map|set) /.test(l));
+    const emptyChain = chainOf('service', next, 'default/empty/tcp/http');
+    assert.deepEqual(changes, [
+      'delete element ip drover-proxy cluster-ips { 10.43.0.20 }',
+      'delete element ip drover-proxy service-ips { 10.43.0.20 . tcp . 80 }',
+      `add element ip drover-proxy service-ips { 10.43.0.21 . tcp . 80 : goto ${emptyChain} }`,
+      'delete element ip drover-proxy no-endpoint-services { 10.43.0.21 . tcp . 80 }',
+    ]);
+    assert.deepEqual(next.elements.get('service-ips'), [`10.43.0.21 . tcp . 80 : goto ${emptyChain}`]);
+  });
+
   it('a chain the kernel does not hold is written even if remembered (the table was changed behind its back)', () => {
     const first = planServiceRules(input([web], [two]));
     const again = planServiceRules(input([web], [two], { existing: { chains: [], sets: [], contents: first.contents } }));

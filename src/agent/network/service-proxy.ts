@@ -182,6 +182,7 @@ export class ServiceProxy {
         chains: [...plan.chains, ...plan.flushed.chains],
         sets: [...plan.sets, ...plan.flushed.sets],
         contents: plan.contents,
+        elements: plan.elements,
         flushed: plan.flushed,
       };
       if (plan.flushed.chains.length + plan.flushed.sets.length > 0) setTimeout(() => this.schedule(0), DELETE_AFTER_MS).unref();

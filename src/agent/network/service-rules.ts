@@ -10,7 +10,8 @@ import { type ServiceEndpoint, type ServicePortModel, serviceKey, servicePorts, 
  *
  * The script is one transaction for `nft -f -`: every chain and map it owns is added (a no-op
  * when present) and flushed, then refilled, so applying it twice leaves one copy of each rule
- * (`add rule` alone appends duplicates). Chains and sets of the table that the new rules no
+ * (`add rule` alone appends duplicates); told what the last applied script left (`existing`),
+ * it writes only the chains and elements that differ. Chains and sets of the table that the new rules no
  * longer name (`existing`, read from the kernel) are flushed in that transaction and deleted by
  * the next one (`flushed`). The session-affinity sets are added but never flushed, so a rebuild keeps which
  * client sticks to which endpoint; a set's name carries its timeout, so a new timeout is a new set.
@@ -33,6 +34,8 @@ export interface ExistingObjects {
   sets: readonly string[];
   /** What the last applied plan wrote in each chain (its `contents`): chains still so are not rewritten. */
   contents?: ReadonlyMap<string, string>;
+  /** What the last applied plan put in each map and set (its `elements`): only the difference is written. Unknown: refilled whole. */
+  elements?: ReadonlyMap<string, readonly string[]>;
   /** What the last applied plan emptied (its `flushed`): deleted now if still unnamed. */
   flushed?: { chains: readonly string[]; sets: readonly string[] };
 }
@@ -70,6 +73,8 @@ export interface ServiceRulesPlan {
   writtenChains: number;
   /** Each chain's rules as text: hand it back as `existing.contents` once this plan is applied. */
   contents: Map<string, string>;
+  /** Each map's and set's elements: hand them back as `existing.elements` once this plan is applied. */
+  elements: Map<string, string[]>;
 }
 
 const BASE_CHAINS: readonly { name: string; type: 'filter' | 'nat'; hook: string; priority: number }[] = [
@@ -88,6 +93,7 @@ const MAPS: readonly { name: string; type: string }[] = [
   { name: 'no-endpoint-services', type: 'ipv4_addr . inet_proto . inet_service : verdict' },
   { name: 'no-endpoint-nodeports', type: 'inet_proto . inet_service : verdict' },
 ];
+const MAP_NAMES = new Set(MAPS.map((m) => m.name));
 const SETS: readonly { name: string; type: string }[] = [
   { name: 'cluster-ips', type: 'ipv4_addr' },
   { name: 'nodeport-ips', type: 'ipv4_addr' },
@@ -190,9 +196,28 @@ class ScriptWriter {
     return contents;
   }
 
-  elements(set: string, elements: readonly string[]): void {
+  /** Empties the set or map and adds `elements`. */
+  fillElements(set: string, elements: readonly string[]): void {
+    this.lines.push(`flush ${MAP_NAMES.has(set) ? 'map' : 'set'} ${T} ${set}`);
+    this.elementLines('add', set, elements);
+  }
+
+  /**
+   * Turns `before` (what the last applied plan put there) into `after`: deletes the keys that
+   * went or now map elsewhere, adds the rest that is new, so one changed Service costs a couple of
+   * elements rather than a thousand.
+   */
+  changeElements(set: string, before: readonly string[], after: readonly string[]): void {
+    const keyOf = (element: string): string => element.split(' : ')[0]!;
+    const wanted = new Set(after);
+    const had = new Set(before);
+    this.elementLines('delete', set, before.filter((e) => !wanted.has(e)).map(keyOf));
+    this.elementLines('add', set, after.filter((e) => !had.has(e)));
+  }
+
+  private elementLines(verb: 'add' | 'delete', set: string, elements: readonly string[]): void {
     // A few hundred elements a command keeps each line short without a command per element.
-    for (let i = 0; i < elements.length; i += 256) this.lines.push(`add element ${T} ${set} { ${elements.slice(i, i + 256).join(', ')} }`);
+    for (let i = 0; i < elements.length; i += 256) this.lines.push(`${verb} element ${T} ${set} { ${elements.slice(i, i + 256).join(', ')} }`);
   }
 }
 
@@ -347,13 +372,13 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
   const w = new ScriptWriter((chain, rules) => existingChains.has(chain) && previous?.get(chain) === rules);
   w.lines.push(`add table ${T} { comment "Drover Service datapath, rebuilt by the agent" ; }`);
 
-  // Sets and maps first: rules refer to them. Maps and the two address sets are rewritten whole.
+  // Sets and maps first: rules refer to them. Their elements come after the chains they name.
   for (const m of MAPS) {
-    w.lines.push(`add map ${T} ${m.name} { type ${m.type} ; }`, `flush map ${T} ${m.name}`);
+    w.lines.push(`add map ${T} ${m.name} { type ${m.type} ; }`);
     w.sets.push(m.name);
   }
   for (const s of SETS) {
-    w.lines.push(`add set ${T} ${s.name} { type ${s.type} ; }`, `flush set ${T} ${s.name}`);
+    w.lines.push(`add set ${T} ${s.name} { type ${s.type} ; }`);
     w.sets.push(s.name);
   }
   for (const base of BASE_CHAINS) w.chain(base.name, base);
@@ -403,12 +428,20 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
   for (const block of blocks) w.addBlock(block);
   const contents = w.writeChains();
   const all = (pick: (b: ServiceBlock) => readonly string[]): string[] => blocks.flatMap(pick);
-  w.elements('cluster-ips', [...new Set(all((b) => b.clusterIps))].sort(compareText));
-  w.elements('nodeport-ips', nodeIps);
-  w.elements('service-ips', all((b) => b.serviceIps));
-  w.elements('service-nodeports', all((b) => b.nodePorts));
-  w.elements('no-endpoint-services', all((b) => b.noEndpointServices));
-  w.elements('no-endpoint-nodeports', all((b) => b.noEndpointNodePorts));
+  const elements = new Map<string, string[]>([
+    ['cluster-ips', [...new Set(all((b) => b.clusterIps))].sort(compareText)],
+    ['nodeport-ips', nodeIps],
+    ['service-ips', all((b) => b.serviceIps)],
+    ['service-nodeports', all((b) => b.nodePorts)],
+    ['no-endpoint-services', all((b) => b.noEndpointServices)],
+    ['no-endpoint-nodeports', all((b) => b.noEndpointNodePorts)],
+  ]);
+  const existingSets = new Set(input.existing?.sets ?? []);
+  for (const [name, wanted] of elements) {
+    const before = existingSets.has(name) ? input.existing?.elements?.get(name) : undefined;
+    if (before) w.changeElements(name, before, wanted);
+    else w.fillElements(name, wanted);
+  }
 
   // Last: what the table holds but the rules no longer name. Emptied here (the maps that named
   // them were refilled above, so nothing points at them once this commits), deleted by the next
@@ -451,6 +484,7 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
     deleted,
     writtenChains: w.writtenChains,
     contents,
+    elements,
   };
 }
 
