@@ -277,6 +277,15 @@ describe('cluster DNS in a network namespace (real server, informers, busybox an
     assert.deepEqual(version.answers.map((a) => a.data), [[Buffer.from('1.0.1').toJSON()]]);
   });
 
+  it('glibc\'s resolver (getent, through the namespace resolv.conf) gets Service and ExternalName addresses', async () => {
+    // The resolv.conf lists 127.0.0.53 first (nothing there: refused at once), then cluster-dns.
+    const getent = async (name: string): Promise<string> => (await run('ip', ['netns', 'exec', NETNS, 'getent', 'ahostsv4', name], { timeout: 60_000 })).stdout;
+    assert.match(await getent('web.default.svc.cluster.local'), new RegExp(`^${webIp.replaceAll('.', '\\.')}\\s`, 'm'));
+    // glibc does not chase a CNAME itself: the address comes from the server following it.
+    assert.match(await getent('ext.default.svc.cluster.local'), /^192\.0\.2\.45\s/m);
+    assert.match(await getent('db-0.db.default.svc.cluster.local'), /^10\.42\.1\.7\s/m);
+  });
+
   it('NXDOMAIN for unknown names in the cluster domain, with the SOA', async () => {
     for (const name of ['nosuch.default.svc.cluster.local', 'www.example.test.default.svc.cluster.local']) {
       const reply = await query(name, 'A');
