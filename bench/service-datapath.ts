@@ -97,7 +97,7 @@ async function rebuilds(nft: Nft, input: Omit<ServiceRulesInput, 'existing'>): P
     changed.endpoints[0]!.addresses = [`10.41.0.${r + 1}`];
     slices[r % slices.length] = changed;
     const partial = await timed(async () => {
-      const plan = planServiceRules({ ...input, endpointSlices: slices, existing: { ...names.value, contents: full.value.contents } });
+      const plan = planServiceRules({ ...input, endpointSlices: slices, existing: { ...names.value, contents: full.value.contents, elements: full.value.elements } });
       await nft.apply(plan.script);
       return plan;
     });
