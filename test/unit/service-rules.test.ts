@@ -186,6 +186,18 @@ describe('Service rules: NodePort', () => {
     assert.deepEqual(scriptElements(plan.script, 'service-nodeports'), []);
   });
 
+  it('two Services claiming one node port: the first by name keeps it, the other is reported, the rest is programmed', () => {
+    const a = serviceObject('a', { type: 'NodePort', clusterIP: '10.43.0.43', ports: [{ name: 'http', port: 80, nodePort: 30085 }] });
+    const b = serviceObject('b', { type: 'NodePort', clusterIP: '10.43.0.44', ports: [{ name: 'http', port: 80, nodePort: 30085 }] });
+    const plan = planServiceRules(input([b, a], [sliceObject('a', [{ ip: '10.42.0.5' }], SLICE_PORTS), sliceObject('b', [{ ip: '10.42.0.6' }], SLICE_PORTS)]));
+    const nodePorts = scriptElements(plan.script, 'service-nodeports');
+    assert.equal(nodePorts.length, 1);
+    assert.ok(nodePorts[0]!.includes('-default/a/'), nodePorts[0]);
+    assert.equal(plan.conflicts.length, 1);
+    assert.ok(plan.conflicts[0]!.includes('-default/b/'));
+    assert.equal(scriptElements(plan.script, 'service-ips').length, 2);
+  });
+
   it('LoadBalancer Services get their node ports too', () => {
     const lb = serviceObject('lb', { type: 'LoadBalancer', clusterIP: '10.43.0.42', ports: [{ name: 'http', port: 80, nodePort: 30082 }] });
     const plan = planServiceRules(input([lb], [sliceObject('lb', [{ ip: '10.42.0.5' }], SLICE_PORTS)]));

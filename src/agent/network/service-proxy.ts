@@ -176,6 +176,7 @@ export class ServiceProxy {
         network: this.options.network,
         ...(this.known ? { existing: this.known } : {}),
       });
+      if (plan.conflicts.length > 0) this.logger.warn({ conflicts: plan.conflicts.slice(0, 10) }, 'Services claim the same address and port; the first by name keeps it');
       if (plan.script !== this.lastScript) await this.nft.apply(plan.script);
       // What the plan emptied stays in the table until the next sync deletes it, a second from now.
       this.known = {

@@ -75,6 +75,8 @@ export interface ServiceRulesPlan {
   contents: Map<string, string>;
   /** Each map's and set's elements: hand them back as `existing.elements` once this plan is applied. */
   elements: Map<string, string[]>;
+  /** Elements left out because an earlier Service (in name order) has the same key. */
+  conflicts: string[];
 }
 
 const BASE_CHAINS: readonly { name: string; type: 'filter' | 'nat'; hook: string; priority: number }[] = [
@@ -427,7 +429,18 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
   }
   for (const block of blocks) w.addBlock(block);
   const contents = w.writeChains();
-  const all = (pick: (b: ServiceBlock) => readonly string[]): string[] => blocks.flatMap(pick);
+  // A key twice (two Services claiming one node port, which allocation prevents) would fail the
+  // whole transaction and with it every Service on the node: the first in name order keeps it.
+  const conflicts: string[] = [];
+  const all = (pick: (b: ServiceBlock) => readonly string[]): string[] => {
+    const seen = new Set<string>();
+    return blocks.flatMap(pick).filter((element) => {
+      const key = element.split(' : ')[0]!;
+      if (!seen.has(key)) return seen.add(key);
+      conflicts.push(element);
+      return false;
+    });
+  };
   const elements = new Map<string, string[]>([
     ['cluster-ips', [...new Set(all((b) => b.clusterIps))].sort(compareText)],
     ['nodeport-ips', nodeIps],
@@ -485,6 +498,7 @@ export function planServiceRules(input: ServiceRulesInput): ServiceRulesPlan {
     writtenChains: w.writtenChains,
     contents,
     elements,
+    conflicts,
   };
 }
 
