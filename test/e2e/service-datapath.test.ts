@@ -3,7 +3,7 @@
  * with the real `nft` into the "node" namespace of a small network (test/helpers/netns-lab.ts: two
  * pods running busybox httpd on a bridge, a client pod, an outside host), then real connections:
  * ClusterIP and NodePort reach both backends over many requests (from a pod, from the node itself,
- * from outside, and a pod reaching itself), a Service without ready endpoints and a port a ClusterIP
+ * from outside, and a pod reaching itself; TCP and a UDP ClusterIP), a Service without ready endpoints and a port a ClusterIP
  * does not serve are refused, ClientIP affinity sticks, externalTrafficPolicy Local keeps outsiders
  * on local endpoints, re-applying leaves no duplicate rule and stale chains go. Then the
  * ServiceProxy runner against a real server: Services and a hand-written EndpointSlice created
@@ -106,11 +106,16 @@ describe('the Service datapath in a network namespace (real nft, real connection
     lab = createNetnsLab('svc', 2);
     nft = new Nft(lab.nft);
     await startBackends(lab, work);
+    // A UDP echo in each pod answering its pod's name.
+    for (const [i, pod] of lab.pods.entries()) {
+      lab.spawn(pod.netns, [process.execPath, '-e', `const s = require('dgram').createSocket('udp4'); s.on('message', (m, r) => s.send('p${i}', r.port, r.address)); s.bind(5353);`]);
+    }
     services = [
       serviceObject('web', { type: 'NodePort', clusterIP: '10.43.0.20', ports: [{ ...HTTP[0]!, nodePort: 30080 }] }),
       serviceObject('sticky', { clusterIP: '10.43.0.21', sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 600 } }, ports: HTTP }),
       serviceObject('empty', { type: 'NodePort', clusterIP: '10.43.0.22', ports: [{ ...HTTP[0]!, nodePort: 30082 }] }),
       serviceObject('local', { type: 'NodePort', clusterIP: '10.43.0.23', externalTrafficPolicy: 'Local', ports: [{ ...HTTP[0]!, nodePort: 30083 }] }),
+      serviceObject('udp', { clusterIP: '10.43.0.24', ports: [{ name: 'echo', port: 53, targetPort: 5353, protocol: 'UDP' }] }),
     ];
     slices = [
       sliceObject('web', endpoints(lab), SLICE_PORTS),
@@ -118,6 +123,7 @@ describe('the Service datapath in a network namespace (real nft, real connection
       sliceObject('empty', endpoints(lab, ['n1', 'n1'], [{ ready: false }, { ready: false, terminating: true }]), SLICE_PORTS),
       // p1 stands for a pod on another node: only p0 is local.
       sliceObject('local', endpoints(lab, ['n1', 'n2']), SLICE_PORTS),
+      sliceObject('udp', endpoints(lab), [{ name: 'echo', port: 5353, protocol: 'UDP' }]),
     ];
     await nft.apply(plan().script);
   });
@@ -152,6 +158,27 @@ describe('the Service datapath in a network namespace (real nft, real connection
       assert.equal(answers.length, 20);
       assert.equal(new Set(answers).size, 1, `${netns} stuck to one backend: ${answers.join(' ')}`);
     }
+  });
+
+  it('a UDP ClusterIP reaches both backends (each query from a new source port is a new flow)', async () => {
+    const client = `
+      const dgram = require('dgram');
+      const ask = () => new Promise((resolve) => {
+        const s = dgram.createSocket('udp4');
+        const timer = setTimeout(() => { s.close(); resolve('TIMEOUT'); }, 5000);
+        s.on('message', (m) => { clearTimeout(timer); s.close(); resolve(String(m)); });
+        s.send('who', 53, '10.43.0.24');
+      });
+      (async () => { const out = []; for (let i = 0; i < ${REQUESTS}; i++) out.push(await ask()); console.log(out.join(' ')); })();`;
+    // The echo servers may still be binding: the first queries can time out, later ones may not.
+    await eventually(async () => {
+      const { stdout } = await lab.exec(lab.client.netns, [process.execPath, '-e', client], 300_000);
+      const answers = stdout.trim().split(' ');
+      assert.equal(answers.length, REQUESTS);
+      assert.deepEqual(answers.filter((a) => a !== 'p0' && a !== 'p1'), []);
+      assert.deepEqual([...new Set(answers)].sort(), ['p0', 'p1']);
+      return true;
+    }, 'UDP answers from both backends', 120_000, 1000);
   });
 
   it('externalTrafficPolicy Local: outsiders reach only this node’s endpoint; pods reach every endpoint', async () => {
