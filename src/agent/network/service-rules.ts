@@ -10,11 +10,11 @@ import { type ServiceEndpoint, type ServicePortModel, serviceKey, servicePorts, 
  *
  * The script is one transaction for `nft -f -`: every chain and map it owns is added (a no-op
  * when present) and flushed, then refilled, so applying it twice leaves one copy of each rule
- * (`add rule` alone appends duplicates); told what the last applied script left (`existing`),
- * it writes only the chains and elements that differ. Chains and sets of the table that the new rules no
- * longer name (`existing`, read from the kernel) are flushed in that transaction and deleted by
- * the next one (`flushed`). The session-affinity sets are added but never flushed, so a rebuild keeps which
- * client sticks to which endpoint; a set's name carries its timeout, so a new timeout is a new set.
+ * (`add rule` alone appends duplicates); told what the last applied script left (`existing`), it
+ * writes only the chains and elements that differ. Chains and sets of the table that the new
+ * rules no longer name are flushed in that transaction and deleted by the next (`flushed`). The
+ * session-affinity sets are added but never flushed, so a rebuild keeps which client sticks to
+ * which endpoint; a set's name carries its timeout, so a new timeout is a new set.
  *
  * Written for nft 1.0.6: numeric hook priorities (symbolic `dstnat` is refused on the output
  * hook before 1.0.9), `;` before every `}`, one command a line.
@@ -54,9 +54,9 @@ export interface ServiceRulesInput {
 
 export interface ServiceRulesPlan {
   script: string;
-  /** The regular and base chains the script leaves in the table. */
+  /** The chains the rules use (the table also keeps `flushed` until the next plan). */
   chains: string[];
-  /** The sets and maps the script leaves in the table. */
+  /** The sets and maps the rules use. */
   sets: string[];
   /** How many rules the table holds once the script is applied. */
   rules: number;
