@@ -285,6 +285,19 @@ describe('ServiceProxy: Services and EndpointSlices of a real server become rule
     await cleanup(work);
   });
 
+  it('refuses to start, following nothing, when the nft command does not run', async () => {
+    const proxy = new ServiceProxy({
+      client: () => client,
+      nodeName: 'lab-node',
+      nodeAddresses: () => [],
+      network,
+      logger: createLogger('silent'),
+      nft: path.join(work, 'no-such-nft'),
+    });
+    await assert.rejects(proxy.start(), /cannot run .*no-such-nft.*nftables/);
+    await proxy.stop();
+  });
+
   it('writes nothing while it can read Services but not EndpointSlices; programs both once it can', async () => {
     // A ServiceAccount that may read Services only: the slice informer's list keeps failing (403).
     await client.create(SERVICEACCOUNTS, 'default', { metadata: { name: 'proxy-test' } });

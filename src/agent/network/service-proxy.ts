@@ -4,7 +4,7 @@ import { Informer } from '../../client/informer.js';
 import { type ApiClient, ENDPOINTSLICES, SERVICES } from '../../client/types.js';
 import type { Logger } from '../../logging/logger.js';
 import type { ServiceNetwork } from '../../node-protocol/service-network.js';
-import { Nft } from './nftables.js';
+import { Nft, NftError, nftVersion } from './nftables.js';
 import { type ExistingObjects, PROXY_TABLE, planServiceRules } from './service-rules.js';
 
 /**
@@ -116,8 +116,14 @@ export class ServiceProxy {
     return this.last;
   }
 
-  /** Starts following; resolves once both first lists are read (or failed once: they keep retrying). */
+  /**
+   * Starts following; resolves once both first lists are read (or failed once: they keep
+   * retrying). Throws at once, following nothing, when the nft command does not run.
+   */
   async start(): Promise<void> {
+    const version = await nftVersion(this.options.nft ?? 'nft');
+    if (!version) throw new NftError(`cannot run ${JSON.stringify(this.options.nft ?? 'nft')} (Debian package nftables): Services get no datapath on this node`, '', null);
+    this.logger.debug({ version }, 'nft found');
     this.running = true;
     await Promise.all([this.services.start(), this.slices.start()]);
     this.schedule();
