@@ -31,6 +31,10 @@ REQUIRED=(
   "nsenter:util-linux"
   "nft:nftables"
   "/usr/lib/cni/bridge:containernetworking-plugins"
+  "/usr/lib/cni/portmap:containernetworking-plugins"
+  "bridge:iproute2"
+  "iptables:iptables"
+  "script:bsdutils"
 )
 # Python modules the tests import with /usr/bin/python3 (Debian's interpreter, not a pyenv one).
 PYTHON_MODULES=("kubernetes:python3-kubernetes")

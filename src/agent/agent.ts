@@ -246,13 +246,13 @@ export class Agent {
       nodeName: this.options.nodeName,
       nodeAddresses: () => [this.registration.nodeIp()],
       network: network.network,
-      logger: this.logger.child({ component: 'service-proxy' }),
+      logger: this.logger,
     });
     await this.serviceProxy.start().catch((error: unknown) => {
       this.logger.warn({ err: error }, 'the Service datapath could not start; Services do not answer on this node');
       this.serviceProxy = undefined;
     });
-    this.clusterDns = new ClusterDns({ client, network: network.network, logger: this.logger.child({ component: 'cluster-dns' }) });
+    this.clusterDns = new ClusterDns({ client, network: network.network, logger: this.logger });
     await this.clusterDns.start().catch((error: unknown) => {
       this.logger.warn({ err: error }, 'the cluster DNS could not start; pods on this node cannot resolve Service names');
       this.clusterDns = undefined;

@@ -81,11 +81,18 @@ const manySlices: KubeObject[] = [
     endpoints: Array.from({ length: 40 }, (_, i) => ({ addresses: [`10.42.7.${i + 1}`], conditions: { ready: true } })),
     ports: [{ name: 'pg', port: 5432, protocol: 'TCP' }],
   },
+  {
+    metadata: { name: 'small-x', namespace: 'default', labels: { 'kubernetes.io/service-name': 'small' } },
+    addressType: 'IPv4',
+    endpoints: Array.from({ length: 4 }, (_, i) => ({ addresses: [`10.42.8.${i + 1}`], conditions: { ready: true } })),
+    ports: [{ name: 'pg', port: 5432, protocol: 'TCP' }],
+  },
 ];
 const snapshot: DnsSnapshot = buildSnapshot(
   [
     { metadata: { name: 'web', namespace: 'default' }, spec: { clusterIP: '10.43.0.20', ports: [{ name: 'http', port: 80 }] } },
     { metadata: { name: 'db', namespace: 'default' }, spec: { clusterIP: 'None' } },
+    { metadata: { name: 'small', namespace: 'default' }, spec: { clusterIP: 'None' } },
     { metadata: { name: 'ext', namespace: 'default' }, spec: { type: 'ExternalName', externalName: 'www.example.test' } },
     { metadata: { name: 'alias', namespace: 'default' }, spec: { type: 'ExternalName', externalName: 'web.default.svc.cluster.local' } },
     { metadata: { name: 'chain', namespace: 'default' }, spec: { type: 'ExternalName', externalName: 'alias.default.svc.cluster.local' } },
@@ -181,6 +188,18 @@ describe('cluster DNS responder and forwarder', () => {
     const tcp = decode(await r.handle(encodeQuery('db.default.svc.cluster.local', 'A'), true));
     assert.ok(!tcp.flag_tc);
     assert.equal(tcp.answers!.length, 40);
+  });
+
+  it('over plain UDP an answer that fits without its additional section is sent without it, not truncated', async () => {
+    const r = responder([addresses.good!]);
+    // 4 SRV answers (one per endpoint) fit in 512 bytes; with their 4 A records they do not (dns-packet
+    // writes names uncompressed, so replies are larger than other servers' and the room is small).
+    const srv = decode(await r.handle(encodeQuery('_pg._tcp.small.default.svc.cluster.local', 'SRV'), false));
+    assert.ok(!srv.flag_tc);
+    assert.equal(srv.answers!.length, 4);
+    assert.deepEqual(srv.additionals, []);
+    const tcp = decode(await r.handle(encodeQuery('_pg._tcp.small.default.svc.cluster.local', 'SRV'), true));
+    assert.equal(tcp.additionals!.length, 4, 'over TCP the addresses come along');
   });
 
   it('forwards past a silent upstream (timeout) and a SERVFAIL-ing one to a working one, not authoritative', async () => {

@@ -186,6 +186,11 @@ export class DnsResponder {
       this.options.logger.debug({ err: error }, 'cannot encode the reply');
       encoded = dnsPacket.encode({ ...packet, flags: (packet.flags! & ~0xf) | RCODE.SERVFAIL, answers: [], authorities: [], additionals: ours });
     }
+    if (encoded.length > limit && packet.additionals!.length > ours.length) {
+      // The additional section is a courtesy (RFC 2181 9): dropped first, without TC, since some
+      // clients (busybox nslookup) never ask again over TCP.
+      encoded = dnsPacket.encode({ ...packet, additionals: ours });
+    }
     if (encoded.length > limit) {
       // Too big for this client over UDP: the header says so and it asks again over TCP.
       encoded = dnsPacket.encode({ ...packet, flags: packet.flags! | FLAG_TC, answers: [], authorities: [], additionals: ours });

@@ -20,12 +20,12 @@ export const MAX_PROBE_OUTPUT = 10 * 1024;
 export const PROBE_USER_AGENT = 'kube-probe/1.32';
 
 /**
- * The address probes connect to when the probe names no host: the pod's IP. Pods share the node's
- * network until pod networking (issue 15) gives them their own, so it is the loopback address;
- * this is the one function to change then.
+ * The address probes connect to when the probe names no host: the pod's IP, as kubelet's. A pod
+ * in its node's network (hostNetwork, the process runtime, no pod network) is reached at the
+ * loopback address.
  */
-export function podAddress(): string {
-  return '127.0.0.1';
+export function podAddress(podIp?: string): string {
+  return podIp ?? '127.0.0.1';
 }
 
 /** Runs a command in the container; the runtime provides it (process: a child with the container's env). */
@@ -40,13 +40,13 @@ export interface ExecResult {
   error?: string;
 }
 
-export async function runProbe(handler: ProbeHandler, timeoutSeconds: number, exec: ProbeExec): Promise<ProbeOutcome> {
+export async function runProbe(handler: ProbeHandler, timeoutSeconds: number, exec: ProbeExec, podIp?: string): Promise<ProbeOutcome> {
   const timeoutMs = Math.max(1, timeoutSeconds) * 1000;
   if ('invalid' in handler) return { ok: false, message: handler.invalid.message };
   if ('exec' in handler) return execProbe(handler.exec.command, timeoutMs, exec);
-  if ('httpGet' in handler) return httpProbe(handler.httpGet, timeoutMs);
-  if ('tcpSocket' in handler) return tcpProbe(handler.tcpSocket.host || podAddress(), handler.tcpSocket.port, timeoutMs);
-  return grpcProbe(podAddress(), handler.grpc.port, handler.grpc.service ?? '', timeoutMs);
+  if ('httpGet' in handler) return httpProbe(handler.httpGet, timeoutMs, podIp);
+  if ('tcpSocket' in handler) return tcpProbe(handler.tcpSocket.host || podAddress(podIp), handler.tcpSocket.port, timeoutMs);
+  return grpcProbe(podAddress(podIp), handler.grpc.port, handler.grpc.service ?? '', timeoutMs);
 }
 
 async function execProbe(command: string[], timeoutMs: number, exec: ProbeExec): Promise<ProbeOutcome> {
@@ -71,8 +71,8 @@ interface HttpGet {
 }
 
 /** httpGet: any status from 200 to 399 passes; redirects are not followed (a 3xx passes, as kubelet's off-host redirects do). */
-export function httpProbe(get: HttpGet, timeoutMs: number): Promise<ProbeOutcome> {
-  const host = get.host || podAddress();
+export function httpProbe(get: HttpGet, timeoutMs: number, podIp?: string): Promise<ProbeOutcome> {
+  const host = get.host || podAddress(podIp);
   const path = get.path.startsWith('/') ? get.path : `/${get.path}`;
   const url = `${get.scheme === 'HTTPS' ? 'https' : 'http'}://${hostForUrl(host)}:${get.port}${path}`;
   const headers: Record<string, string> = { 'User-Agent': PROBE_USER_AGENT, Accept: '*/*' };

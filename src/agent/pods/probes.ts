@@ -21,6 +21,8 @@ export interface ProbeEvents {
 export interface ContainerProbesOptions extends ProbeEvents {
   probes: ContainerProbeSpecs;
   exec: ProbeExec;
+  /** The pod's own address (pod network); absent: the node's network, probed at loopback. */
+  podIp?: string;
   /** Monotonic ms when the container started. */
   startedAtMs: number;
   /** The probes' status from the container's earlier instances (their counts carry on). */
@@ -48,7 +50,7 @@ export class ContainerProbes {
 
   constructor(private readonly options: ContainerProbesOptions) {
     this.now = options.now ?? monoNowMs;
-    this.run = options.run ?? ((spec) => runProbe(spec.handler, spec.timeoutSeconds, options.exec));
+    this.run = options.run ?? ((spec) => runProbe(spec.handler, spec.timeoutSeconds, options.exec, options.podIp));
     for (const kind of KINDS) {
       const spec = options.probes[kind];
       if (spec) this.trackers.set(kind, newTracker(kind, spec, options.startedAtMs, options.previous?.[kind]));
@@ -161,6 +163,8 @@ export function updateReadiness(status: ContainerRunStatus, probes: ContainerPro
 
 export interface ProbeHooks {
   exec: ProbeExec;
+  /** The pod's own address, where probes without a host connect (absent: loopback). */
+  podIp?: string;
   whenRunning?: () => Promise<void>;
   /** Monotonic ms when the container started. */
   startedAtMs: number;
@@ -179,6 +183,7 @@ export function startContainerProbes(specs: ContainerProbeSpecs | undefined, sta
     ? new ContainerProbes({
         probes: specs,
         exec: hooks.exec,
+        ...(hooks.podIp ? { podIp: hooks.podIp } : {}),
         startedAtMs: hooks.startedAtMs,
         ...(status.probes ? { previous: status.probes } : {}),
         onChange: () => {

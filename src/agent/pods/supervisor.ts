@@ -505,6 +505,7 @@ export class PodSupervisor {
     const child = runner.child;
     runner.probes = startContainerProbes(runner.spec.probes, runner.status, {
       exec: planExec((argv) => execPlan(this.dir, this.spec, runner.spec, argv, { tty: false })),
+      ...(this.spec.podNetwork ? { podIp: this.spec.podNetwork.podIp } : {}),
       // Under runc the process spawned is `runc run`: probes wait for the container itself.
       ...(runc && this.spec.runcRoot
         ? { whenRunning: () => whenRuncRunning(() => runcState(this.spec.runcRoot!, runc.id), () => runner.child !== child || runner.probes?.isStopped === true) }
