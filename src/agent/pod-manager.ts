@@ -9,7 +9,7 @@ import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
 import { type ContainerWaiting, PodConfigurator } from './pod-config.js';
 import { podStatusFrom } from './pod-status.js';
-import type { NodeNetwork } from './network/node-network.js';
+import { type NodeNetwork, withServiceEnv } from './network/node-network.js';
 import { DEFAULT_GRACE_SECONDS, runSpecFor } from './pod-run-spec.js';
 import { EphemeralContainers } from './ephemeral-containers.js';
 import { type FencingPeer, monoNowMs, type PeerControlPlaneAnswer, writeFencingState } from './pods/fencing.js';
@@ -371,7 +371,10 @@ export class PodManager {
         await this.report(pod, undefined, Object.fromEntries(spec.containers.map((c) => [c.name, { reason: 'ContainerCreating', message: wired.message }])));
         return;
       }
-      if (wired.kind === 'attached') spec.podNetwork = wired.spec;
+      if (wired.kind === 'attached') {
+        spec.podNetwork = wired.spec;
+        withServiceEnv(spec, network.serviceEnv(pod), prepared.env);
+      }
     }
     writeRunSpec(dir, spec);
     let pid: number;

@@ -16,7 +16,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type AgentProcess, cleanupAgents, startAgent } from '../helpers/agent.js';
-import { execIn, importTestImage } from '../helpers/containers.js';
+import { containerInitPid, execIn, importTestImage } from '../helpers/containers.js';
 import { buildTestImage } from '../helpers/images.js';
 import { createTestNetwork, inNetns, netnsProblem, type TestNetwork } from '../helpers/netns.js';
 import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
@@ -50,6 +50,12 @@ function webPod(name: string, node: string): unknown {
       ],
     },
   };
+}
+
+/** How many rules the node's Service table holds. */
+function proxyRules(netns: string): number {
+  const listed = JSON.parse(inNetns(netns, ['nft', '-j', 'list', 'table', 'ip', 'drover-proxy'])) as { nftables: Record<string, unknown>[] };
+  return listed.nftables.filter((entry) => 'rule' in entry).length;
 }
 
 for (const backend of ['vxlan', 'host-gw'] as const) {
@@ -124,6 +130,9 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
           return res.status === 200 && node.spec?.podCIDR && node.metadata.annotations?.['drover.io/backend'] === backend;
         }, `${name} has a pod CIDR and published its ${backend} endpoint`, 60_000);
       }
+      // A Service made before the pods: its variables are in their environment (kubelet's links).
+      const db = { apiVersion: 'v1', kind: 'Service', metadata: { name: 'db' }, spec: { ports: [{ name: 'pg', port: 5432 }] } };
+      assert.equal((await api('POST', '/api/v1/namespaces/default/services', db)).status, 201);
       for (const [i, node] of nodes.entries()) assert.equal((await api('POST', '/api/v1/namespaces/default/pods', webPod(`web-${i}`, node))).status, 201);
       for (const [i, node] of nodes.entries()) {
         const pod = await runningPod(`web-${i}`);
@@ -150,6 +159,55 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       assert.match(inNetns(net.hosts[0]!.netns, ['timeout', '5', 'wget', '-qO-', `http://${a.status!.podIP}:8080/`]), /hello from web-0/);
     });
 
+    it('containers get the Service variables: the kubernetes Service’s and their namespace’s', async () => {
+      const a = (await getPod('web-0'))!;
+      const db = (await api('GET', '/api/v1/namespaces/default/services/db')).json as { spec: { clusterIP: string } };
+      const env = await execIn(dataDirs.get('pn-a')!, a.metadata.uid, 'web', ['env']);
+      assert.match(env.stdout, /^KUBERNETES_SERVICE_HOST=10\.43\.0\.1$/m);
+      assert.match(env.stdout, /^KUBERNETES_SERVICE_PORT=443$/m);
+      assert.match(env.stdout, new RegExp(`^DB_SERVICE_HOST=${db.spec.clusterIP.replace(/\./g, '\\.')}$`, 'm'));
+      assert.match(env.stdout, /^DB_SERVICE_PORT_PG=5432$/m);
+    });
+
+    if (backend === 'vxlan') {
+      it('hostPort: a pod’s port on its node’s address (portmap), from outside the node', async () => {
+        const hp = webPod('hp', 'pn-a') as { spec: { containers: { ports?: unknown[] }[] } };
+        hp.spec.containers[0]!.ports = [{ containerPort: 8080, hostPort: 18080 }];
+        assert.equal((await api('POST', '/api/v1/namespaces/default/pods', hp)).status, 201);
+        await runningPod('hp');
+        const body = await eventually(async () => {
+          try {
+            return inNetns(net.hosts[1]!.netns, ['busybox', 'timeout', '5', 'busybox', 'wget', '-qO-', `http://${net.hosts[0]!.ip}:18080/`]);
+          } catch {
+            return undefined;
+          }
+        }, 'the hostPort answers from the other node', 60_000);
+        assert.match(body, /hello from hp/);
+        assert.equal((await api('DELETE', '/api/v1/namespaces/default/pods/hp')).status, 200);
+        await eventually(async () => (await getPod('hp')) === undefined, 'hp gone', 60_000);
+      });
+
+      it('hostNetwork: a runc pod in its node’s network, with the node’s address', async () => {
+        const hn = webPod('hn', 'pn-b') as { spec: Record<string, unknown> & { containers: { command: string[] }[] } };
+        hn.spec.hostNetwork = true;
+        hn.spec.containers[0]!.command = ['sleep', '100000'];
+        assert.equal((await api('POST', '/api/v1/namespaces/default/pods', hn)).status, 201);
+        const pod = await runningPod('hn');
+        assert.equal(pod.status?.podIP, net.hosts[1]!.ip);
+        // The container's network namespace is its node's (the agent's), not one of its own. (Not
+        // through execIn: a runc exec from this process joins only the namespaces the container has.)
+        const init = await eventually(
+          () => containerInitPid(dataDirs.get('pn-b')!, pod.metadata.uid, 'web'),
+          `hn's container running (${JSON.stringify((pod.status as { containerStatuses?: unknown }).containerStatuses)})`,
+          30_000,
+        );
+        assert.equal(fs.readlinkSync(`/proc/${init}/ns/net`), fs.readlinkSync(`/proc/${agents.get('pn-b')!.pid}/ns/net`));
+        assert.ok(!reservations('pn-b').has(pod.status!.podIP!), 'no pod network address for it');
+        assert.equal((await api('DELETE', '/api/v1/namespaces/default/pods/hn')).status, 200);
+        await eventually(async () => (await getPod('hn')) === undefined, 'hn gone', 60_000);
+      });
+    }
+
     it('a pod reaches an address outside the pod network (masqueraded as its node)', async () => {
       const a = (await getPod('web-0'))!;
       // The API server listens on the bridge address; any answer (even 401/403) proves the way there and back.
@@ -159,6 +217,8 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
 
     it('an agent killed with -9 and started again keeps its pods, their addresses, and leaks none', async () => {
       const before = (await getPod('web-0'))!;
+      const rulesBefore = proxyRules(net.hosts[0]!.netns);
+      assert.ok(rulesBefore > 0, 'the node has Service rules (the kubernetes and db Services)');
       await agents.get('pn-a')!.stop('SIGKILL');
       await launch(0);
       // A pod that went while the agent was away: its reservation must be released at start.
@@ -170,6 +230,9 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       assert.equal(after.metadata.uid, before.metadata.uid);
       assert.equal(after.status?.containerStatuses?.[0]?.restartCount ?? 0, before.status?.containerStatuses?.[0]?.restartCount ?? 0, 'the container was not restarted');
       assert.deepEqual([...reservations('pn-a').entries()], [[before.status!.podIP, before.metadata.uid]]);
+      // The restarted agent rewrote its Service table: the same rules, none twice.
+      await eventually(() => agents.get('pn-a')!.output().includes('service rules synced'), 'the Service datapath synced again', 60_000);
+      assert.equal(proxyRules(net.hosts[0]!.netns), rulesBefore);
       const b = (await getPod('web-1'))!;
       const out = await execIn(dataDirs.get('pn-b')!, b.metadata.uid, 'web', ['timeout', '5', 'wget', '-qO-', `http://${before.status!.podIP}:8080/`]);
       assert.match(out.stdout, /hello from web-0/, out.stderr);

@@ -1,14 +1,15 @@
 import fs from 'node:fs';
 import { getPath, type KubeObject } from '../../apiserver/objects.js';
 import { Informer } from '../../client/informer.js';
-import { type ApiClient, NODES } from '../../client/types.js';
+import { type ApiClient, NODES, SERVICES } from '../../client/types.js';
 import type { Logger } from '../../logging/logger.js';
 import { type ClusterNetworkSettings, parseCidr, parseServiceNetwork, type ServiceNetwork } from '../../node-protocol/service-network.js';
 import { DEFAULT_CNI_BIN_DIRS, findPlugin } from './cni.js';
 import { Overlay, type OverlayBackend, peersFrom, VXLAN_OVERHEAD } from './overlay.js';
 import { interfaceMtu, PodNetwork, type PortMapping } from './pod-network.js';
-import type { PodNetworkRunSpec } from '../pods/run-spec.js';
+import type { PodNetworkRunSpec, PodRunSpec } from '../pods/run-spec.js';
 import { type HostResolv, parseResolvConf, podResolvConf } from './resolv-conf.js';
+import { serviceEnvironment } from './service-env.js';
 
 /**
  * This node's part of the pod network: it waits for the node's pod CIDR (node IPAM on the
@@ -40,6 +41,8 @@ export class NodeNetwork {
   /** The node's own resolvers (pods with dnsPolicy Default, and the search path's tail). */
   readonly hostResolv: HostResolv;
   private nodes: Informer | undefined;
+  /** Every Service, for the containers' Service environment variables. */
+  private services: Informer | undefined;
   private pods: PodNetwork | undefined;
   private overlay: Overlay | undefined;
   private settingUp: Promise<void> | undefined;
@@ -108,6 +111,11 @@ export class NodeNetwork {
     return { kind: 'attached', spec: { podIp, resolvConf: podResolvConf(pod, this.network.clusterDns, this.network.clusterDomain, this.hostResolv) } };
   }
 
+  /** kubelet's Service variables for a container of `pod` (service-env.ts), from the Services seen now. */
+  serviceEnv(pod: KubeObject): Record<string, string> {
+    return serviceEnvironment(pod, this.services?.items() ?? []);
+  }
+
   /** The pod's address on the pod network, when it has one. */
   podIp(uid: string): string | undefined {
     return this.pods?.podIp(uid);
@@ -120,7 +128,8 @@ export class NodeNetwork {
 
   async start(): Promise<void> {
     this.nodes = new Informer(this.options.client(), NODES, undefined, () => this.kick(), this.options.logger);
-    await this.nodes.start();
+    this.services = new Informer(this.options.client(), SERVICES, undefined, () => undefined, this.options.logger);
+    await Promise.all([this.nodes.start(), this.services.start()]);
     this.kick();
   }
 
@@ -128,6 +137,7 @@ export class NodeNetwork {
     this.stopped = true;
     clearTimeout(this.syncTimer);
     this.nodes?.stop();
+    this.services?.stop();
   }
 
   /** Changes come in bursts (a node's status every few seconds): one pass a little later. */
@@ -219,4 +229,15 @@ export function hostPortMappings(pod: KubeObject): PortMapping[] {
     }
   }
   return mappings;
+}
+
+/**
+ * Service variables into each container's environment: over its image's, under its own `env`
+ * (`declared`: what the pod spec's env and envFrom gave it), as kubelet orders them.
+ */
+export function withServiceEnv(spec: PodRunSpec, serviceEnv: Record<string, string>, declared: ReadonlyMap<string, Record<string, string>>): void {
+  for (const container of spec.containers) {
+    const own = declared.get(container.name) ?? {};
+    for (const [key, value] of Object.entries(serviceEnv)) if (!(key in own)) container.env[key] = value;
+  }
 }
