@@ -1,15 +1,17 @@
 /**
- * Endpoint propagation: an EndpointSlice write through the API until the endpoint's rule is in
- * the kernel of every node, with `--nodes` ServiceProxy runners (default 3, each its own process
+ * Endpoint propagation: a pod turning Ready (`--from pod`, the default: its status write, then the
+ * leader's endpoints controller writing the slice) or an EndpointSlice write (`--from slice`)
+ * through the API until the endpoint's rule is in the kernel of every node, with `--nodes` ServiceProxy runners (default 3, each its own process
  * as agents are, each programming its own network namespace) following one `drover server
  * --disable-agent`, and `--services` Services (default 1,000) of 10 endpoints each in the cluster.
  *
- * Each trial adds one endpoint to one Service's slice (a PUT) and takes the time from
- * just before the PATCH to each runner's sync that put the endpoint's chain in its table (the
- * runner's `onSync`, right after `nft` returned). The pod-Ready → slice hop of the endpoints
- * controller is not included: there is no pod network to give pods addresses in this setup.
+ * `--from pod`: one more Service selects pods `app=prop`; each trial creates such a pod (bound to
+ * a node by name, no agent behind it), then, timed, writes its status Running with an address and
+ * Ready, as its agent would, until each runner's sync put the endpoint's chain in its table (the
+ * runner's `onSync`, right after `nft` returned). `--from slice`: each trial adds one endpoint to
+ * one Service's hand-written slice (a PUT), timed the same way.
  *
- *   npm run build && node --import tsx bench/service-propagation.ts [--services 1000] [--nodes 3] [--trials 20]
+ *   npm run build && node --import tsx bench/service-propagation.ts [--from pod|slice] [--services 1000] [--nodes 3] [--trials 20]
  *
  * Writes bench/results/service-propagation.json. Root needed (network namespaces, nft).
  */
@@ -37,6 +39,10 @@ import {
   writeResult,
 } from './common.js';
 
+const FROM = process.argv.includes('--from') ? process.argv[process.argv.indexOf('--from') + 1] : 'pod';
+if (FROM !== 'pod' && FROM !== 'slice') throw new Error('--from must be pod or slice');
+const argv = process.argv.filter((a, i, all) => a !== '--from' && all[i - 1] !== '--from');
+process.argv.splice(0, process.argv.length, ...argv);
 const { n } = parseBenchArgs({
   services: { default: 1000, min: 1 },
   nodes: { default: 3, min: 1 },
@@ -86,7 +92,8 @@ interface Runner {
 }
 
 const work = benchTempDir('drover-bench-propagation-');
-const server = await startBenchServer(path.join(work, 'server'), path.join(work, 'server.log'));
+// Hand-made Nodes (no agents): a grace period so long the lifecycle never judges them lost.
+const server = await startBenchServer(path.join(work, 'server'), path.join(work, 'server.log'), ['--node-monitor-grace-period', '1h']);
 const api = new BenchApi(server, 16);
 const netnsNames: string[] = [];
 onCleanup(() => {
@@ -117,6 +124,11 @@ try {
     }
   };
   await Promise.all(Array.from({ length: 16 }, worker));
+  if (FROM === 'pod') {
+    // The endpoints controller lists a pod as ready only on a Node it knows and has not lost.
+    for (let i = 0; i < n.nodes; i++) await api.json('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: `node-${i}` } });
+    await api.json('POST', '/api/v1/namespaces/default/services', { ...serviceObject('prop', { ports: [{ name: 'http', port: 80, targetPort: 8080 }] }), spec: { selector: { app: 'prop' }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] } });
+  }
   console.log(`created ${n.services} Services and slices (${n.endpoints} endpoints each) in ${round((Date.now() - started) / 1000, 1)} s`);
 
   const runners: Runner[] = [];
@@ -157,13 +169,36 @@ try {
   const latencies: number[] = [];
   const perNode: number[] = [];
   for (let t = 0; t < n.trials; t++) {
-    const name = `svc-${(t * 37) % n.services}`;
     const ip = `10.41.${t >> 8}.${(t & 255) + 1}`;
-    const slice = slices.get(name)!;
-    slice.endpoints = [...(slice.endpoints as unknown[]), { addresses: [ip], conditions: { ready: true }, nodeName: 'node-0' }];
-    const t0 = Date.now();
-    // A PUT without resourceVersion: unconditional, as the only writer of these slices.
-    await api.json('PUT', `/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/${name}-a`, slice);
+    let name: string;
+    let t0: number;
+    if (FROM === 'pod') {
+      name = `prop-${t}`;
+      const pod = {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name, labels: { app: 'prop' } },
+        spec: { nodeName: 'node-0', containers: [{ name: 'c', image: 'prop', command: ['sleep', '1'] }] },
+      };
+      const created = await api.json<KubeObject>('POST', '/api/v1/namespaces/default/pods', pod);
+      const now = new Date().toISOString();
+      const status = {
+        phase: 'Running',
+        podIP: ip,
+        podIPs: [{ ip }],
+        conditions: [{ type: 'Ready', status: 'True', lastTransitionTime: now }, { type: 'ContainersReady', status: 'True', lastTransitionTime: now }],
+        containerStatuses: [{ name: 'c', ready: true, restartCount: 0, image: 'prop', imageID: '', state: { running: { startedAt: now } } }],
+      };
+      t0 = Date.now();
+      await api.json('PUT', `/api/v1/namespaces/default/pods/${name}/status`, { ...created, status });
+    } else {
+      name = `svc-${(t * 37) % n.services}`;
+      const slice = slices.get(name)!;
+      slice.endpoints = [...(slice.endpoints as unknown[]), { addresses: [ip], conditions: { ready: true }, nodeName: 'node-0' }];
+      t0 = Date.now();
+      // A PUT without resourceVersion: unconditional, as the only writer of these slices.
+      await api.json('PUT', `/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/${name}-a`, slice);
+    }
     const deadline = Date.now() + 60_000;
     while (runners.some((r) => !r.arrived.has(ip))) {
       if (Date.now() > deadline) throw new Error(`endpoint ${ip} did not reach every node in 60 s`);
@@ -185,11 +220,11 @@ try {
     perNodeP99Ms: percentile(sortedNode, 99),
     goalP99Ms: GOAL_P99_MS,
   };
-  console.log(`\nslice PUT -> rule on all ${n.nodes} nodes: p50 ${summary.allNodesP50Ms} ms, p99 ${summary.allNodesP99Ms} ms (goal <= ${GOAL_P99_MS} ms); per node p50 ${summary.perNodeP50Ms} ms, p99 ${summary.perNodeP99Ms} ms`);
-  const file = writeResult('service-propagation', {
+  console.log(`\n${FROM === 'pod' ? 'pod Ready' : 'slice PUT'} -> rule on all ${n.nodes} nodes: p50 ${summary.allNodesP50Ms} ms, p99 ${summary.allNodesP99Ms} ms (goal <= ${GOAL_P99_MS} ms); per node p50 ${summary.perNodeP50Ms} ms, p99 ${summary.perNodeP99Ms} ms`);
+  const file = writeResult(FROM === 'pod' ? 'service-propagation-pod' : 'service-propagation', {
     machine: info,
     loadAverageAfter: machineInfo().loadAverage,
-    options: n,
+    options: { ...n, from: FROM },
     summary,
     firstFullSyncMs: firstSyncMs,
     trialsMs: latencies,
