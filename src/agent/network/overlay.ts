@@ -65,10 +65,6 @@ export function peersFrom(nodes: readonly KubeObject[], self: string, backend: O
   return peers.sort((a, b) => a.podCidr.base - b.podCidr.base);
 }
 
-async function ip(...args: string[]): Promise<string> {
-  const { stdout } = await execFileAsync('ip', args);
-  return stdout;
-}
 
 export interface OverlayOptions {
   backend: OverlayBackend;
@@ -80,6 +76,8 @@ export interface OverlayOptions {
   /** The underlay's MTU: the device gets that less the VXLAN overhead. */
   underlayMtu: number;
   logger: Logger;
+  /** For tests: program this named network namespace (`ip -n`) instead of the agent's own. */
+  netns?: string;
 }
 
 export class Overlay {
@@ -89,23 +87,32 @@ export class Overlay {
 
   constructor(private readonly options: OverlayOptions) {}
 
+  private async ip(...args: string[]): Promise<string> {
+    const { stdout } = await execFileAsync('ip', [...(this.options.netns ? ['-n', this.options.netns] : []), ...args]);
+    return stdout;
+  }
+
+  private async bridge(...args: string[]): Promise<void> {
+    await execFileAsync('bridge', [...(this.options.netns ? ['-n', this.options.netns] : []), ...args]);
+  }
+
   /** The VXLAN device (vxlan) made or found again; returns what to publish on the Node. */
   async setUp(): Promise<Record<string, string>> {
     if (this.options.backend === 'vxlan') {
-      const existing = await ip('-j', '-d', 'link', 'show', 'dev', VXLAN_DEVICE).catch(() => '');
+      const existing = await this.ip('-j', '-d', 'link', 'show', 'dev', VXLAN_DEVICE).catch(() => '');
       const link = existing ? (JSON.parse(existing) as { address?: string; linkinfo?: { info_data?: { id?: number; local?: string } } }[])[0] : undefined;
       const data = link?.linkinfo?.info_data;
       if (link && (data?.id !== VXLAN_VNI || data?.local !== this.options.publicIp)) {
         // Made for another address (the node moved): made again.
-        await ip('link', 'del', VXLAN_DEVICE);
+        await this.ip('link', 'del', VXLAN_DEVICE);
       }
       if (!link || data?.id !== VXLAN_VNI || data?.local !== this.options.publicIp) {
-        await ip('link', 'add', VXLAN_DEVICE, 'type', 'vxlan', 'id', String(VXLAN_VNI), 'local', this.options.publicIp, 'dev', this.options.underlay, 'dstport', String(VXLAN_PORT), 'nolearning');
+        await this.ip('link', 'add', VXLAN_DEVICE, 'type', 'vxlan', 'id', String(VXLAN_VNI), 'local', this.options.publicIp, 'dev', this.options.underlay, 'dstport', String(VXLAN_PORT), 'nolearning');
       }
-      await ip('link', 'set', VXLAN_DEVICE, 'mtu', String(this.options.underlayMtu - VXLAN_OVERHEAD));
-      await ip('addr', 'replace', `${numberToIpv4(this.options.podCidr.base)}/32`, 'dev', VXLAN_DEVICE);
-      await ip('link', 'set', VXLAN_DEVICE, 'up');
-      const shown = JSON.parse(await ip('-j', 'link', 'show', 'dev', VXLAN_DEVICE)) as { address?: string }[];
+      await this.ip('link', 'set', VXLAN_DEVICE, 'mtu', String(this.options.underlayMtu - VXLAN_OVERHEAD));
+      await this.ip('addr', 'replace', `${numberToIpv4(this.options.podCidr.base)}/32`, 'dev', VXLAN_DEVICE);
+      await this.ip('link', 'set', VXLAN_DEVICE, 'up');
+      const shown = JSON.parse(await this.ip('-j', 'link', 'show', 'dev', VXLAN_DEVICE)) as { address?: string }[];
       this.vtepMac = shown[0]?.address;
     }
     this.options.logger.info({ backend: this.options.backend, device: this.options.backend === 'vxlan' ? VXLAN_DEVICE : undefined, vtepMac: this.vtepMac }, 'pod network routes between nodes set up');
@@ -138,26 +145,26 @@ export class Overlay {
   private async program(peer: Peer): Promise<void> {
     const cidr = peer.podCidr.text;
     if (this.options.backend === 'host-gw') {
-      await ip('route', 'replace', cidr, 'via', peer.publicIp, 'proto', ROUTE_PROTOCOL);
+      await this.ip('route', 'replace', cidr, 'via', peer.publicIp, 'proto', ROUTE_PROTOCOL);
       return;
     }
     const gateway = numberToIpv4(peer.podCidr.base);
-    await ip('neigh', 'replace', gateway, 'lladdr', peer.vtepMac!, 'dev', VXLAN_DEVICE, 'nud', 'permanent');
-    await execFileAsync('bridge', ['fdb', 'replace', peer.vtepMac!, 'dev', VXLAN_DEVICE, 'dst', peer.publicIp, 'self', 'permanent']);
-    await ip('route', 'replace', cidr, 'via', gateway, 'dev', VXLAN_DEVICE, 'onlink', 'proto', ROUTE_PROTOCOL);
+    await this.ip('neigh', 'replace', gateway, 'lladdr', peer.vtepMac!, 'dev', VXLAN_DEVICE, 'nud', 'permanent');
+    await this.bridge('fdb', 'replace', peer.vtepMac!, 'dev', VXLAN_DEVICE, 'dst', peer.publicIp, 'self', 'permanent');
+    await this.ip('route', 'replace', cidr, 'via', gateway, 'dev', VXLAN_DEVICE, 'onlink', 'proto', ROUTE_PROTOCOL);
   }
 
   private async unprogram(cidr: string, peer: Peer | undefined): Promise<void> {
-    await ip('route', 'del', cidr, 'proto', ROUTE_PROTOCOL).catch(() => undefined);
+    await this.ip('route', 'del', cidr, 'proto', ROUTE_PROTOCOL).catch(() => undefined);
     if (this.options.backend !== 'vxlan') return;
     const parsed = parseCidr(cidr);
-    if (typeof parsed !== 'string') await ip('neigh', 'del', numberToIpv4(parsed.base), 'dev', VXLAN_DEVICE).catch(() => undefined);
-    if (peer?.vtepMac) await execFileAsync('bridge', ['fdb', 'del', peer.vtepMac, 'dev', VXLAN_DEVICE, 'self']).catch(() => undefined);
+    if (typeof parsed !== 'string') await this.ip('neigh', 'del', numberToIpv4(parsed.base), 'dev', VXLAN_DEVICE).catch(() => undefined);
+    if (peer?.vtepMac) await this.bridge('fdb', 'del', peer.vtepMac, 'dev', VXLAN_DEVICE, 'self').catch(() => undefined);
   }
 
   /** The routes to pods we made (by their protocol number), this run or an earlier one. */
   private async ourRoutes(): Promise<string[]> {
-    const out = await ip('-j', 'route', 'show', 'proto', ROUTE_PROTOCOL).catch(() => '[]');
+    const out = await this.ip('-j', 'route', 'show', 'proto', ROUTE_PROTOCOL).catch(() => '[]');
     return (JSON.parse(out || '[]') as { dst?: string }[]).map((r) => r.dst ?? '').filter((d) => d.includes('/'));
   }
 }
