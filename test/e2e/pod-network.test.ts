@@ -18,7 +18,9 @@ import { after, before, describe, it } from 'node:test';
 import { type AgentProcess, cleanupAgents, startAgent } from '../helpers/agent.js';
 import { containerInitPid, execIn, importTestImage } from '../helpers/containers.js';
 import { buildTestImage } from '../helpers/images.js';
+import { MODERN_KUBECTL } from '../helpers/kubectl.js';
 import { createTestNetwork, inNetns, netnsProblem, type TestNetwork } from '../helpers/netns.js';
+import { spawnForward } from '../helpers/streams.js';
 import { cleanup, eventually, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 
 const IMAGE = 'drover.test/net:1';
@@ -170,6 +172,17 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
     });
 
     if (backend === 'vxlan') {
+      it('kubectl port-forward reaches the pod at its own address', async () => {
+        const forward = spawnForward(MODERN_KUBECTL, { kubeconfig: server.kubeconfig, cacheDir: path.join(work, 'kube-cache') }, ['port-forward', 'pod/web-0', ':8080']);
+        try {
+          const local = await forward.localPort;
+          const answer = await fetch(`http://127.0.0.1:${local}/`);
+          assert.equal(await answer.text(), 'hello from web-0\n');
+        } finally {
+          forward.child.kill('SIGTERM');
+        }
+      });
+
       it('hostPort: a pod’s port on its node’s address (portmap), from outside the node', async () => {
         const hp = webPod('hp', 'pn-a') as { spec: { containers: { ports?: unknown[] }[] } };
         hp.spec.containers[0]!.ports = [{ containerPort: 8080, hostPort: 18080 }];

@@ -18,9 +18,15 @@ export class PortForwardError extends Error {
 /** How long a connection to the pod's port may take. */
 const CONNECT_TIMEOUT_MS = 10_000;
 
+/**
+ * The pod's address: on the pod network its own (a server in the pod listening on all addresses
+ * is reached; one bound to the pod's loopback only is not, where containerd would enter the pod's
+ * namespace); in the node's network the loopback address.
+ */
 export function dialPodPort(_podDir: string, spec: PodRunSpec, port: number): Promise<net.Socket> {
+  const host = spec.podNetwork?.podIp ?? '127.0.0.1';
   return new Promise((resolve, reject) => {
-    const socket = net.connect({ host: '127.0.0.1', port });
+    const socket = net.connect({ host, port });
     const timer = setTimeout(() => socket.destroy(new Error(`connect: timed out after ${CONNECT_TIMEOUT_MS} ms`)), CONNECT_TIMEOUT_MS);
     socket.once('connect', () => {
       clearTimeout(timer);
@@ -29,7 +35,7 @@ export function dialPodPort(_podDir: string, spec: PodRunSpec, port: number): Pr
     socket.once('error', (error: NodeJS.ErrnoException) => {
       clearTimeout(timer);
       const why = error.code === 'ECONNREFUSED' ? 'connect: connection refused' : error.message;
-      reject(new PortForwardError(`error forwarding port ${port} to pod ${spec.namespace}/${spec.name}, uid ${spec.uid}: dial tcp4 127.0.0.1:${port}: ${why}`));
+      reject(new PortForwardError(`error forwarding port ${port} to pod ${spec.namespace}/${spec.name}, uid ${spec.uid}: dial tcp4 ${host}:${port}: ${why}`));
     });
   });
 }
