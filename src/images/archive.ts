@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { Parser, type ReadEntry } from 'tar';
-import { sha256Digest } from './blobs.js';
+import { type StagedBlob, sha256Digest } from './blobs.js';
 import {
   ANNOTATION_IMAGE_NAME,
   ANNOTATION_REF_NAME,
@@ -31,7 +31,10 @@ export class ArchiveError extends Error {
 export interface ArchiveTarget {
   hasBlob(digest: string): boolean;
   putBlob(digest: string, content: Readable | NodeJS.ReadableStream, what?: string): Promise<void>;
-  ingestBlob(content: Readable | NodeJS.ReadableStream): Promise<{ digest: string; size: number }>;
+  /** Writes and verifies a blob without naming it; commitBlobs names a batch, discardBlobs drops one. */
+  stageBlob(expected: string | undefined, content: Readable | NodeJS.ReadableStream, what: string): Promise<StagedBlob>;
+  commitBlobs(staged: readonly StagedBlob[]): Promise<void>;
+  discardBlobs(staged: readonly StagedBlob[]): void;
   readBlob(digest: string): Promise<Buffer>;
   blobFile(digest: string): string;
   addImage(ref: string | undefined, digest: string, source?: string): Promise<{ ref: string; digest: string }>;
@@ -76,10 +79,17 @@ function readAll(entry: ReadEntry): Promise<Buffer> {
   });
 }
 
-/** Reads every member of the archive: blobs into the store, small files into memory. */
+/**
+ * Reads every member of the archive: blobs into the store, small files into memory. The blobs
+ * are staged as they stream and committed together at the end (synced at once, then named), or
+ * all dropped when anything failed: an import that fails names no blob.
+ */
 async function readMembers(store: ArchiveTarget, file: string): Promise<Map<string, Member>> {
   const members = new Map<string, Member>();
   const pending: Promise<void>[] = [];
+  const staged: StagedBlob[] = [];
+  /** Members still streaming into the store, failed if the archive breaks off under them. */
+  const streaming = new Set<ReadEntry>();
   const problems: string[] = [];
   const parser = new Parser({
     strict: true,
@@ -99,34 +109,54 @@ async function readMembers(store: ArchiveTarget, file: string): Promise<Map<stri
       const member: Member = {};
       members.set(name, member);
       let work: Promise<void>;
+      // A docker save layer goes to the store however small, so it is unpacked as it streams.
+      const large = (entry.size ?? 0) > SMALL_FILE || /(^|\/)layer\.tar$/.test(name);
+      if (blob || large) {
+        streaming.add(entry);
+        entry.on('end', () => streaming.delete(entry));
+      }
       if (blob) {
         const digest = `sha256:${blob[1]}`;
-        work = store.putBlob(digest, entry as unknown as NodeJS.ReadableStream, `archive member ${name}`).then(() => {
+        work = store.stageBlob(digest, entry as unknown as NodeJS.ReadableStream, `archive member ${name}`).then((blob) => {
+          staged.push(blob);
           member.digest = digest;
-          member.size = entry.size ?? 0;
+          member.size = blob.size;
         });
-      } else if ((entry.size ?? 0) <= SMALL_FILE) {
+      } else if (!large) {
         work = readAll(entry).then((data) => {
           member.data = data;
         });
       } else {
-        work = store.ingestBlob(entry as unknown as NodeJS.ReadableStream).then((written) => {
-          member.digest = written.digest;
-          member.size = written.size;
+        work = store.stageBlob(undefined, entry as unknown as NodeJS.ReadableStream, `archive member ${name}`).then((blob) => {
+          staged.push(blob);
+          member.digest = blob.digest;
+          member.size = blob.size;
         });
       }
       pending.push(work.catch((error: unknown) => void problems.push((error as Error).message)));
     },
   });
-  await new Promise<void>((resolve, reject) => {
-    const input = fs.createReadStream(file);
-    input.on('error', reject);
-    parser.on('error', (error: Error) => reject(new ArchiveError(`${file} is not a readable tar archive: ${error.message}`)));
-    parser.on('end', () => resolve());
-    input.pipe(parser as unknown as NodeJS.WritableStream);
-  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const input = fs.createReadStream(file);
+      input.on('error', reject);
+      parser.on('error', (error: Error) => reject(new ArchiveError(`${file} is not a readable tar archive: ${error.message}`)));
+      parser.on('end', () => resolve());
+      input.pipe(parser as unknown as NodeJS.WritableStream);
+    });
+  } catch (error) {
+    // The archive broke off: fail what still streams from it, so nothing waits for the rest.
+    for (const entry of streaming) entry.destroy(error as Error);
+    await Promise.all(pending);
+    store.discardBlobs(staged);
+    throw error;
+  }
   await Promise.all(pending);
-  if (problems.length) throw new ArchiveError(`${file}: ${problems.join('; ')}`);
+  if (problems.length) {
+    store.discardBlobs(staged);
+    throw new ArchiveError(`${file}: ${problems.join('; ')}`);
+  }
+  await store.commitBlobs(staged);
   return members;
 }
 

@@ -97,6 +97,14 @@ class VerifyingStream extends Transform {
   }
 }
 
+/** A blob written and verified but not yet synced or named (BlobStore.stage). */
+export interface StagedBlob {
+  digest: string;
+  size: number;
+  /** Its temporary file under tmp/. */
+  temp: string;
+}
+
 export class BlobStore {
   readonly dir: string;
   private readonly tmpDir: string;
@@ -144,37 +152,72 @@ export class BlobStore {
    * appears under its name only complete (written to a temporary file, synced, renamed).
    */
   async ingest(source: NodeJS.ReadableStream | Readable, expected?: string, what = 'blob'): Promise<{ digest: string; size: number }> {
+    const staged = await this.stage(source, expected, what);
+    await this.commit([staged]);
+    return { digest: staged.digest, size: staged.size };
+  }
+
+  /**
+   * The first half of `ingest`: the stream written to a temporary file under tmp/ and hashed
+   * (refused, and nothing kept, when it is not `expected`), but not synced and not named yet.
+   * `through` are streams the bytes pass on their way to the file (an import's unpack tee).
+   * Call `commit` (or `discard`) with it; until then nothing is visible under its digest.
+   */
+  async stage(source: NodeJS.ReadableStream | Readable, expected?: string, what = 'blob', through: Transform[] = []): Promise<StagedBlob> {
     if (expected !== undefined) checkDigest(expected);
     const temp = this.tempFile();
     const hashing = new HashingStream();
     try {
       const out = fs.createWriteStream(temp, { mode: 0o444, flags: 'wx' });
-      await pipeline(source, hashing, out);
+      await pipeline([source, hashing, ...through, out]);
       const digest = hashing.digest();
       if (expected !== undefined && digest !== expected) throw new DigestMismatchError(expected, digest, what);
-      // On disk before it gets its name. In the thread pool: this thread goes on meanwhile (an
-      // import's next archive member streams into the store while this one is flushed).
-      const handle = await fs.promises.open(temp, 'r');
-      try {
-        await handle.sync();
-      } finally {
-        await handle.close();
-      }
-      fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-      const target = this.file(digest);
-      if (fs.existsSync(target)) {
-        // Already there: keep the one we have, and mark it fresh so a sweep running now keeps it.
-        const now = new Date();
-        fs.utimesSync(target, now, now);
-        fs.rmSync(temp, { force: true });
-      } else {
-        fs.renameSync(temp, target);
-      }
-      return { digest, size: hashing.bytes };
+      return { digest, size: hashing.bytes, temp };
     } catch (error) {
       fs.rmSync(temp, { force: true });
       throw error;
     }
+  }
+
+  /**
+   * Names staged blobs: every one synced to disk first, all at once (in the thread pool, so the
+   * disk sees them together rather than one flush after another), then each renamed into place.
+   * A blob is never visible under its digest before its bytes are on disk. On failure every
+   * staged file is removed and nothing of the batch that was not renamed yet appears.
+   */
+  async commit(staged: readonly StagedBlob[]): Promise<void> {
+    try {
+      await Promise.all(
+        staged.map(async (blob) => {
+          const handle = await fs.promises.open(blob.temp, 'r');
+          try {
+            await handle.sync();
+          } finally {
+            await handle.close();
+          }
+        }),
+      );
+      fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      for (const blob of staged) {
+        const target = this.file(blob.digest);
+        if (fs.existsSync(target)) {
+          // Already there: keep the one we have, and mark it fresh so a sweep running now keeps it.
+          const now = new Date();
+          fs.utimesSync(target, now, now);
+          fs.rmSync(blob.temp, { force: true });
+        } else {
+          fs.renameSync(blob.temp, target);
+        }
+      }
+    } catch (error) {
+      this.discard(staged);
+      throw error;
+    }
+  }
+
+  /** Removes staged blobs that will not be committed (those already renamed are gone from tmp/). */
+  discard(staged: readonly StagedBlob[]): void {
+    for (const blob of staged) fs.rmSync(blob.temp, { force: true });
   }
 
   /** Writes bytes as a blob (verified against `expected` when given). */

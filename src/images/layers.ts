@@ -96,8 +96,12 @@ export interface UnpackOptions {
   /** The layer blob as a (verifying) stream. */
   source: Readable;
   compression: 'gzip' | 'none';
-  /** The diff id the image config promises for this layer. */
-  diffId: string;
+  /**
+   * The diff id the image config promises for this layer; undefined while an import unpacks a
+   * blob before it knows which config names it (the store then publishes the layer only under
+   * the diff id computed here, and only if a config of the import names that one for this blob).
+   */
+  diffId: string | undefined;
   blob: string;
   /** An empty directory to unpack into (its `fs/` gets the files). */
   workDir: string;
@@ -193,7 +197,7 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
     throw new LayerError(`layer ${options.blob}: ${(error as Error).message}`);
   }
   const diffId = hashing.digest();
-  if (diffId !== options.diffId) {
+  if (options.diffId !== undefined && diffId !== options.diffId) {
     throw new LayerError(`layer ${options.blob}: its uncompressed content has digest ${diffId}, but the image config says ${options.diffId}`);
   }
   if (problems.length) throw new LayerError(`layer ${options.blob} cannot be unpacked safely: ${problems.slice(0, 5).join('; ')}`);

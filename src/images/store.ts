@@ -4,8 +4,9 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import type { Logger } from '../logging/logger.js';
 import { writeFileAtomic } from '../security/files.js';
-import { type ArchiveImport, importArchive, type ImportOptions } from './archive.js';
-import { BlobNotFoundError, BlobStore, CorruptBlobError, checkDigest, sha256Hex } from './blobs.js';
+import { type ArchiveImport, type ArchiveTarget, importArchive, type ImportOptions } from './archive.js';
+import { BlobNotFoundError, BlobStore, CorruptBlobError, checkDigest, type StagedBlob, sha256Hex } from './blobs.js';
+import { type EarlyLayer, EarlyUnpacks } from './early-unpack.js';
 import { compressionOf, type LayerInfo, LayerError, type UnpackedLayer, unpackLayer } from './layers.js';
 import { type Descriptor, type ImageConfig, ImageFormatError, hostPlatform, parseImageConfig, parseManifestDocument, platformManifests } from './oci.js';
 import { isSha256Digest, parseImageRef } from './reference.js';
@@ -132,6 +133,30 @@ export class ImageStore {
   async putBlob(digest: string, content: Readable | NodeJS.ReadableStream, what?: string): Promise<void> {
     await this.blobs.ingest(content, digest, what ?? `blob ${digest}`);
     this.leased(digest);
+  }
+
+  /**
+   * Writes a blob (digest `expected`, or learned from its content) without syncing or naming it:
+   * an import stages all its blobs, then commits them together (commitBlobs). With `early`, a
+   * blob that looks like a layer is unpacked as it streams (early-unpack.ts).
+   */
+  async stageBlob(expected: string | undefined, content: Readable | NodeJS.ReadableStream, what: string, early?: EarlyUnpacks): Promise<StagedBlob> {
+    // A blob the store has already had its layer unpacked, or will when it is used: no tee.
+    const tee = early && !(expected !== undefined && this.blobs.has(expected)) ? early.tee() : undefined;
+    try {
+      const staged = await this.blobs.stage(content, expected, what, tee ? [tee.stream] : []);
+      tee?.done(staged.digest);
+      return staged;
+    } catch (error) {
+      tee?.stream.destroy();
+      throw error;
+    }
+  }
+
+  /** Syncs staged blobs together and names them (listed in this object's leases first). */
+  async commitBlobs(staged: readonly StagedBlob[]): Promise<void> {
+    for (const blob of staged) this.leased(blob.digest);
+    await this.blobs.commit(staged);
   }
 
   /** Writes a blob whose digest is learned from its content. */
@@ -404,16 +429,7 @@ export class ImageStore {
         overlayMarks: this.overlayMarks,
         logger: this.logger,
       });
-      fs.mkdirSync(this.layersDir, { recursive: true, mode: 0o700 });
-      const dir = this.layerDir(layer.diffId);
-      try {
-        fs.renameSync(work, dir);
-      } catch (error) {
-        // Another process unpacked it first: use theirs.
-        const code = (error as NodeJS.ErrnoException).code;
-        if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error;
-        fs.rmSync(work, { recursive: true, force: true });
-      }
+      const dir = this.publishLayerDir(work, layer.diffId);
       this.logger?.debug({ layer: layer.diffId, bytes: info.size, ms: Date.now() - started }, 'layer unpacked');
       return this.layerInfo(layer.diffId) ?? { ...info, dir: path.join(dir, 'fs') };
     } catch (error) {
@@ -427,11 +443,61 @@ export class ImageStore {
     }
   }
 
+  /** Renames an unpacked work dir to layers/<diff id>; if another process got there first, theirs stays. */
+  private publishLayerDir(work: string, diffId: string): string {
+    fs.mkdirSync(this.layersDir, { recursive: true, mode: 0o700 });
+    const dir = this.layerDir(diffId);
+    try {
+      fs.renameSync(work, dir);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error;
+      fs.rmSync(work, { recursive: true, force: true });
+    }
+    return dir;
+  }
+
   // --- import and sweep -------------------------------------------------------------------------
 
-  /** Imports an OCI image-layout or `docker save` archive (tar, gzip or not). */
+  /**
+   * Imports an OCI image-layout or `docker save` archive (tar, gzip or not). Its blobs are
+   * staged, synced together and named; its layers are unpacked as they stream in, and published
+   * only for the images the import named, once their blob digests and diff ids both verified.
+   */
   importArchive(file: string, options: ImportOptions = {}): Promise<ArchiveImport> {
-    return this.withLease(() => importArchive(this, file, options));
+    return this.withLease(async () => {
+      const early = new EarlyUnpacks({ tmpDir: this.tmpDir, overlayMarks: this.overlayMarks, logger: this.logger });
+      const target: ArchiveTarget = {
+        hasBlob: (digest) => this.hasBlob(digest),
+        putBlob: (digest, content, what) => this.putBlob(digest, content, what),
+        stageBlob: (expected, content, what) => this.stageBlob(expected, content, what, early),
+        commitBlobs: (staged) => this.commitBlobs(staged),
+        discardBlobs: (staged) => this.blobs.discard(staged),
+        readBlob: (digest) => this.readBlob(digest),
+        blobFile: (digest) => this.blobFile(digest),
+        addImage: (ref, digest, source) => this.addImage(ref, digest, source),
+      };
+      const wanted = new Map<string, Set<string>>();
+      try {
+        const result = await importArchive(target, file, options);
+        for (const image of result.images) {
+          try {
+            for (const layer of (await this.imageAt(image.digest)).layers) {
+              if (!wanted.has(layer.digest)) wanted.set(layer.digest, new Set());
+              wanted.get(layer.digest)!.add(layer.diffId);
+            }
+          } catch {
+            // not runnable on this platform: its layers are not unpacked here
+          }
+        }
+        return result;
+      } finally {
+        await early.finish(wanted, (digest: string, layer: EarlyLayer) => {
+          fs.writeFileSync(path.join(layer.workDir, 'layer.json'), `${JSON.stringify({ ...layer.info, blob: digest }, null, 2)}\n`, { mode: 0o600 });
+          this.publishLayerDir(layer.workDir, layer.info.diffId);
+        });
+      }
+    });
   }
 
   /**
