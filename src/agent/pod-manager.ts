@@ -1,3 +1,4 @@
+import { followingClient } from '../client/following.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { getPath, type KubeObject } from '../apiserver/objects.js';
@@ -68,21 +69,6 @@ export interface PodManagerOptions {
 
 const RECONCILE_MS = 250;
 const LAUNCH_RETRY_MS = 5000;
-
-/** Delegates to whichever client the agent holds now, so informers survive a server change. */
-function followingClient(current: () => ApiClient): ApiClient {
-  return {
-    get: (...args) => current().get(...args),
-    list: (...args) => current().list(...args),
-    create: (...args) => current().create(...args),
-    update: (...args) => current().update(...args),
-    patch: (...args) => current().patch(...args),
-    delete: (...args) => current().delete(...args),
-    evict: (...args) => current().evict(...args),
-    requestToken: (...args) => current().requestToken(...args),
-    watch: (...args) => current().watch(...args),
-  };
-}
 
 export class PodManager {
   readonly podsDir: string;

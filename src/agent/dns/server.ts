@@ -1,7 +1,8 @@
+import { slimServiceObject } from '../network/service-model.js';
+import { followingClient } from '../../client/following.js';
 import dgram from 'node:dgram';
 import fs from 'node:fs';
 import net from 'node:net';
-import type { KubeObject } from '../../apiserver/objects.js';
 import { Informer } from '../../client/informer.js';
 import { type ApiClient, ENDPOINTSLICES, SERVICES } from '../../client/types.js';
 import type { Logger } from '../../logging/logger.js';
@@ -39,29 +40,6 @@ export interface ClusterDnsOptions {
 
 const TCP_IDLE_MS = 10_000;
 
-/** Delegates to whichever client the agent holds now, so the informers survive a server change. */
-function followingClient(current: () => ApiClient): ApiClient {
-  return {
-    get: (...args) => current().get(...args),
-    list: (...args) => current().list(...args),
-    create: (...args) => current().create(...args),
-    update: (...args) => current().update(...args),
-    patch: (...args) => current().patch(...args),
-    delete: (...args) => current().delete(...args),
-    evict: (...args) => current().evict(...args),
-    requestToken: (...args) => current().requestToken(...args),
-    watch: (...args) => current().watch(...args),
-  };
-}
-
-/** What a Service or slice keeps in the cache: the fields the answers read. */
-function slim(obj: KubeObject): KubeObject {
-  const { name, namespace, resourceVersion, labels } = obj.metadata;
-  const kept: KubeObject = { metadata: { name, namespace, resourceVersion, ...(labels ? { labels } : {}) } };
-  for (const field of ['spec', 'addressType', 'endpoints', 'ports']) if (obj[field] !== undefined) kept[field] = obj[field];
-  return kept;
-}
-
 export class ClusterDns {
   private readonly logger: Logger;
   private readonly address: string;
@@ -95,8 +73,8 @@ export class ClusterDns {
       this.snapshot = undefined;
     };
     return [
-      new Informer(this.client, SERVICES, undefined, changed, this.logger, {}, slim),
-      new Informer(this.client, ENDPOINTSLICES, undefined, changed, this.logger, {}, slim),
+      new Informer(this.client, SERVICES, undefined, changed, this.logger, {}, slimServiceObject),
+      new Informer(this.client, ENDPOINTSLICES, undefined, changed, this.logger, {}, slimServiceObject),
     ];
   }
 

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { getPath, type KubeObject } from '../../apiserver/objects.js';
+import { followingClient } from '../../client/following.js';
 import { Informer } from '../../client/informer.js';
 import { type ApiClient, NODES, SERVICES } from '../../client/types.js';
 import type { Logger } from '../../logging/logger.js';
@@ -10,6 +11,7 @@ import { interfaceMtu, PodNetwork, type PortMapping } from './pod-network.js';
 import type { PodNetworkRunSpec, PodRunSpec } from '../pods/run-spec.js';
 import { type HostResolv, parseResolvConf, podResolvConf } from './resolv-conf.js';
 import { serviceEnvironment } from './service-env.js';
+import { slimServiceObject } from './service-model.js';
 
 /**
  * This node's part of the pod network: it waits for the node's pod CIDR (node IPAM on the
@@ -127,8 +129,10 @@ export class NodeNetwork {
   }
 
   async start(): Promise<void> {
-    this.nodes = new Informer(this.options.client(), NODES, undefined, () => this.kick(), this.options.logger);
-    this.services = new Informer(this.options.client(), SERVICES, undefined, () => undefined, this.options.logger);
+    // Following the agent's client: it is replaced when the agent moves to another server.
+    const client = followingClient(this.options.client);
+    this.nodes = new Informer(client, NODES, undefined, () => this.kick(), this.options.logger);
+    this.services = new Informer(client, SERVICES, undefined, () => undefined, this.options.logger, {}, slimServiceObject);
     await Promise.all([this.nodes.start(), this.services.start()]);
     this.kick();
   }

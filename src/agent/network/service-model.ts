@@ -139,3 +139,11 @@ export function servicePorts(svc: KubeObject, slices: readonly KubeObject[], nod
   }
   return out;
 }
+
+/** What a Service or EndpointSlice informer keeps: the fields the datapath and the cluster DNS read (a cluster holds many slices). */
+export function slimServiceObject(obj: KubeObject): KubeObject {
+  const { name, namespace, resourceVersion, labels } = obj.metadata;
+  const kept: KubeObject = { metadata: { name, namespace, resourceVersion, ...(labels ? { labels } : {}) } };
+  for (const key of ['spec', 'addressType', 'endpoints', 'ports'] as const) if (obj[key] !== undefined) kept[key] = obj[key];
+  return kept;
+}

@@ -1,11 +1,12 @@
+import { followingClient } from '../../client/following.js';
 import { performance } from 'node:perf_hooks';
-import type { KubeObject } from '../../apiserver/objects.js';
 import { Informer } from '../../client/informer.js';
 import { type ApiClient, ENDPOINTSLICES, SERVICES } from '../../client/types.js';
 import type { Logger } from '../../logging/logger.js';
 import type { ServiceNetwork } from '../../node-protocol/service-network.js';
 import { Nft, NftError, nftVersion } from './nftables.js';
 import { type ExistingObjects, PROXY_TABLE, planServiceRules } from './service-rules.js';
+import { slimServiceObject } from './service-model.js';
 
 /**
  * The node's Service datapath kept current (kube-proxy's job): Services and EndpointSlices are
@@ -56,29 +57,6 @@ const RETRY_MS = [1000, 2000, 5000, 10_000, 30_000];
 /** Chains and sets a sync emptied are deleted by a sync this much later. */
 const DELETE_AFTER_MS = 1000;
 
-/** Delegates to whichever client the agent holds now, so the informers survive a server change. */
-function followingClient(current: () => ApiClient): ApiClient {
-  return {
-    get: (...args) => current().get(...args),
-    list: (...args) => current().list(...args),
-    create: (...args) => current().create(...args),
-    update: (...args) => current().update(...args),
-    patch: (...args) => current().patch(...args),
-    delete: (...args) => current().delete(...args),
-    evict: (...args) => current().evict(...args),
-    requestToken: (...args) => current().requestToken(...args),
-    watch: (...args) => current().watch(...args),
-  };
-}
-
-/** Keeps the fields the datapath reads (an informer of every slice in the cluster holds many). */
-function slim(obj: KubeObject): KubeObject {
-  const { name, namespace, resourceVersion, labels } = obj.metadata;
-  const kept: KubeObject = { metadata: { name, namespace, resourceVersion, ...(labels ? { labels } : {}) } };
-  for (const key of ['spec', 'addressType', 'endpoints', 'ports'] as const) if (obj[key] !== undefined) kept[key] = obj[key];
-  return kept;
-}
-
 export class ServiceProxy {
   private readonly nft: Nft;
   private readonly services: Informer;
@@ -107,8 +85,8 @@ export class ServiceProxy {
     this.resyncMs = options.resyncMs ?? 5 * 60_000;
     const client = followingClient(options.client);
     const changed = (): void => this.schedule();
-    this.services = new Informer(client, SERVICES, undefined, changed, this.logger, {}, slim);
-    this.slices = new Informer(client, ENDPOINTSLICES, undefined, changed, this.logger, {}, slim);
+    this.services = new Informer(client, SERVICES, undefined, changed, this.logger, {}, slimServiceObject);
+    this.slices = new Informer(client, ENDPOINTSLICES, undefined, changed, this.logger, {}, slimServiceObject);
   }
 
   /** The last sync that reached the kernel. */
