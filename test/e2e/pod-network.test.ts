@@ -231,6 +231,8 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
     it('an agent killed with -9 and started again keeps its pods, their addresses, and leaks none', async () => {
       const before = (await getPod('web-0'))!;
       const rulesBefore = proxyRules(net.hosts[0]!.netns);
+      const pidBefore = await containerInitPid(dataDirs.get('pn-a')!, before.metadata.uid, 'web');
+      assert.ok(pidBefore, 'web-0 runs');
       assert.ok(rulesBefore > 0, 'the node has Service rules (the kubernetes and db Services)');
       await agents.get('pn-a')!.stop('SIGKILL');
       await launch(0);
@@ -241,6 +243,7 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       }, 'web-0 still runs with its address', 60_000);
       const after = (await getPod('web-0'))!;
       assert.equal(after.metadata.uid, before.metadata.uid);
+      assert.equal(await containerInitPid(dataDirs.get('pn-a')!, before.metadata.uid, 'web'), pidBefore, 'the same container, not a new one');
       assert.equal(after.status?.containerStatuses?.[0]?.restartCount ?? 0, before.status?.containerStatuses?.[0]?.restartCount ?? 0, 'the container was not restarted');
       assert.deepEqual([...reservations('pn-a').entries()], [[before.status!.podIP, before.metadata.uid]]);
       // The restarted agent rewrote its Service table: the same rules, none twice.
