@@ -13,9 +13,11 @@
  * files; layers gzipped, as registries serve them; written as an OCI image-layout archive.
  * Each round, in alternating order:
  * - drover import+unpack: `ImageStore.importArchive` of the archive into an empty store (every
- *   blob hashed and written), `resolve`, then `layerDirs` (every layer gunzipped, hashed against
- *   its diff id and unpacked with the tar package);
- * - drover unpack: `layerDirs` alone, from a store that already holds the blobs;
+ *   blob hashed, staged and synced together at the end; every layer gunzipped, unpacked with the
+ *   tar package and hashed as it streams in, published once its diff id matches its config),
+ *   `resolve`, then `layerDirs` (which finds the layers unpacked);
+ * - drover unpack: `layerDirs` alone, from a store that already holds the blobs (written one by
+ *   one as a pull writes them, so nothing is unpacked yet);
  * - tar -x: `tar -xzf <layer> -C <dir>` for each layer blob, one after another (GNU tar, with
  *   gzip in a second process).
  * Each measure starts after a `sync`, so none pays for the writeback of the one before, and
