@@ -187,7 +187,11 @@ describe('workload controllers (server process, hand-made nodes, a fake kubelet)
       const list = await activePodsOf('db-');
       return list.length === 3 && list.every((p) => p.ready) && list;
     }, '3 ready db pods');
-    const order = kubelet.log.filter((e) => /^(added|ready):db-\d$/.test(e));
+    // The kubelet logs 'ready:' from its watch, which may trail the API read above by a moment.
+    const order = await eventually(async () => {
+      const seen = kubelet.log.filter((e) => /^(added|ready):db-\d$/.test(e));
+      return seen.length >= 6 && seen;
+    }, 'the kubelet saw the three pods added and ready');
     assert.deepEqual(order, ['added:db-0', 'ready:db-0', 'added:db-1', 'ready:db-1', 'added:db-2', 'ready:db-2']);
     const db1 = (await pods((p) => p.name === 'db-1'))[0]!;
     assert.equal(db1.labels['statefulset.kubernetes.io/pod-name'], 'db-1');
