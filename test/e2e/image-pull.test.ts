@@ -142,7 +142,12 @@ configs:
     const resolved = await store().resolve(image);
     assert.equal(resolved.manifestDigest, web.manifestDigest);
     assert.match(running.status!.containerStatuses![0]!.imageID ?? '', new RegExp(`@${web.manifestDigest}$`));
-    const marker = await execIn(server.dataDir, running.metadata.uid, 'main', ['cat', '/marker.txt']);
+    // `running` is reported once the supervisor has started `runc run`; runc may need a moment
+    // more before the container exists for an exec.
+    const marker = await eventually(async () => {
+      const out = await execIn(server.dataDir, running.metadata.uid, 'main', ['cat', '/marker.txt']);
+      return out.code === 0 && out;
+    }, 'an exec in the pulled container', 30_000);
     assert.equal(marker.stdout, 'pulled through the mirror\n');
     // Events are written while the pod starts, not before: wait for them.
     await eventually(async () => {
