@@ -196,7 +196,14 @@ describe('failover after an abrupt loss (SQLite)', { concurrency: false }, () =>
     // A window for "nothing moves": longer than a failover would take to be decided once the
     // controller runs again (fencing timeout + margin), with every pod process checked throughout;
     // then the durable record (pods, events, journal) is checked.
-    await always(() => pids.every(alive), 'every pod process runs after the outage', FENCING_TIMEOUT_MS + FENCING_MARGIN_MS + 1000, 200);
+    try {
+      await always(() => pids.every(alive), 'every pod process runs after the outage', FENCING_TIMEOUT_MS + FENCING_MARGIN_MS + 1000, 200);
+    } catch (error) {
+      // Say which process went and what the cluster did meanwhile (a flake seen once in CI at load 3).
+      const gone = pods.filter((p) => containerPids(p).some((pid) => !alive(pid))).map((p) => `${p.name} on ${p.node}`);
+      const events = (await eventsSince(cluster.server, eventsBefore)).map((e) => `${e.reason}: ${e.message}`);
+      throw new Error(`${(error as Error).message}; gone: ${gone.join(', ')}; events since the outage began:\n${events.join('\n')}`);
+    }
     const now = [...(await readyPods(cluster.server, WEB)), ...(await readyPods(cluster.server, SOLO))];
     assert.deepEqual(now.map((p) => p.uid).sort(), pods.map((p) => p.uid).sort(), 'no pod was replaced');
     for (const pid of pids) assert.ok(alive(pid));
