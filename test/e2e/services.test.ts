@@ -109,10 +109,14 @@ describe('Services, Endpoints and EndpointSlices on a real server', { concurrenc
       const ep = (await api('GET', '/api/v1/namespaces/default/endpoints/api')).json as { subsets?: { addresses?: { ip: string }[]; ports: { port: number }[] }[] };
       return ep.subsets?.[0]?.addresses?.[0]?.ip === '10.42.0.5' && ep.subsets[0].ports[0]!.port === 8080 ? true : undefined;
     }, 'the ready address in the Endpoints', 60_000);
-    const slices = (await api('GET', '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dapi')).json as {
-      items: { endpoints: { addresses: string[]; conditions: { ready: boolean } }[]; ports: { port: number }[] }[];
-    };
-    assert.equal(slices.items.length, 1);
+    // The slice for the new port set is written before the port-less one is deleted (consumers never
+    // see no slice), so for a moment there are two: wait for the old one to go.
+    const slices = await eventually(async () => {
+      const list = (await api('GET', '/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dapi')).json as {
+        items: { endpoints: { addresses: string[]; conditions: { ready: boolean } }[]; ports: { port: number }[] }[];
+      };
+      return list.items.length === 1 ? list : undefined;
+    }, 'one EndpointSlice for the Service', 60_000);
     assert.deepEqual(slices.items[0]!.endpoints.map((e) => [e.addresses[0], e.conditions.ready]), [['10.42.0.5', true]]);
     await setStatus(false);
     await eventually(async () => {
