@@ -163,6 +163,21 @@ async function allReady(through: Srv, names: string[], what: string, ceilingMs =
   return Date.now() - started;
 }
 
+/** The warnings, errors and node-lifecycle lines of a JSON log between two times (for a failure's message). */
+function noteworthy(log: string, from: number, to: number): string {
+  const lines = log.split('\n').filter((line) => {
+    try {
+      const entry = JSON.parse(line) as { time?: string; level?: string; msg?: string };
+      const at = Date.parse(entry.time ?? '');
+      const interesting = entry.level === 'warn' || entry.level === 'error' || /lifecycle|lease|disruption|renew|etcd|watch/i.test(entry.msg ?? '');
+      return at >= from - 5000 && at <= to && interesting;
+    } catch {
+      return false;
+    }
+  });
+  return lines.slice(-40).join('\n') || '(none)';
+}
+
 /** Lists nodes through one server every 250 ms and records every node's state in every answer. */
 class Sampler {
   readonly rounds: { time: number; states: Record<string, string | undefined> }[] = [];
@@ -445,7 +460,12 @@ describe('server roles: three etcd-only servers, one control-plane-only server, 
       await expectUntouched(pids, `while ${m.name} restarted`);
       // The other nodes stayed Ready in every round sampled through cp.
       for (const o of [...others.map((x) => x.name), agentName]) {
-        assert.deepEqual(sampler.notReady(o, from, to), [], `${o} stayed Ready while ${m.name} restarted`);
+        const seen = sampler.notReady(o, from, to);
+        // Seen once in a full CI run at load 3 and not since: say what cp and the agent logged then.
+        if (seen.length > 0) {
+          const logs = [`cp:\n${noteworthy(cp.proc!.output(), from, to)}`, `agent ${agentName}:\n${noteworthy(agent!.output(), from, to)}`];
+          assert.fail(`${o} stayed Ready while ${m.name} restarted; seen ${JSON.stringify(seen)}; warnings and lifecycle lines meanwhile:\n${logs.join('\n')}`);
+        }
       }
       steps.push(
         `${m.name} restart (${m.extra.join(' ')}): stop ${stopped.ms} ms, ready ${ms} ms, /metrics ${first} at once; ` +
