@@ -217,18 +217,27 @@ try {
     );
   }
   const med = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, round(median(v), 0)]));
-  const ratioNew = round(median(samples.serviceNew!) / median(samples.directNew!), 3);
-  const ratioKeepAlive = round(median(samples.serviceKeepAlive!) / median(samples.directKeepAlive!), 3);
+  // Each round runs its two targets back to back, so their ratio shares the machine's state of
+  // the moment; the median of those paired ratios holds even when a neighbour's load changes the
+  // machine's speed from round to round (a ratio of medians does not: it pairs unrelated rounds).
+  const pairedRatios = (over: number[], base: number[]): number[] => over.map((v, i) => round(v / base[i]!, 3));
+  const roundRatiosNew = pairedRatios(samples.serviceNew!, samples.directNew!);
+  const roundRatiosKeepAlive = pairedRatios(samples.serviceKeepAlive!, samples.directKeepAlive!);
+  const ratioNew = round(median(roundRatiosNew), 3);
+  const ratioKeepAlive = round(median(roundRatiosKeepAlive), 3);
   const rebuildMedians = Object.fromEntries(Object.entries(rebuild.ms).map(([k, v]) => [k, round(median(v), 0)]));
   console.log(`\nrequests/s (median of ${n.rounds} rounds of ${n.seconds} s, ${n.concurrency} loops): ${JSON.stringify(med)}`);
-  console.log(`ratio ClusterIP / direct: new connections ${ratioNew}, kept alive ${ratioKeepAlive} (goal >= ${GOAL_RATIO}); request errors ${errors}`);
+  console.log(
+    `ratio ClusterIP / direct, median of the rounds' ratios: new connections ${ratioNew} (${roundRatiosNew.join(' ')}), ` +
+      `kept alive ${ratioKeepAlive} (${roundRatiosKeepAlive.join(' ')}) (goal >= ${GOAL_RATIO}); request errors ${errors}`,
+  );
   console.log(`rebuild at ${n.services} x ${n.endpoints} (${rebuild.rules} rules, ${rebuild.chains} chains), median ms: ${JSON.stringify(rebuildMedians)}`);
   const loadAfter = machineInfo().loadAverage;
   const file = writeResult('service-datapath', {
     machine: info,
     loadAverageAfter: loadAfter,
     options: n,
-    throughput: { medians: med, samples, synRetransmitted, sharedPorts: n['shared-ports'] === 1, ratioNewConnections: ratioNew, ratioKeepAlive, goalRatio: GOAL_RATIO, errors },
+    throughput: { medians: med, samples, synRetransmitted, sharedPorts: n['shared-ports'] === 1, ratioNewConnections: ratioNew, ratioKeepAlive, roundRatiosNew, roundRatiosKeepAlive, goalRatio: GOAL_RATIO, errors },
     rebuild: { services: n.services, endpointsPerService: n.endpoints, rules: rebuild.rules, chains: rebuild.chains, mediansMs: rebuildMedians, samplesMs: rebuild.ms },
   });
   console.log(`wrote ${file}`);
