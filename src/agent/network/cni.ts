@@ -64,9 +64,15 @@ export class CniError extends Error {
 }
 
 export function findPlugin(binDirs: readonly string[], type: string): string | undefined {
+  // A plugin type is a file name, never a path (a network config must not run /bin/sh).
   if (!/^[A-Za-z0-9_.-]+$/.test(type)) return undefined;
-  for (const dir of binDirs) {
-    const file = path.join(dir, type);
+  return findExecutable(binDirs, type);
+}
+
+/** The first `dirs/name` this process may execute, or undefined. */
+export function findExecutable(dirs: readonly string[], name: string): string | undefined {
+  for (const dir of dirs) {
+    const file = path.join(dir, name);
     try {
       fs.accessSync(file, fs.constants.X_OK);
       return file;

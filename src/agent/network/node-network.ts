@@ -5,7 +5,7 @@ import { Informer } from '../../client/informer.js';
 import { type ApiClient, NODES, SERVICES } from '../../client/types.js';
 import type { Logger } from '../../logging/logger.js';
 import { type ClusterNetworkSettings, parseCidr, parseServiceNetwork, type ServiceNetwork } from '../../node-protocol/service-network.js';
-import { DEFAULT_CNI_BIN_DIRS, findPlugin } from './cni.js';
+import { DEFAULT_CNI_BIN_DIRS, findExecutable, findPlugin } from './cni.js';
 import { Overlay, type OverlayBackend, peersFrom, VXLAN_OVERHEAD } from './overlay.js';
 import { interfaceMtu, PodNetwork, type PortMapping } from './pod-network.js';
 import type { PodNetworkRunSpec, PodRunSpec } from '../pods/run-spec.js';
@@ -210,15 +210,7 @@ function missingPrerequisites(): string | undefined {
 }
 
 function onPath(tool: string): boolean {
-  for (const dir of (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':')) {
-    try {
-      fs.accessSync(`${dir}/${tool}`, fs.constants.X_OK);
-      return true;
-    } catch {
-      // not here
-    }
-  }
-  return false;
+  return findExecutable((process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':'), tool) !== undefined;
 }
 
 /** The hostPorts of a pod's containers, for the portmap plugin. */

@@ -7,6 +7,7 @@ import { type Cidr, nodeCidrGateway, type ServiceNetwork } from '../../node-prot
 import { namespacesDir } from '../pods/runtime/names.js';
 import { isNsfs, pinNetworkNamespace } from '../pods/runtime/sandbox.js';
 import { unmount } from '../pods/runtime/host-mounts.js';
+import { Nft } from './nftables.js';
 import { addNetworkList, type CniResult, type CniTarget, DEFAULT_CNI_BIN_DIRS, delNetworkList, type NetworkConfigList, resultIpv4 } from './cni.js';
 
 const execFileAsync = promisify(execFile);
@@ -90,13 +91,6 @@ export function masqueradeRules(clusterCidr: string): string {
   ].join('\n');
 }
 
-export async function applyNft(script: string): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    const child = execFile('nft', ['-f', '-'], (error, _stdout, stderr) => (error ? reject(new Error(`nft: ${stderr || error.message}`)) : resolve()));
-    child.stdin?.end(script);
-  });
-}
-
 export class PodNetwork {
   private readonly binDirs: readonly string[];
   private readonly resultsDir: string;
@@ -104,6 +98,12 @@ export class PodNetwork {
   private readonly list: NetworkConfigList;
   /** One CNI operation at a time per pod (the specification forbids parallel ones). */
   private readonly busy = new Map<string, Promise<unknown>>();
+  /**
+   * Each attached pod's address, as its cached result has it: read from the cache files once at
+   * setUp, then kept with every attach and release. Every status report asks for it, so it is
+   * never read from disk there.
+   */
+  private readonly addresses = new Map<string, string>();
 
   constructor(private readonly options: PodNetworkOptions) {
     this.binDirs = options.cniBinDirs ?? DEFAULT_CNI_BIN_DIRS;
@@ -147,7 +147,13 @@ export class PodNetwork {
     if (!writeSysctl('net.bridge.bridge-nf-call-iptables', '1')) {
       this.options.logger.warn('net.bridge.bridge-nf-call-iptables is not available (module br_netfilter); a pod reaching a Service backed by a pod on the same node may hang');
     }
-    await applyNft(masqueradeRules(this.options.network.clusterCidr.text));
+    for (const file of safeList(this.resultsDir)) {
+      if (!file.endsWith('.json')) continue;
+      const cached = this.readEntry(file.slice(0, -'.json'.length));
+      const ip = cached ? resultIpv4(cached.result) : undefined;
+      if (cached && ip) this.addresses.set(cached.uid, ip);
+    }
+    await new Nft().apply(masqueradeRules(this.options.network.clusterCidr.text));
     this.options.logger.info({ podCIDR: this.options.podCidr.text, bridge: BRIDGE_NAME, mtu: this.options.mtu }, 'pod network ready');
   }
 
@@ -155,9 +161,10 @@ export class PodNetwork {
     return path.join(this.resultsDir, `${uid}.json`);
   }
 
-  private readCache(uid: string): CachedAttachment | undefined {
+  /** The pod's cached attachment: its ADD result, or (`pending`) what an ADD in progress wrote first. */
+  private readEntry(uid: string, which: 'result' | 'pending' = 'result'): CachedAttachment | undefined {
     try {
-      return JSON.parse(fs.readFileSync(this.cacheFile(uid), 'utf8')) as CachedAttachment;
+      return JSON.parse(fs.readFileSync(which === 'result' ? this.cacheFile(uid) : `${this.cacheFile(uid)}.pending`, 'utf8')) as CachedAttachment;
     } catch {
       return undefined;
     }
@@ -165,8 +172,7 @@ export class PodNetwork {
 
   /** The pod's address, when it is attached. */
   podIp(uid: string): string | undefined {
-    const cached = this.readCache(uid);
-    return cached ? resultIpv4(cached.result) : undefined;
+    return this.addresses.get(uid);
   }
 
   private serial<T>(uid: string, work: () => Promise<T>): Promise<T> {
@@ -193,11 +199,14 @@ export class PodNetwork {
    */
   attach(pod: { uid: string; namespace: string; name: string; podDir: string; portMappings: PortMapping[] }): Promise<Attachment> {
     return this.serial(pod.uid, async () => {
-      const cached = this.readCache(pod.uid);
+      const cached = this.readEntry(pod.uid);
       const netnsFile = path.join(namespacesDir(pod.podDir), 'net');
       if (cached && cached.netns === netnsFile && fs.existsSync(netnsFile)) {
         const ip = resultIpv4(cached.result);
-        if (ip && isNsfs(netnsFile)) return { podIp: ip };
+        if (ip && isNsfs(netnsFile)) {
+          this.addresses.set(pod.uid, ip);
+          return { podIp: ip };
+        }
       }
       if (cached) await this.release(cached);
       const netns = pinNetworkNamespace(pod.podDir);
@@ -212,6 +221,7 @@ export class PodNetwork {
         if (!ip) throw new Error(`the CNI result has no IPv4 address: ${JSON.stringify(result)}`);
         fs.writeFileSync(this.cacheFile(pod.uid), JSON.stringify({ ...entry, result }), { mode: 0o600 });
         fs.rmSync(pendingFile, { force: true });
+        this.addresses.set(pod.uid, ip);
         this.options.logger.info({ pod: `${pod.namespace}/${pod.name}`, podIP: ip }, 'pod network attached');
         return { podIp: ip };
       } catch (error) {
@@ -225,20 +235,12 @@ export class PodNetwork {
   /** Give the pod's address back and remove its namespace. Safe to repeat; a pod never attached is a no-op. */
   detach(uid: string, podDir: string | undefined): Promise<void> {
     return this.serial(uid, async () => {
-      const cached = this.readCache(uid) ?? this.readPending(uid);
+      const cached = this.readEntry(uid) ?? this.readEntry(uid, 'pending');
       if (cached) await this.release(cached);
       if (!podDir) return;
       const netns = path.join(namespacesDir(podDir), 'net');
       if (isNsfs(netns)) unmount(netns);
     });
-  }
-
-  private readPending(uid: string): CachedAttachment | undefined {
-    try {
-      return JSON.parse(fs.readFileSync(`${this.cacheFile(uid)}.pending`, 'utf8')) as CachedAttachment;
-    } catch {
-      return undefined;
-    }
   }
 
   private async release(cached: CachedAttachment): Promise<void> {
@@ -248,6 +250,7 @@ export class PodNetwork {
     await delNetworkList(this.binDirs, this.list, { ...this.target(cached, 'eth0'), netns: live ? cached.netns : '' }, { portMappings: cached.portMappings }, cached.result);
     fs.rmSync(this.cacheFile(cached.uid), { force: true });
     fs.rmSync(`${this.cacheFile(cached.uid)}.pending`, { force: true });
+    this.addresses.delete(cached.uid);
     this.options.logger.info({ pod: `${cached.namespace}/${cached.name}`, podIP: cached.result ? resultIpv4(cached.result) : undefined }, 'pod network released');
   }
 
@@ -267,7 +270,7 @@ export class PodNetwork {
         continue;
       }
       try {
-        const entry = this.readCache(uid) ?? this.readPending(uid);
+        const entry = this.readEntry(uid) ?? this.readEntry(uid, 'pending');
         // The pin is `<pod dir>/ns/net`.
         await this.detach(uid, entry ? path.dirname(path.dirname(entry.netns)) : undefined);
         released++;
