@@ -42,9 +42,8 @@ interface CacheEntry {
 const HEADER = 12;
 const SOCKET_ROTATE_MS = 10_000;
 const TYPE_OPT = 41;
-const RCODE_SERVFAIL = 2;
-const RCODE_NXDOMAIN = 3;
-const RCODE_REFUSED = 5;
+/** DNS response codes (RFC 1035 4.1.1, RFC 6895), for the forwarder and the responder alike. */
+export const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4, REFUSED: 5 } as const;
 
 export class WireError extends Error {
   override name = 'WireError';
@@ -143,7 +142,7 @@ export class Forwarder {
         continue;
       }
       const rcode = rcodeOf(response);
-      if (rcode === RCODE_SERVFAIL || rcode === RCODE_REFUSED) {
+      if (rcode === RCODE.SERVFAIL || rcode === RCODE.REFUSED) {
         fallback ??= response;
         continue;
       }
@@ -184,7 +183,7 @@ export class Forwarder {
 
   private store(key: string, response: Buffer): void {
     const rcode = rcodeOf(response);
-    if ((rcode !== 0 && rcode !== RCODE_NXDOMAIN) || truncated(response)) return;
+    if ((rcode !== 0 && rcode !== RCODE.NXDOMAIN) || truncated(response)) return;
     let ttl: number | undefined;
     try {
       ttl = recordTtls(response);

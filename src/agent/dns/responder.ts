@@ -1,7 +1,7 @@
 import dnsPacket, { type Answer, type DecodedPacket, type OptAnswer, type Packet, type RecordType } from 'dns-packet';
 import type { Logger } from '../../logging/logger.js';
 import type { ServiceNetwork } from '../../node-protocol/service-network.js';
-import { type Forwarder, questionEnd } from './forwarder.js';
+import { type Forwarder, questionEnd, RCODE } from './forwarder.js';
 import { answer, buildSnapshot, type DnsAnswer, type DnsRecords, type DnsSnapshot, soaRecord } from './records.js';
 
 /**
@@ -29,7 +29,6 @@ const FLAG_RD = 0x0100;
 const FLAG_RA = 0x0080;
 /** Encoded replies kept per snapshot at most (all dropped when full: a burst of odd names). */
 const REPLY_CACHE_ENTRIES = 10_000;
-export const RCODE = { NOERROR: 0, FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4 } as const;
 
 export class DnsResponder {
   private readonly empty: DnsSnapshot;
