@@ -4,13 +4,17 @@ import type { Logger } from '../logging/logger.js';
 import type { ContainerWaiting, PodConfigurator } from './pod-config.js';
 import { withTerminal } from './pod-run-spec.js';
 import { liveSupervisor, readRunState } from './pods/launch.js';
-import { readRunSpec, writeRunSpec, type EphemeralContainerRunSpec } from './pods/run-spec.js';
+import { buildContainerRoots, VolumeSetupError } from './pods/mounts.js';
+import { type ContainerMount, readRunSpec, writeRunSpec, type EphemeralContainerRunSpec } from './pods/run-spec.js';
+import { mountPlan } from './pods/volumes.js';
 
 /**
  * Ephemeral containers (`kubectl debug`) on the agent's side. A running pod whose spec gains one
  * gets it resolved like any container (environment, image pulled per policy) and appended to the
  * pod's run spec (pod.json); then the supervisor is sent SIGUSR2 and starts it in the pod's
  * sandbox (supervisor.ts). The supervisor is not restarted: the pod's containers keep running.
+ * Its volumeMounts bind the pod's volumes, which are on the node already (the pod runs): the
+ * same directories its containers see, laid out by the same plan (pods/volumes.ts).
  * Until it is handed over its status says why it waits; under the process runtime it cannot run
  * (there is no image and no namespace to join) and its status and an event say so.
  */
@@ -21,6 +25,27 @@ const isObject = (value: unknown): value is Json => typeof value === 'object' &&
 
 export const PROCESS_RUNTIME_MESSAGE =
   'ephemeral containers need the runc runtime: this pod runs its containers as local processes (runtime class process), which have no image or namespaces for a debug container to use';
+
+/**
+ * An ephemeral container's mounts: its volumeMounts planned and made as a container's would be
+ * (payload volumes read-only, an emptyDir shared read-write), against the pod's volumes that
+ * already exist in the pod dir. Admission refuses a mount of a volume the pod lacks and a subPath;
+ * the plan skips the first as it does for any container, and handles the second as it does for
+ * any container, should an older server have let one through.
+ */
+export function ephemeralContainerMounts(pod: KubeObject, dir: string, container: Json): { kind: 'ready'; mounts: ContainerMount[] } | { kind: 'failed'; message: string } {
+  const name = String(container.name);
+  // The plan reads spec.containers: give it this container alone.
+  const alone: KubeObject = { ...pod, spec: { ...(isObject(pod.spec) ? pod.spec : {}), containers: [container], initContainers: [] } };
+  const plan = mountPlan(alone, dir, 'runc');
+  if (plan.kind === 'failed') return { kind: 'failed', message: plan.message };
+  try {
+    return { kind: 'ready', mounts: buildContainerRoots(dir, plan.containers, 'runc').get(name) ?? [] };
+  } catch (error) {
+    if (!(error instanceof VolumeSetupError)) throw error;
+    return { kind: 'failed', message: error.message };
+  }
+}
 
 /** The ephemeral containers a pod's spec holds. */
 export function specEphemeralContainers(pod: KubeObject): Json[] {
@@ -105,9 +130,18 @@ export class EphemeralContainers {
         waiting[name] = { reason: prepared.reason, message: prepared.message };
         continue;
       }
+      const mounts = ephemeralContainerMounts(pod, dir, container);
+      if (mounts.kind === 'failed') {
+        // Tried once, as any ephemeral container that cannot be created.
+        waiting[name] = { reason: 'CreateContainerConfigError', message: mounts.message };
+        this.once(pod, `mounts/${name}`, 'Failed', `Error: ephemeral container ${name}: ${mounts.message}`);
+        handed.add(name);
+        continue;
+      }
       const target = typeof container.targetContainerName === 'string' && container.targetContainerName ? container.targetContainerName : undefined;
       added.push({
         ...prepared.spec,
+        ...(mounts.mounts.length ? { mounts: mounts.mounts } : {}),
         ...withTerminal(container),
         ...(target ? { targetContainerName: target } : {}),
       });

@@ -268,8 +268,7 @@ export class PodConfigurator {
 
   /**
    * An ephemeral container's run spec (`kubectl debug`), for a pod already running under runc:
-   * its environment and image resolved as any container's. It gets no volume mounts (the pod's
-   * volumes are laid out per container when the pod starts).
+   * its environment and image resolved as any container's (its volume mounts: ephemeral-containers.ts).
    */
   async prepareEphemeral(pod: KubeObject, dir: string, container: Json): Promise<{ kind: 'ready'; spec: ContainerRunSpec } | { kind: 'waiting'; reason: string; message: string }> {
     const name = String(container.name);

@@ -82,6 +82,17 @@ describe('ephemeral container validation', () => {
     assert.equal(causes[0]!.reason, 'FieldValueNotFound');
   });
 
+  it("mounts the pod's volumes by name, without subPath: a missing volume and a subPath or subPathExpr are refused", () => {
+    const withVolumes = (mounts: unknown[]): unknown => ({ ...(pod([{ ...debuggerContainer, volumeMounts: mounts }]).spec as object), volumes: [{ name: 'data', emptyDir: {} }] });
+    assert.deepEqual(validateEphemeralContainers(withVolumes([{ name: 'data', mountPath: '/data', readOnly: true }])), []);
+    const missing = validateEphemeralContainers(withVolumes([{ name: 'nope', mountPath: '/nope' }]));
+    assert.deepEqual(fields(missing), ['spec.ephemeralContainers[0].volumeMounts[0].name']);
+    assert.match(missing[0]!.message ?? '', /Not found: "nope"/);
+    const sub = validateEphemeralContainers(withVolumes([{ name: 'data', mountPath: '/a', subPath: 'x' }, { name: 'data', mountPath: '/b', subPathExpr: '$(POD)' }]));
+    assert.deepEqual(fields(sub), ['spec.ephemeralContainers[0].volumeMounts[0].subPath', 'spec.ephemeralContainers[0].volumeMounts[1].subPathExpr']);
+    assert.ok(sub.every((c) => c.message === 'Forbidden: cannot be set for an Ephemeral Container'));
+  });
+
   it('refuses ephemeral containers on create', () => {
     assert.deepEqual(fields(validateEphemeralContainersOnCreate(pod([debuggerContainer]))), ['spec.ephemeralContainers']);
     assert.deepEqual(validateEphemeralContainersOnCreate(pod()), []);

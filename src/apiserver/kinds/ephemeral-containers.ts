@@ -9,8 +9,9 @@ import { validateContainerSecurityContext } from './pod-security-validation.js';
  * part of a created pod, they are added through the pods/ephemeralcontainers subresource only,
  * one added is never changed or removed, their names are unique among all the pod's containers,
  * they may not declare ports, probes, resources or lifecycle hooks (nothing would honour them for
- * a container that is never restarted), and targetContainerName names one of the pod's
- * containers (whose process namespace the debugger joins). Pure functions.
+ * a container that is never restarted), their volumeMounts name volumes the pod has and set no
+ * subPath, and targetContainerName names one of the pod's containers (whose process namespace
+ * the debugger joins). Pure functions.
  */
 
 type Json = Record<string, unknown>;
@@ -92,6 +93,18 @@ export function validateEphemeralContainers(spec: unknown): StatusCause[] {
       if (value !== undefined && value !== null && (!Array.isArray(value) || !value.every((part) => typeof part === 'string'))) {
         causes.push({ reason: 'FieldValueInvalid', message: 'must be a list of strings', field: `${at}.${field}` });
       }
+    }
+    // A subPath is a bind mount kept until the pod ends, and implies the container is part of
+    // the workload: Kubernetes refuses it for a debugger (the volume's root is mounted instead).
+    if (Array.isArray(c.volumeMounts)) {
+      c.volumeMounts.forEach((m, j) => {
+        if (!isObject(m)) return;
+        for (const field of ['subPath', 'subPathExpr']) {
+          if (isSet(m[field])) {
+            causes.push({ reason: 'FieldValueForbidden', message: 'Forbidden: cannot be set for an Ephemeral Container', field: `${at}.volumeMounts[${j}].${field}` });
+          }
+        }
+      });
     }
     const target = c.targetContainerName;
     if (target !== undefined && target !== null && target !== '') {
