@@ -16,8 +16,9 @@
  * bench/results/dns.json: every sample, the medians per mode, the ratios, the load average before
  * and after. `DNS_BENCH_PROFILE=<dir>` writes a CPU profile of the cluster DNS process there.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
+import { createTestNetwork, type TestNetwork } from '../test/helpers/netns.js';
 import {
   BenchApi,
   benchTempDir,
@@ -39,13 +40,9 @@ import {
 } from './common.js';
 
 const { n } = parseBenchArgs({ rounds: { default: 3, min: 1 }, seconds: { default: 3, min: 1 }, window: { default: 8, min: 1 }, services: { default: 200, min: 1 } });
-const SUFFIX = `${process.pid % 10000}`;
-const NETNS = `drover-b${SUFFIX}-dns`;
-const HOST_VETH = `dbh${SUFFIX}`;
-const NS_VETH = `dbn${SUFFIX}`;
-const SUBNET = 10 + (process.pid % 200);
-const HOST_IP = `10.215.${SUBNET}.1`;
-const NS_IP = `10.215.${SUBNET}.2`;
+// The node's namespace (test/helpers/netns.ts, no default route), made in main() once root is checked.
+let net: TestNetwork | undefined;
+const node = (): { netns: string; ip: string; hostIp: string } => ({ ...net!.hosts[0]!, hostIp: net!.hostIp });
 const CLUSTER_DNS = '10.43.0.10';
 const TSX = ['--import', 'tsx'];
 
@@ -64,26 +61,12 @@ const MODES = {
   service: { server: CLUSTER_DNS, name: 'web.default.svc.cluster.local', unique: false, what: 'a Service name, from the cluster DNS snapshot' },
   cached: { server: CLUSTER_DNS, name: 'www.example.test', unique: false, what: 'an outside name, from the cluster DNS cache of upstream answers' },
   forwarded: { server: CLUSTER_DNS, name: 'example.test', unique: true, what: 'a fresh outside name each query, forwarded to the upstream' },
-  upstream: { server: NS_IP, name: 'www.example.test', unique: false, what: 'the stand-in upstream asked directly (floor)' },
+  upstream: { server: 'the node', name: 'www.example.test', unique: false, what: 'the stand-in upstream asked directly (floor)' },
 } as const;
 type Mode = keyof typeof MODES;
 
-function ip(...args: string[]): void {
-  execFileSync('ip', args, { stdio: 'pipe' });
-}
-
-function removeNetns(): void {
-  for (const args of [['netns', 'del', NETNS], ['link', 'del', HOST_VETH]]) {
-    try {
-      ip(...args);
-    } catch {
-      // not there
-    }
-  }
-}
-
 function inNetns(args: string[], env: NodeJS.ProcessEnv = {}): ChildProcess {
-  return track(spawn('ip', ['netns', 'exec', NETNS, process.execPath, ...TSX, ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } }));
+  return track(spawn('ip', ['netns', 'exec', node().netns, process.execPath, ...TSX, ...args], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } }));
 }
 
 async function waitFor(child: ChildProcess, output: () => string, marker: string, what: string, timeoutMs = 60_000): Promise<void> {
@@ -96,7 +79,8 @@ async function waitFor(child: ChildProcess, output: () => string, marker: string
 }
 
 async function load(mode: Mode): Promise<LoadResult> {
-  const { server, name, unique } = MODES[mode];
+  const { name, unique } = MODES[mode];
+  const server = MODES[mode].server === 'the node' ? node().ip : MODES[mode].server;
   const child = inNetns(['bench/dns-load.ts', JSON.stringify({ server, name, type: 'A', seconds: n.seconds, window: n.window, unique })]);
   const output = captureOutput(child);
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
@@ -108,22 +92,14 @@ async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench/dns.ts needs root (it makes a network namespace)');
   checkBuild();
   installCleanup();
-  onCleanup(removeNetns);
+  net = createTestNetwork(1, { tag: 'b', defaultRoute: false });
+  onCleanup(() => net?.remove());
   const before = machineInfo();
   printMachine(before);
 
-  removeNetns();
-  ip('netns', 'add', NETNS);
-  ip('link', 'add', HOST_VETH, 'type', 'veth', 'peer', 'name', NS_VETH);
-  ip('link', 'set', NS_VETH, 'netns', NETNS);
-  ip('addr', 'add', `${HOST_IP}/24`, 'dev', HOST_VETH);
-  ip('link', 'set', HOST_VETH, 'up');
-  ip('netns', 'exec', NETNS, 'ip', 'addr', 'add', `${NS_IP}/24`, 'dev', NS_VETH);
-  ip('netns', 'exec', NETNS, 'ip', 'link', 'set', NS_VETH, 'up');
-  ip('netns', 'exec', NETNS, 'ip', 'link', 'set', 'lo', 'up');
 
   const work = benchTempDir('drover-bench-dns-');
-  const server = await startBenchServer(path.join(work, 'server'), path.join(work, 'server.log'), ['--bind-address', '0.0.0.0', '--tls-san', HOST_IP]);
+  const server = await startBenchServer(path.join(work, 'server'), path.join(work, 'server.log'), ['--bind-address', '0.0.0.0', '--tls-san', node().hostIp]);
   const api = new BenchApi(server);
   await api.json('POST', '/api/v1/namespaces/default/services', { metadata: { name: 'web' }, spec: { ports: [{ name: 'http', port: 80 }] } });
   for (let i = 1; i < n.services; i++) {
@@ -132,11 +108,11 @@ async function main(): Promise<void> {
   api.destroy();
   console.log(`# ${n.services} Services created`);
 
-  const upstream = inNetns(['test/helpers/fake-dns-upstream.ts', NS_IP, '53'], { FAKE_DNS_QUIET: '1' });
+  const upstream = inNetns(['test/helpers/fake-dns-upstream.ts', node().ip, '53'], { FAKE_DNS_QUIET: '1' });
   const upstreamOutput = captureOutput(upstream);
   await waitFor(upstream, upstreamOutput, '"ready":true', 'the stand-in upstream');
   const dns = inNetns(
-    [...(process.env.DNS_BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.DNS_BENCH_PROFILE}`] : []), 'test/helpers/cluster-dns-node.ts', JSON.stringify({ server: `https://${HOST_IP}:${server.url.split(':').pop()}`, caPem: server.caPem, token: server.adminToken, upstreams: [`${NS_IP}:53`] })],
+    [...(process.env.DNS_BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.DNS_BENCH_PROFILE}`] : []), 'test/helpers/cluster-dns-node.ts', JSON.stringify({ server: `https://${node().hostIp}:${server.url.split(':').pop()}`, caPem: server.caPem, token: server.adminToken, upstreams: [`${node().ip}:53`] })],
     { DROVER_DNS_LOG_LEVEL: 'warn' },
   );
   const dnsOutput = captureOutput(dns);
@@ -188,7 +164,7 @@ async function main(): Promise<void> {
     samples,
   });
   console.log(`# wrote ${file}`);
-  removeNetns();
+  net.remove();
 }
 
 main().then(

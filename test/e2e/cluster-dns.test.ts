@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
+import { createTestNetwork, netnsProblem, type TestNetwork } from '../helpers/netns.js';
 import { cleanup, eventually, REPO_ROOT, request, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 
 /**
  * The cluster DNS server (src/agent/dns/server.ts) for real: a ClusterDns process inside a network
- * namespace this test makes, following a real API server through a veth pair, with cluster-dns
+ * namespace this test makes, following a real API server through a veth on a test bridge (test/helpers/netns.ts), with cluster-dns
  * (10.43.0.10) on its own device there. Answers are checked with real resolver clients from inside
  * the namespace: busybox nslookup, and dns-packet queries over UDP and TCP (test/helpers/dns-query.ts)
  * for the wire details. Names outside the cluster go to the upstreams of the namespace's
@@ -19,32 +20,20 @@ import { cleanup, eventually, REPO_ROOT, request, type ServerProcess, startServe
  */
 
 const run = promisify(execFile);
-const SUFFIX = `${process.pid % 10000}`;
-const NETNS = `drover-t${SUFFIX}-dns`;
-const HOST_VETH = `dnh${SUFFIX}`;
-const NS_VETH = `dnn${SUFFIX}`;
-const SUBNET = 10 + (process.pid % 200);
-const HOST_IP = `10.214.${SUBNET}.1`;
-const NS_IP = `10.214.${SUBNET}.2`;
-/** On the veth's subnet, owned by nobody: queries to it go unanswered (the timeout path). */
-const SILENT_IP = `10.214.${SUBNET}.77`;
+// Set in `before` from the test network (test/helpers/netns.ts): the node's namespace and address,
+// the host's address on its link, an address on the link owned by nobody (queries to it go
+// unanswered: the timeout path), and the namespace's own /etc.
+let NETNS = '';
+let NS_IP = '';
+let HOST_IP = '';
+let SILENT_IP = '';
+let NETNS_ETC = '';
 const CLUSTER_DNS = '10.43.0.10';
-const NETNS_ETC = `/etc/netns/${NETNS}`;
 const TSX = ['--import', 'tsx'];
 
-function ip(...args: string[]): void {
-  execFileSync('ip', args, { stdio: 'pipe' });
-}
-
 function preconditions(): string | undefined {
-  if (process.getuid?.() !== 0) return 'needs root to create network namespaces';
-  try {
-    execFileSync('ip', ['-V'], { stdio: 'pipe' });
-  } catch {
-    return 'needs the ip command (iproute2)';
-  }
   if (!fs.existsSync('/bin/busybox')) return 'needs /bin/busybox (busybox-static) for nslookup';
-  return undefined;
+  return netnsProblem();
 }
 
 const skip = preconditions();
@@ -121,17 +110,16 @@ describe('cluster DNS in a network namespace (real server, informers, busybox an
   let upstream: Child | undefined;
   let webIp = '';
   let madeEtcNetns = false;
+  let net: TestNetwork | undefined;
 
   before(async () => {
     work = tempDir('dns');
-    ip('netns', 'add', NETNS);
-    ip('link', 'add', HOST_VETH, 'type', 'veth', 'peer', 'name', NS_VETH);
-    ip('link', 'set', NS_VETH, 'netns', NETNS);
-    ip('addr', 'add', `${HOST_IP}/24`, 'dev', HOST_VETH);
-    ip('link', 'set', HOST_VETH, 'up');
-    ip('netns', 'exec', NETNS, 'ip', 'addr', 'add', `${NS_IP}/24`, 'dev', NS_VETH);
-    ip('netns', 'exec', NETNS, 'ip', 'link', 'set', NS_VETH, 'up');
-    ip('netns', 'exec', NETNS, 'ip', 'link', 'set', 'lo', 'up');
+    // No default route: an upstream off the link is unroutable (fails at once), as the test wants.
+    net = createTestNetwork(1, { tag: 'd', defaultRoute: false });
+    ({ netns: NETNS, ip: NS_IP } = net.hosts[0]!);
+    HOST_IP = net.hostIp;
+    SILENT_IP = `${net.prefix}.77`;
+    NETNS_ETC = `/etc/netns/${NETNS}`;
     madeEtcNetns = !fs.existsSync(path.dirname(NETNS_ETC));
     fs.mkdirSync(NETNS_ETC, { recursive: true });
     fs.writeFileSync(
@@ -192,17 +180,8 @@ describe('cluster DNS in a network namespace (real server, informers, busybox an
       }
     }
     await cleanup(work);
-    try {
-      ip('netns', 'del', NETNS);
-    } catch {
-      // not created
-    }
-    try {
-      ip('link', 'del', HOST_VETH);
-    } catch {
-      // went with the namespace
-    }
-    fs.rmSync(NETNS_ETC, { recursive: true, force: true });
+    net?.remove();
+    if (NETNS_ETC) fs.rmSync(NETNS_ETC, { recursive: true, force: true });
     if (madeEtcNetns) {
       try {
         fs.rmdirSync(path.dirname(NETNS_ETC));

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { cleanupAgents, getNode, joinToken, nodeState, startAgent, waitForState } from '../helpers/agent.js';
 import { reapPods } from '../helpers/pods.js';
+import { createTestNetwork, netnsProblem, type TestNetwork } from '../helpers/netns.js';
 import { cleanup, DROVER_BIN, eventually, type ServerProcess, startServer, tempDir } from '../helpers/server.js';
 import {
   alive,
@@ -19,35 +20,16 @@ import {
 
 /**
  * A real network partition: the singleton's agent runs in a network namespace this test creates,
- * joined to the host by a veth pair; taking the link down cuts that node off from the server and
+ * joined to the host by a veth on a test bridge (test/helpers/netns.ts); taking the link down cuts that node off from the server and
  * from its peers while every process keeps running. The copy on the cut-off node must fence
  * itself before its replacement starts elsewhere. Needs root and iproute2 (./test.sh installs it).
  */
 
-const SUFFIX = `${process.pid % 10000}`;
-const NETNS = `drover-t${SUFFIX}`;
-const HOST_VETH = `dvh${SUFFIX}`;
-const NS_VETH = `dvn${SUFFIX}`;
-// A /24 of our own inside 10.213.0.0/16, chosen per run so parallel runs do not collide.
-const SUBNET = 10 + (process.pid % 200);
-const HOST_IP = `10.213.${SUBNET}.1`;
-const NS_IP = `10.213.${SUBNET}.2`;
+const skip = netnsProblem();
 
-function ip(...args: string[]): void {
-  execFileSync('ip', args, { stdio: 'pipe' });
+function link(state: 'up' | 'down', device: string): void {
+  execFileSync('ip', ['link', 'set', device, state], { stdio: 'pipe' });
 }
-
-function canCreateNamespaces(): string | undefined {
-  if (process.getuid?.() !== 0) return 'needs root to create network namespaces';
-  try {
-    execFileSync('ip', ['-V'], { stdio: 'pipe' });
-  } catch {
-    return 'needs the ip command (iproute2)';
-  }
-  return undefined;
-}
-
-const skip = canCreateNamespaces();
 
 describe('failover across a real network partition (ip netns, veth, link down)', { concurrency: false, ...(skip ? { skip } : {}) }, () => {
   let server: ServerProcess;
@@ -56,18 +38,20 @@ describe('failover across a real network partition (ip netns, veth, link down)',
   let nsAgentDir: string;
   let nsOutput = '';
   let journal: string;
+  let net: TestNetwork | undefined;
+  // The cut-off node's namespace, its address, the host's address on its link, the link's host end.
+  let NETNS = '';
+  let NS_IP = '';
+  let HOST_IP = '';
+  let HOST_VETH = '';
 
   before(async () => {
     work = tempDir('netns');
     journal = path.join(work, 'solo.journal');
-    ip('netns', 'add', NETNS);
-    ip('link', 'add', HOST_VETH, 'type', 'veth', 'peer', 'name', NS_VETH);
-    ip('link', 'set', NS_VETH, 'netns', NETNS);
-    ip('addr', 'add', `${HOST_IP}/24`, 'dev', HOST_VETH);
-    ip('link', 'set', HOST_VETH, 'up');
-    ip('netns', 'exec', NETNS, 'ip', 'addr', 'add', `${NS_IP}/24`, 'dev', NS_VETH);
-    ip('netns', 'exec', NETNS, 'ip', 'link', 'set', NS_VETH, 'up');
-    ip('netns', 'exec', NETNS, 'ip', 'link', 'set', 'lo', 'up');
+    // No default route: the cut-off node reaches only the server's address on its link.
+    net = createTestNetwork(1, { tag: 'f', defaultRoute: false });
+    ({ netns: NETNS, ip: NS_IP, hostVeth: HOST_VETH } = net.hosts[0]!);
+    HOST_IP = net.hostIp;
     // All addresses: 127.0.0.1 for the test and the host agents, the veth address for the node
     // in the namespace (its certificate must name that address too).
     server = await startServer({ args: ['--bind-address', '0.0.0.0', '--tls-san', HOST_IP] });
@@ -112,16 +96,7 @@ describe('failover across a real network partition (ip netns, veth, link down)',
     if (nsAgentDir) reapPods(nsAgentDir);
     await cleanupAgents();
     await cleanup(work);
-    try {
-      ip('netns', 'del', NETNS);
-    } catch {
-      // not created
-    }
-    try {
-      ip('link', 'del', HOST_VETH);
-    } catch {
-      // went with the namespace
-    }
+    net?.remove();
   });
 
   it('link down: the cut-off copy fences itself, the replacement runs on a host node, the journal shows no overlap; link up cleans up', async (t) => {
@@ -130,7 +105,7 @@ describe('failover across a real network partition (ip netns, veth, link down)',
     const pids = containerPids(solo!);
     assert.ok(pids.length && pids.every(alive));
     const since = Date.now();
-    ip('link', 'set', HOST_VETH, 'down');
+    link('down', HOST_VETH);
     const replacement = await eventually(
       async () => (await readyPods(server, 'app=solo')).find((p) => p.uid !== solo!.uid && p.node !== 'cut'),
       'a replacement on a host node',
@@ -160,7 +135,7 @@ describe('failover across a real network partition (ip netns, veth, link down)',
     assert.equal(state.finishReason, 'Fenced');
     assert.match(state.fenced!.message, /no confirmed lease renewal/);
 
-    ip('link', 'set', HOST_VETH, 'up');
+    link('up', HOST_VETH);
     await waitForState(server, 'cut', 'Ready', 30_000);
     await eventually(() => !fs.existsSync(path.join(nsAgentDir, 'agent', 'pods', solo!.uid)), 'the fenced pod removed on the reconnected node', 20_000);
     assert.equal(journalOverlap(readJournal(journal)).maxOverlapMs, 0);
