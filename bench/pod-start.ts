@@ -4,7 +4,7 @@
  * it Running with its container ready, for the runc runtime and the process runtime in one run,
  * interleaved so the machine's noise falls on both.
  *
- *   npm run build && node --import tsx bench/pod-start.ts [--runs 20]
+ *   npm run build && node --import tsx bench/pod-start.ts [--runs 20] [--keep-agent-log FILE]
  *
  * One `drover server --disable-agent` and one `drover agent` (root needed for runc), in temporary
  * data dirs. The test image (Debian's static busybox, test/helpers/images.ts) is imported into the
@@ -12,8 +12,10 @@
  * are unpacked once per node, not per pod). A runc pod runs the image's default command (`sleep`);
  * a process pod runs `sleep` from the host. Each pod is deleted (grace 0) and gone before the
  * next is created. Writes bench/results/pod-start.json: every sample, p50/p99 per runtime, the
- * runc/process ratio of the p50s, the load average before and after.
+ * runc/process ratio of the p50s, the load average before and after, and where each pod's start
+ * went (its phases, read from the pod's files and the agent's log before the pod is deleted).
  */
+import fs from 'node:fs';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
@@ -41,7 +43,7 @@ import {
   writeResult,
 } from './common.js';
 
-const { values: args } = parseArgs({ options: { runs: { type: 'string', default: '20' } } });
+const { values: args } = parseArgs({ options: { runs: { type: 'string', default: '20' }, 'keep-agent-log': { type: 'string' } } });
 const RUNS = Number(args.runs);
 if (!Number.isInteger(RUNS) || RUNS < 1) throw new Error('--runs must be a positive integer');
 const NODE = 'bench-start';
@@ -101,6 +103,7 @@ async function main(): Promise<void> {
   const serverDir = path.join(root, 'server');
   const agentDir = path.join(root, 'agent');
   onCleanup(() => {
+    if (args['keep-agent-log']) fs.copyFileSync(path.join(root, 'agent.log'), args['keep-agent-log']);
     const pods = path.join(agentDir, 'agent', 'pods');
     for (const dir of listPodDirs(pods)) killPodProcesses(dir);
     for (const dir of listPodDirs(pods)) reapRuncPod(dir, path.join(agentDir, 'agent', 'runc'));
@@ -129,8 +132,12 @@ async function main(): Promise<void> {
     await sleep(100);
   }
 
+  const phases: Record<Runtime, Phases[]> = { runc: [], process: [] };
+  const agentLog = path.join(root, 'agent.log');
+  const podsDir = path.join(agentDir, 'agent', 'pods');
+
   /** One pod: created bound, Running and ready, then deleted and gone. Milliseconds to Running. */
-  async function once(name: string, runtime: Runtime): Promise<number> {
+  async function once(name: string, runtime: Runtime, record = false): Promise<number> {
     let startedAt = 0;
     let onReady: (ms: number) => void = () => undefined;
     let onGone: () => void = () => undefined;
@@ -138,9 +145,11 @@ async function main(): Promise<void> {
     const gone = new Promise<void>((resolve) => (onGone = resolve));
     waiters.set(name, { ready: (at) => onReady(at), gone: () => onGone() });
     startedAt = performance.now();
-    await api.json('POST', '/api/v1/namespaces/default/pods', podBody(name, runtime));
+    const createdAtWall = Date.now();
+    const created = await api.json<{ metadata: { uid: string } }>('POST', '/api/v1/namespaces/default/pods', podBody(name, runtime));
     const ms = await Promise.race([ready, sleep(60_000).then(() => Number.NaN)]);
     if (Number.isNaN(ms)) throw new Error(`pod ${name} (${runtime}) not Running within 60 s:\n${fileTail(path.join(root, 'agent.log'))}`);
+    if (record) phases[runtime].push(podPhases(path.join(podsDir, created.metadata.uid), created.metadata.uid, agentLog, createdAtWall, ms));
     await api.request('DELETE', `/api/v1/namespaces/default/pods/${name}?gracePeriodSeconds=0`);
     await Promise.race([gone, sleep(60_000)]);
     waiters.delete(name);
@@ -155,7 +164,7 @@ async function main(): Promise<void> {
   for (let i = 0; i < RUNS; i++) {
     const order: Runtime[] = i % 2 === 0 ? ['runc', 'process'] : ['process', 'runc'];
     for (const runtime of order) {
-      const ms = await once(`${runtime}-${i}`, runtime);
+      const ms = await once(`${runtime}-${i}`, runtime, true);
       samples[runtime].push(round(ms, 1));
       process.stdout.write(`${runtime} ${i + 1}/${RUNS}: ${ms.toFixed(1)} ms\n`);
     }
@@ -170,6 +179,7 @@ async function main(): Promise<void> {
   const runc = stats(samples.runc);
   const proc = stats(samples.process);
   const ratio = round(runc.p50 / proc.p50, 2);
+  const phaseMedians = { runc: medianPhases(phases.runc), process: medianPhases(phases.process) };
   const loadAfter = os.loadavg();
   const result = {
     machine,
@@ -180,14 +190,74 @@ async function main(): Promise<void> {
     process: proc,
     runcOverProcessP50: ratio,
     goals: { ratio: { goal: GOAL_RATIO, met: ratio <= GOAL_RATIO }, runcP50Ms: { goal: GOAL_RUNC_P50_MS, met: runc.p50 < GOAL_RUNC_P50_MS } },
+    phaseMedians,
     samples,
+    phases,
   };
   console.log(`\nbind → Running, ${RUNS} pods each (ms):`);
   console.log(`  runc     p50 ${runc.p50}  p99 ${runc.p99}  (min ${runc.min}, max ${runc.max})`);
   console.log(`  process  p50 ${proc.p50}  p99 ${proc.p99}  (min ${proc.min}, max ${proc.max})`);
   console.log(`  runc/process p50: ${ratio} (goal ≤ ${GOAL_RATIO}); runc p50 < ${GOAL_RUNC_P50_MS} ms: ${runc.p50 < GOAL_RUNC_P50_MS ? 'yes' : 'no'}`);
+  for (const runtime of ['runc', 'process'] as const) {
+    console.log(`  ${runtime} phases, median ms after the create: ${Object.entries(phaseMedians[runtime]).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  }
   console.log(`  load average before ${result.loadBefore.join(' ')}, after ${result.loadAfter.join(' ')}`);
   console.log(`wrote ${writeResult('pod-start', result)}`);
+}
+
+/**
+ * Where one pod's start went, in ms after the create was sent (wall clock, as the logs have it):
+ * the agent wrote pod.json; the supervisor's first line (and how long its process had run by
+ * then: Node's start and its imports); its container spawned; the container running (runc: once
+ * runc has started it); the agent saw the supervisor up; the watch saw the pod Running. Read
+ * from the pod's files and the agent's log before the pod is deleted; a phase not found is left out.
+ */
+type Phases = Record<string, number>;
+
+function podPhases(dir: string, uid: string, agentLog: string, createdAtWall: number, runningMs: number): Phases {
+  const out: Phases = {};
+  const at = (wallMs: number): number => round(wallMs - createdAtWall, 1);
+  try {
+    out.podJson = at(fs.statSync(path.join(dir, 'pod.json')).mtimeMs);
+  } catch {
+    // no pod.json
+  }
+  const lines = (file: string): { msg?: string; time?: string; uid?: string; bootMs?: number }[] => {
+    try {
+      return fs
+        .readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as { msg?: string; time?: string });
+    } catch {
+      return [];
+    }
+  };
+  for (const line of lines(path.join(dir, 'supervisor.log'))) {
+    const t = line.time ? at(Date.parse(line.time)) : undefined;
+    if (t === undefined) continue;
+    if (line.msg === 'supervisor started' && out.supervisorLog === undefined) {
+      out.supervisorLog = t;
+      if (typeof line.bootMs === 'number') out.supervisorBootMs = round(line.bootMs, 1);
+    }
+    if (line.msg === 'container started' && out.containerSpawned === undefined) out.containerSpawned = t;
+    if (line.msg === 'container running' && out.containerRunning === undefined) out.containerRunning = t;
+  }
+  for (const line of lines(agentLog)) {
+    if (line.uid === uid && line.msg === 'started pod' && line.time) out.agentSawSupervisor = at(Date.parse(line.time));
+  }
+  out.running = round(runningMs, 1);
+  return out;
+}
+
+function medianPhases(all: Phases[]): Phases {
+  const keys = [...new Set(all.flatMap((p) => Object.keys(p)))];
+  const out: Phases = {};
+  for (const key of keys) {
+    const values = all.map((p) => p[key]).filter((v): v is number => v !== undefined);
+    if (values.length) out[key] = round(percentile([...values].sort((a, b) => a - b), 50), 1);
+  }
+  return out;
 }
 
 main().then(

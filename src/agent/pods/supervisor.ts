@@ -10,7 +10,7 @@ import { containerEnvironment, supervisorEnvironment } from './environment.js';
 import { InstanceLogWriter, pruneInstanceLogs } from './logs.js';
 import { planExec } from './probe-handlers.js';
 import { execPlan } from './runtime/exec.js';
-import { type ContainerProbes, startContainerProbes, updateReadiness, whenRuncRunning } from './probes.js';
+import { type ContainerProbes, startContainerProbes, updateReadiness } from './probes.js';
 import {
   DEFAULT_LOG_MAX_BYTES,
   LOGS_DIR,
@@ -200,7 +200,13 @@ export class PodSupervisor {
     }
     this.writeState();
     this.logger.info(
-      { pod: `${this.spec.namespace}/${this.spec.name}`, containers: this.runners.length, atMostOne: this.spec.atMostOne },
+      {
+        pod: `${this.spec.namespace}/${this.spec.name}`,
+        containers: this.runners.length,
+        atMostOne: this.spec.atMostOne,
+        // How long this process had run by now (Node's start, the imports, reading the spec): bench/pod-start.ts.
+        bootMs: Math.round(performance.now()),
+      },
       'supervisor started',
     );
     if (this.spec.atMostOne && this.spec.fencingFile) {
@@ -377,10 +383,19 @@ export class PodSupervisor {
     child.stderr?.on('data', onOutput);
     child.on('error', (error) => this.logger.error({ err: error, container: spec.name }, 'container process error'));
     runner.stdin?.instanceStarted(child.stdin);
-    runner.status.state = { running: { startedAt: runner.startedAt, pid } };
-    this.startProbes(runner);
     this.logger.info({ container: spec.name, pid, instance }, 'container started');
-    this.writeState();
+    if (runner.runc) {
+      // `runc run` is spawned, but the container is not there yet: running is what runc reports
+      // (kubelet reports it once the runtime has started the container), so an exec works at once.
+      const { runc } = runner;
+      void runc.whenStarted(() => runner.child !== child).then((started) => {
+        if (!started || runner.child !== child) return;
+        this.logger.info({ container: spec.name, pid, instance }, 'container running');
+        this.markRunning(runner, pid);
+      });
+    } else {
+      this.markRunning(runner, pid);
+    }
 
     child.once('exit', (code, signal) => {
       runner.stdin?.instanceEnded();
@@ -413,6 +428,15 @@ export class PodSupervisor {
       const drainTimer = setTimeout(finalize, OUTPUT_DRAIN_MS);
       child.once('close', finalize);
     });
+  }
+
+  /** The container runs (its process spawned; under runc, runc has started it): its state, its probes. */
+  private markRunning(runner: ContainerRunner, pid: number): void {
+    runner.startedAt = nowIso();
+    runner.startedAtMono = monoNowMs();
+    runner.status.state = { running: { startedAt: runner.startedAt, pid } };
+    this.startProbes(runner);
+    this.writeState();
   }
 
   private createFailed(runner: ContainerRunner, message: string): void {
@@ -501,15 +525,10 @@ export class PodSupervisor {
 
   /** Probes for a container that just started (none: ready and started at once). */
   private startProbes(runner: ContainerRunner): void {
-    const { runc } = runner;
-    const child = runner.child;
+    // Under runc this comes once runc has started the container (markRunning), so probes start at once.
     runner.probes = startContainerProbes(runner.spec.probes, runner.status, {
       exec: planExec((argv) => execPlan(this.dir, this.spec, runner.spec, argv, { tty: false })),
       ...(this.spec.podNetwork ? { podIp: this.spec.podNetwork.podIp } : {}),
-      // Under runc the process spawned is `runc run`: probes wait for the container itself.
-      ...(runc && this.spec.runcRoot
-        ? { whenRunning: () => whenRuncRunning(() => runcState(this.spec.runcRoot!, runc.id), () => runner.child !== child || runner.probes?.isStopped === true) }
-        : {}),
       startedAtMs: runner.startedAtMono ?? monoNowMs(),
       running: () => runner.child !== undefined,
       writeState: () => this.writeState(),

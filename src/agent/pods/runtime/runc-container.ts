@@ -6,7 +6,7 @@ import { unmountAllUnder } from './host-mounts.js';
 import { bundleDir, cgroupsPath, containerDir, podCgroupPath, RUNC_BINARY, runcContainerId } from './names.js';
 import { buildOciConfig } from './oci-spec.js';
 import { makeRootfs, removeRootfs, rootfsPaths, type RootfsKind } from './rootfs.js';
-import { runcDelete, runcKill, runcRunArgs } from './runc.js';
+import { runcDelete, runcKill, runcRunArgs, runcStartedOnDisk, runcState } from './runc.js';
 import { ensureSandbox, teardownSandbox } from './sandbox.js';
 import { onTerminal } from './terminal.js';
 
@@ -18,6 +18,9 @@ import { onTerminal } from './terminal.js';
  * cgroup at once (the fence, the end of a grace period), `cleanup` reads whether the OOM killer
  * struck and removes the container, its mount and its cgroup.
  */
+
+/** How long to wait on runc's state dir before asking `runc state` too (and then how often). */
+const STARTED_ASK_RUNC_AFTER_MS = 1000;
 
 export type Warn = (message: string, details: Record<string, unknown>) => void;
 
@@ -80,6 +83,29 @@ export class RuncContainer {
     const args = runcRunArgs(this.root, this.bundle, this.id);
     if (this.container.tty === true) return { ...onTerminal(RUNC_BINARY, args), cwd: this.bundle, keepStdin: true };
     return { file: RUNC_BINARY, args, cwd: this.bundle, keepStdin: false };
+  }
+
+  /**
+   * Resolves true once runc has started the container (what `runc state` calls running: its init
+   * released into the user's process), false once `abandoned()` says the attempt is over. Reads
+   * runc's own state dir, which costs two stats a look instead of a runc process (tens of ms on
+   * a busy host); `runc state` itself is asked too once the wait gets long, should runc ever keep
+   * its state otherwise.
+   */
+  async whenStarted(abandoned: () => boolean): Promise<boolean> {
+    const began = Date.now();
+    let askedRuncAt = began;
+    for (;;) {
+      if (abandoned()) return false;
+      if (runcStartedOnDisk(this.root, this.id)) return true;
+      const waited = Date.now() - began;
+      if (waited > STARTED_ASK_RUNC_AFTER_MS && Date.now() - askedRuncAt >= STARTED_ASK_RUNC_AFTER_MS) {
+        askedRuncAt = Date.now();
+        if ((await runcState(this.root, this.id))?.status === 'running') return !abandoned();
+      }
+      // A start takes tens of ms: look often at first, then back off for one that hangs.
+      await new Promise((resolve) => setTimeout(resolve, waited < 500 ? 5 : waited < 5000 ? 25 : 250));
+    }
   }
 
   /** The container's stop signal (its image's StopSignal, else SIGTERM) to its init, through runc. */

@@ -1,4 +1,6 @@
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
 import { RUNC_BINARY } from './names.js';
 
 /**
@@ -57,6 +59,30 @@ export async function runcState(root: string, id: string): Promise<RuncState | u
     return JSON.parse(result.stdout) as RuncState;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * Whether runc has started the container, decided as `runc state` decides "running", from the
+ * files runc keeps in `<root>/<id>/`: its state.json names the container's init, which is alive,
+ * and the exec FIFO is gone (`runc create` makes it; the start opens it, which releases the init
+ * into the user's process, and removes it). False for anything short of that, e.g. no state yet.
+ */
+export function runcStartedOnDisk(root: string, id: string): boolean {
+  const dir = path.join(root, id);
+  let pid: unknown;
+  try {
+    pid = (JSON.parse(fs.readFileSync(path.join(dir, 'state.json'), 'utf8')) as { init_process_pid?: unknown }).init_process_pid;
+  } catch {
+    return false;
+  }
+  if (typeof pid !== 'number' || !Number.isInteger(pid) || pid <= 1 || fs.existsSync(path.join(dir, 'exec.fifo'))) return false;
+  try {
+    // A zombie (an init that already exited) is not running.
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
   }
 }
 
