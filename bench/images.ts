@@ -13,13 +13,23 @@
  * files; layers gzipped, as registries serve them; written as an OCI image-layout archive.
  * Each round, in alternating order:
  * - drover import+unpack: `ImageStore.importArchive` of the archive into an empty store (every
- *   blob hashed, staged and synced together at the end; every layer gunzipped, unpacked with the
- *   tar package and hashed as it streams in, published once its diff id matches its config),
+ *   blob hashed, staged and synced together at the end; every layer gunzipped, parsed by the
+ *   tar package, written by LayerWriter and hashed as it streams in, published once its diff
+ *   id matches its config),
  *   `resolve`, then `layerDirs` (which finds the layers unpacked);
  * - drover unpack: `layerDirs` alone, from a store that already holds the blobs (written one by
  *   one as a pull writes them, so nothing is unpacked yet);
  * - tar -x: `tar -xzf <layer> -C <dir>` for each layer blob, one after another (GNU tar, with
- *   gzip in a second process).
+ *   gzip in a second process): the same gzipped layers Drover unpacks, no digest checked, nothing
+ *   synced. The goal's baseline, and like for like with "drover unpack" (which checks the blob's
+ *   digest and the diff id, and syncs nothing either: an unpacked layer is derived data).
+ * - tar import: what an import does, with tar: `tar -xf <archive>` (every blob written to disk,
+ *   as the import writes them into the store), then `tar -xzf` of each layer blob so written;
+ *   and the same with the blobs synced (`sync <blob files>`, fsync each) before the layers are
+ *   unpacked, as the import syncs its blobs before naming them. The import's fsync is for power
+ *   loss, not for a kill -9 (a killed process loses nothing the kernel has; the import's
+ *   crash safety against kill -9 comes from naming only complete, verified files by rename);
+ *   tar checks no digest in either.
  * Each measure starts after a `sync`, so none pays for the writeback of the one before, and
  * nothing is deleted until the end: every measure unpacks into a directory of its own. On ext4
  * without a journal (this machine's root file system) a new inode is not given an inode number
@@ -124,12 +134,12 @@ async function main(): Promise<void> {
     fs.writeFileSync(file, l.blob);
     return file;
   });
-  type Key = 'importUnpack' | 'unpack' | 'tar';
+  type Key = 'importUnpack' | 'unpack' | 'tar' | 'tarImport' | 'tarImportSynced';
   const rounds: Record<Key, Timed>[] = [];
   for (let r = 0; r < ROUNDS + 1; r++) {
     const kinds = r % 2 === 0 ? (['drover', 'tar'] as const) : (['tar', 'drover'] as const);
     const none: Timed = { wallS: 0, cpuS: 0 };
-    const times: Record<Key, Timed> = { importUnpack: none, unpack: none, tar: none };
+    const times: Record<Key, Timed> = { importUnpack: none, unpack: none, tar: none, tarImport: none, tarImportSynced: none };
     for (const kind of kinds) {
       if (kind === 'drover') {
         const store = new ImageStore(path.join(benchTempDir('drover-bench-store-'), 'image-store'));
@@ -153,6 +163,21 @@ async function main(): Promise<void> {
             await run('tar', ['-xzf', file, '-C', target]);
           }
         }, true);
+        for (const synced of [false, true]) {
+          const into = benchTempDir('drover-bench-tar-import-');
+          times[synced ? 'tarImportSynced' : 'tarImport'] = await timed(async () => {
+            const layout = path.join(into, 'archive');
+            fs.mkdirSync(layout);
+            await run('tar', ['-xf', archive, '-C', layout]);
+            const blobs = image.layers.map((l) => path.join(layout, 'blobs', 'sha256', l.digest.slice('sha256:'.length)));
+            if (synced) await run('sync', blobs);
+            for (const [i, file] of blobs.entries()) {
+              const target = path.join(into, `layer${i}`);
+              fs.mkdirSync(target);
+              await run('tar', ['-xzf', file, '-C', target]);
+            }
+          }, true);
+        }
       }
     }
     // The first round warms caches and the JIT; it is not counted.
@@ -160,37 +185,57 @@ async function main(): Promise<void> {
     rounds.push(times);
     const mibps = (t: Timed): string => `${round(layerBytes / 2 ** 20 / t.wallS, 1)} MiB/s, cpu ${round(t.cpuS, 2)} s`;
     console.log(
-      `round ${r}: drover import+unpack ${round(times.importUnpack.wallS, 2)} s (${mibps(times.importUnpack)}), drover unpack ${round(times.unpack.wallS, 2)} s (${mibps(times.unpack)}), tar -x ${round(times.tar.wallS, 2)} s (${mibps(times.tar)})`,
+      `round ${r}: drover import+unpack ${round(times.importUnpack.wallS, 2)} s (${mibps(times.importUnpack)}), drover unpack ${round(times.unpack.wallS, 2)} s (${mibps(times.unpack)}), tar -x ${round(times.tar.wallS, 2)} s (${mibps(times.tar)}), ` +
+        `tar import ${round(times.tarImport.wallS, 2)} s (${mibps(times.tarImport)}), synced ${round(times.tarImportSynced.wallS, 2)} s (${mibps(times.tarImportSynced)})`,
     );
   }
   const throughput = (key: Key): number => round(layerBytes / 2 ** 20 / median(rounds.map((t) => t[key].wallS)), 1);
   const cpuPerGiB = (key: Key): number => round(median(rounds.map((t) => t[key].cpuS)) / (layerBytes / 2 ** 30), 2);
-  const ratio = (key: Key, measure: keyof Timed): number => round(median(rounds.map((t) => t.tar[measure] / t[key][measure])), 2);
+  const ratio = (key: Key, measure: keyof Timed, base: Key = 'tar'): number => round(median(rounds.map((t) => t[base][measure] / t[key][measure])), 2);
   const ratios = {
     importUnpackVsTar: ratio('importUnpack', 'wallS'),
     unpackVsTar: ratio('unpack', 'wallS'),
     importUnpackVsTarByCpu: ratio('importUnpack', 'cpuS'),
     unpackVsTarByCpu: ratio('unpack', 'cpuS'),
+    importUnpackVsTarImport: ratio('importUnpack', 'wallS', 'tarImport'),
+    importUnpackVsTarImportSynced: ratio('importUnpack', 'wallS', 'tarImportSynced'),
+    importUnpackVsTarImportSyncedByCpu: ratio('importUnpack', 'cpuS', 'tarImportSynced'),
     goal: 0.7,
   };
   console.log(
     `\nmedian: drover import+unpack ${throughput('importUnpack')} MiB/s, drover unpack ${throughput('unpack')} MiB/s, tar -x ${throughput('tar')} MiB/s` +
       `\nCPU seconds per GiB: drover import+unpack ${cpuPerGiB('importUnpack')}, drover unpack ${cpuPerGiB('unpack')}, tar -x ${cpuPerGiB('tar')}` +
       `\nratio drover/tar by throughput: import+unpack ${ratios.importUnpackVsTar}x, unpack alone ${ratios.unpackVsTar}x (goal >= 0.7x)` +
-      `\nratio drover/tar by CPU time: import+unpack ${ratios.importUnpackVsTarByCpu}x, unpack alone ${ratios.unpackVsTarByCpu}x`,
+      `\nratio drover/tar by CPU time: import+unpack ${ratios.importUnpackVsTarByCpu}x, unpack alone ${ratios.unpackVsTarByCpu}x` +
+      `\nlike for like, import+unpack vs tar -xf archive + tar -xzf layers: ${ratios.importUnpackVsTarImport}x unsynced, ${ratios.importUnpackVsTarImportSynced}x with tar's blobs fsynced (by CPU ${ratios.importUnpackVsTarImportSyncedByCpu}x)` +
+      `\ntar import ${throughput('tarImport')} MiB/s, synced ${throughput('tarImportSynced')} MiB/s`,
   );
   const file = writeResult('images', {
     machine,
     loadAverageAtEnd: machineInfo().loadAverage,
     options: { layers: LAYERS, mib: MIB, rounds: ROUNDS },
     image: { layers: image.layers.length, uncompressedBytes: layerBytes, gzippedBytes: blobBytes, archiveBytes: fs.statSync(archive).size, files },
-    throughputMiBps: { droverImportUnpack: throughput('importUnpack'), droverUnpack: throughput('unpack'), tar: throughput('tar') },
-    cpuSecondsPerGiB: { droverImportUnpack: cpuPerGiB('importUnpack'), droverUnpack: cpuPerGiB('unpack'), tar: cpuPerGiB('tar') },
+    throughputMiBps: {
+      droverImportUnpack: throughput('importUnpack'),
+      droverUnpack: throughput('unpack'),
+      tar: throughput('tar'),
+      tarImport: throughput('tarImport'),
+      tarImportSynced: throughput('tarImportSynced'),
+    },
+    cpuSecondsPerGiB: {
+      droverImportUnpack: cpuPerGiB('importUnpack'),
+      droverUnpack: cpuPerGiB('unpack'),
+      tar: cpuPerGiB('tar'),
+      tarImport: cpuPerGiB('tarImport'),
+      tarImportSynced: cpuPerGiB('tarImportSynced'),
+    },
     ratio: ratios,
     rounds: rounds.map((t) => ({
       importUnpack: { wallS: round(t.importUnpack.wallS, 3), cpuS: round(t.importUnpack.cpuS, 3) },
       unpack: { wallS: round(t.unpack.wallS, 3), cpuS: round(t.unpack.cpuS, 3) },
       tar: { wallS: round(t.tar.wallS, 3), cpuS: round(t.tar.cpuS, 3) },
+      tarImport: { wallS: round(t.tarImport.wallS, 3), cpuS: round(t.tarImport.cpuS, 3) },
+      tarImportSynced: { wallS: round(t.tarImportSynced.wallS, 3), cpuS: round(t.tarImportSynced.cpuS, 3) },
     })),
   });
   console.log(`# wrote ${file}`);

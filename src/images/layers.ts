@@ -4,9 +4,10 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
-import { type ReadEntry, UnpackSync } from 'tar';
+import { Parser, type ReadEntry } from 'tar';
 import type { Logger } from '../logging/logger.js';
 import { HashingStream } from './blobs.js';
+import { LayerWriter } from './layer-writer.js';
 
 /**
  * One layer unpacked into a directory, once, keyed by its diff id (the sha256 of the
@@ -20,9 +21,9 @@ import { HashingStream } from './blobs.js';
  * cannot be made (not root, or `setfattr` missing for an opaque directory) the layer says
  * `overlay: false`, and `applyLayers` (the copy fallback) applies the markers from `layer.json`.
  *
- * The tar package unpacks files, directories and hard links with its guards (no `..`, nothing
- * written through a symlink). Symlinks are made here afterwards, verbatim: the tar package would
- * make an absolute target relative (`/bin/busybox` must stay absolute inside a container's root).
+ * The tar package parses the layer; LayerWriter writes files, directories and hard links, with
+ * the guards here (no `..`, nothing written through a symlink). Symlinks are made afterwards,
+ * verbatim (`/bin/busybox` must stay absolute inside a container's root).
  */
 
 export const WHITEOUT_PREFIX = '.wh.';
@@ -121,8 +122,7 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
   // Symlinks to make after the files, by path; a Map keeps the order of their (last) entries.
   const links = new Map<string, PendingLink>();
 
-  const filter = (entryPath: string, entry: ReadEntry | fs.Stats): boolean => {
-    const e = entry as ReadEntry;
+  const filter = (entryPath: string, e: ReadEntry): boolean => {
     const clean = cleanPath(entryPath);
     if (clean === undefined) {
       problems.push(`entry ${JSON.stringify(entryPath)} climbs out of the layer with ..`);
@@ -149,38 +149,33 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
     }
     // A later entry for the same path replaces the symlink, as it would on any tar extraction.
     links.delete(clean);
-    // The tar package runs with preservePaths (see below), so the paths it gets are the clean,
-    // relative ones: nothing absolute, no '..', for the entry and for a hard link's target.
+    // The writer gets the clean, relative paths: nothing absolute, no '..', for the entry and
+    // for a hard link's target.
     e.path = clean === '' ? '.' : clean;
     if (linkTarget !== undefined) e.linkpath = linkTarget;
     return true;
   };
-  // UnpackSync: each file's syscalls run one after another on this thread. The asynchronous
-  // Unpack sends every lstat, open, write, futimes and close through libuv's thread pool one
-  // at a time, and on a busy machine that wait, not the work, was most of an unpack (about
-  // 4x slower than GNU tar; see bench/images.ts). Chunks come from the stream, so the event
-  // loop runs between them.
-  //
-  // preservePaths: without it the tar package makes each file's parent directories by a mkdir
-  // and an lstat per path component, each mkdir failing with EEXIST (a thrown error) - most of
-  // its syscalls per file. With it, one recursive mkdir of the parent. What it turns off is
-  // done here instead: the filter above hands it only clean relative paths (no root, no '..',
-  // also for hard-link targets), and no symlink exists in the directory while the tar package
-  // writes (they are all made afterwards, below), so nothing can be written through one.
-  const unpack = new UnpackSync({
-    cwd: fsDir,
-    filter,
-    chmod: true,
-    processUmask: 0,
-    maxDepth: Infinity,
-    preservePaths: true,
+  // The tar package parses (headers, pax and GNU long names, checksums); LayerWriter writes each
+  // entry on this thread with GNU tar's system calls (layer-writer.ts says why not UnpackSync).
+  // Chunks come from the stream, so the event loop runs between them. What makes this safe: the
+  // filter above hands it only clean relative paths (no root, no '..', also for hard-link
+  // targets), and no symlink exists in the directory while entries are written (they are all
+  // made afterwards, below), so nothing can be written through one.
+  const writer = new LayerWriter(fsDir, { skipped, problems });
+  const unpack = new Parser({
+    onReadEntry: (entry: ReadEntry) => {
+      if (!filter(entry.path, entry)) {
+        entry.resume();
+        return;
+      }
+      writer.write(entry, entry.path === '.' ? '' : entry.path, entry.type === 'Link' ? String(entry.linkpath) : undefined);
+    },
     onwarn: (code: string, message: string | Error, data: Record<string, unknown>) => {
       const text = message instanceof Error ? message.message : message;
       const entryPath = (data.entry as ReadEntry | undefined)?.path;
       const where = entryPath ? `${entryPath}: ` : '';
       if (code === 'TAR_ENTRY_INFO') return;
-      if (code === 'TAR_ENTRY_UNSUPPORTED') skipped.push(`${where}${text}`);
-      else problems.push(`${where}${text} (${code})`);
+      problems.push(`${where}${text} (${code})`);
     },
   });
   unpack.on('error', (error: Error) => problems.push(error.message));
@@ -188,6 +183,7 @@ export async function unpackLayer(options: UnpackOptions): Promise<LayerInfo> {
   const sink = async (chunks: AsyncIterable<Buffer>): Promise<void> => {
     for await (const chunk of chunks) unpack.write(chunk);
     unpack.end();
+    writer.finish();
   };
   try {
     if (options.compression === 'gzip') await pipeline(options.source, createGunzip({ chunkSize: 256 * 1024 }), hashing, sink);

@@ -84,6 +84,31 @@ describe('image layers: OCI whiteouts', () => {
     assert.equal(fs.statSync(path.join(dir, 'etc/a')).mtime.toISOString(), '2024-01-01T00:00:00.000Z');
   });
 
+  it("keeps the layer's modes whatever the umask (0777, 0666, setuid on a file of another owner) and a directory's mtime after files are written into it", async () => {
+    const entries: LayerEntry[] = [
+      { path: 'shared', type: 'dir', mode: 0o777 },
+      { path: 'shared/tmp', type: 'dir', mode: 0o1777 },
+      { path: 'shared/open', content: 'anyone\n', mode: 0o666 },
+      { path: 'shared/run', content: '#!/bin/sh\n', mode: 0o777 },
+      { path: 'shared/su', content: '#!/bin/sh\n', mode: 0o4755, uid: 1000, gid: 1000 },
+      { path: 'shared/later', content: 'written after its directory\n' },
+    ];
+    const store = await stored(buildTestImage({ name: 'modes:1', base: 'empty', layers: [entries] }));
+    const [layer] = await store.layers(await store.resolve('modes:1'));
+    const mode = (rel: string): number => fs.statSync(path.join(layer!.dir, rel)).mode & 0o7777;
+    assert.deepEqual(
+      ['shared', 'shared/tmp', 'shared/open', 'shared/run'].map(mode),
+      [0o777, 0o1777, 0o666, 0o777],
+      'the umask of the unpacking process takes nothing from a mode',
+    );
+    if (process.getuid?.() === 0) {
+      const su = fs.statSync(path.join(layer!.dir, 'shared/su'));
+      assert.deepEqual([su.uid, su.gid, su.mode & 0o7777], [1000, 1000, 0o4755], 'chown does not drop the setuid bit');
+    }
+    // Times from the layer, set after the directory's files were written into it.
+    assert.equal(fs.statSync(path.join(layer!.dir, 'shared')).mtime.toISOString(), '2024-01-01T00:00:00.000Z');
+  });
+
   it('the copy fallback merges the layers as overlayfs shows them', async () => {
     const store = await stored(buildTestImage({ name: 'wh:3', base: 'empty', layers: [BASE, MIDDLE, TOP] }));
     const layers = await store.layers(await store.resolve('wh:3'));
