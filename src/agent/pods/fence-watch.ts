@@ -27,8 +27,9 @@ const FENCING_CHECK_MS = 100;
 const OUTAGE_RECHECK_MS = 500;
 /**
  * How far past the fencing timeout an undecided answer may hold the fence back. The controller
- * replaces a singleton only fencing-timeout + 1.5 s after the last renewal it saw, so the fence
- * must land well before that: 300 ms of waiting, one 400 ms round of questions, one 100 ms check.
+ * replaces a singleton only fencing-timeout + FENCING_MARGIN_MS (2 s) after the last renewal it
+ * saw, so the fence must land well before that: 300 ms of waiting, one 400 ms round of questions,
+ * one 100 ms check, the rest kept for a starved host (node-protocol/fencing.ts).
  */
 const UNDECIDED_MS = 300;
 /**
