@@ -24,6 +24,7 @@ import { ServiceProxy } from './network/service-proxy.js';
 import { ClusterDns } from './dns/server.js';
 import { listPodDirs } from './pods/launch.js';
 import { ServerConnection } from './servers.js';
+import { RegistryServer } from '../images/registry-server/server.js';
 
 /**
  * `drover agent`: joins the cluster, keeps its Node object, and renews its Lease. The agent is
@@ -51,6 +52,11 @@ export interface AgentOptions {
    * setting (K3s's name for it; it has nothing to do with the per-pod supervisor processes).
    */
   supervisorMetrics: boolean;
+  /**
+   * Serve this node's image store read-only to the other nodes on `/v2/…` of the agent port:
+   * this node's own `embedded-registry` setting (docs/registry.md), read at start.
+   */
+  embeddedRegistry?: boolean;
   /** registries.yaml (K3s's format): where this node pulls images from; unset or missing = no mirrors. */
   privateRegistry?: string;
   /** Image garbage collection thresholds (this node's image-gc-high/low-threshold settings). */
@@ -124,6 +130,9 @@ export class Agent {
       metrics: () => this.metrics,
       stats: () => this.stats,
       logger: this.logger,
+      ...(options.embeddedRegistry
+        ? { registry: new RegistryServer({ store: () => this.images?.store, logger: this.logger.child({ component: 'embedded-registry' }) }) }
+        : {}),
     });
     this.runtimeHandlers = new RuntimeHandlers(this.logger);
     this.registration = new NodeRegistration(options, {
@@ -229,6 +238,7 @@ export class Agent {
         nodeId: this.identity.nodeId,
         uid: this.registration.nodeUid,
         agentPort: this.endpoint.port,
+        embeddedRegistry: this.options.embeddedRegistry === true,
         renewIntervalMs: timings.nodeLeaseRenewIntervalMs,
       },
       'agent is running: node registered, lease renewals started',

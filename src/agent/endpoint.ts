@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { X509Certificate } from 'node:crypto';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
@@ -12,6 +13,8 @@ import { PEER_CONTROL_PLANE_PATH } from './pods/fencing.js';
 import { PodLogError, streamContainerLog } from './pods/logs.js';
 import { AgentStreams } from './streams/sessions.js';
 import { STATS_SUMMARY_PATH, type StatsSampler } from './stats.js';
+import { errorBody, isDistributionPath } from '../images/registry-server/distribution.js';
+import type { RegistryServer } from '../images/registry-server/server.js';
 import type { Logger } from '../logging/logger.js';
 import type { Duplex } from 'node:stream';
 
@@ -19,10 +22,12 @@ import type { Duplex } from 'node:stream';
  * The agent's own HTTPS endpoint (kubelet's port): `/healthz`, `/containerLogs/…` (what
  * `kubectl logs` reaches through an API server), `/stats/summary` (its and its pods' resource
  * usage, for `kubectl top`), `/metrics` when this node's `supervisor-metrics`
- * setting is on, and the peer answer other nodes' pod supervisors ask before they fence.
+ * setting is on, `/v2/…` (the embedded registry, docs/registry.md) for other nodes, and the peer
+ * answer other nodes' pod supervisors ask before they fence.
  *
  * Callers authenticate with a client certificate from the client CA: the API servers'
- * (everything), or an admin's (system:masters: health, metrics and stats). No token opens it: the join
+ * (everything), or an admin's (system:masters: health, metrics and stats), or, for `/v2/` only, a
+ * node's serving certificate from the node CA (the peers of the embedded registry). No token opens it: the join
  * token joins nodes, nothing more. It has no certificate until the first registration gives it
  * one (serveWith).
  */
@@ -38,6 +43,8 @@ export interface AgentEndpointOptions {
   stats?: () => StatsSampler | undefined;
   /** For the streaming sessions' log lines (exec, attach, port-forward). */
   logger: Logger;
+  /** Present when this node's own `embedded-registry` setting is on: serves `/v2/…`. */
+  registry?: RegistryServer;
 }
 
 /** The certificates of one registration: what the endpoint serves with, and whom it trusts. */
@@ -45,11 +52,20 @@ export interface EndpointCertificates {
   servingCertificate: string;
   servingKey: string;
   clientCaCertificate: string;
+  /** Also trusted for callers, of `/v2/` only: other nodes' serving certificates (embedded registry peers). */
+  nodeCaCertificate?: string;
+}
+
+/** The CAs whose certificates the endpoint accepts, to tell which one issued a caller's. */
+interface TrustedCas {
+  client: X509Certificate;
+  node: X509Certificate | undefined;
 }
 
 export class AgentEndpoint {
   private server: https.Server | undefined;
   private listeningPort = 0;
+  private trusted: TrustedCas | undefined;
   /** exec, attach, port-forward: WebSocket upgrades from API servers (src/agent/streams/). */
   private readonly streams: AgentStreams;
 
@@ -75,7 +91,7 @@ export class AgentEndpoint {
     const server = https.createServer({ requestCert: true, rejectUnauthorized: false }, (req, res) => this.serve(req, res));
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       // Only API servers open sessions: they authorized the user already.
-      if (endpointCaller(req.socket as TLSSocket) !== 'apiserver') {
+      if (endpointCaller(req.socket as TLSSocket, this.trusted) !== 'apiserver') {
         socket.end('HTTP/1.1 401 Unauthorized\r\nContent-Length: 12\r\nConnection: close\r\n\r\nUnauthorized');
         return;
       }
@@ -89,9 +105,14 @@ export class AgentEndpoint {
     this.listeningPort = (server.address() as AddressInfo).port;
   }
 
-  /** Serve with this registration's certificate; trust only the client CA for callers. */
+  /** Serve with this registration's certificate; trust the client CA for callers, and the node CA for `/v2/` only. */
   serveWith(certificates: EndpointCertificates): void {
-    this.server!.setSecureContext({ cert: certificates.servingCertificate, key: certificates.servingKey, ca: certificates.clientCaCertificate });
+    const ca = [certificates.clientCaCertificate, ...(certificates.nodeCaCertificate ? [certificates.nodeCaCertificate] : [])];
+    this.trusted = {
+      client: new X509Certificate(certificates.clientCaCertificate),
+      node: certificates.nodeCaCertificate ? new X509Certificate(certificates.nodeCaCertificate) : undefined,
+    };
+    this.server!.setSecureContext({ cert: certificates.servingCertificate, key: certificates.servingKey, ca });
   }
 
   async close(): Promise<void> {
@@ -103,8 +124,9 @@ export class AgentEndpoint {
   }
 
   private serve(req: IncomingMessage, res: ServerResponse): void {
-    const caller = endpointCaller(req.socket as TLSSocket);
+    const caller = endpointCaller(req.socket as TLSSocket, this.trusted);
     const path = (req.url ?? '/').split('?')[0] ?? '/';
+    if (isDistributionPath(path)) return this.serveRegistry(req, res, caller);
     const authorized =
       caller === 'apiserver' || (caller === 'admin' && (path === '/healthz' || path === '/metrics' || path === STATS_SUMMARY_PATH));
     const pods = this.options.pods();
@@ -143,6 +165,25 @@ export class AgentEndpoint {
     } else {
       res.writeHead(404, { 'Content-Type': 'text/plain' });
       res.end('not found');
+    }
+  }
+
+  /**
+   * The embedded registry: other nodes (their node-CA serving certificate) and administrators
+   * may read; anyone else is 401; a node whose own `embedded-registry` is off answers 404.
+   */
+  private serveRegistry(req: IncomingMessage, res: ServerResponse, caller: EndpointCaller): void {
+    const refuse = (status: number, code: 'UNAUTHORIZED' | 'UNSUPPORTED', message: string): void => {
+      const body = errorBody(code, message);
+      res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': String(Buffer.byteLength(body)) });
+      res.end(body);
+    };
+    if (caller !== 'node' && caller !== 'admin') {
+      refuse(401, 'UNAUTHORIZED', 'the embedded registry needs a client certificate of a cluster node (node CA) or of an administrator');
+    } else if (!this.options.registry) {
+      refuse(404, 'UNSUPPORTED', `embedded-registry is off on this node (${this.options.nodeName}): its own configuration does not turn it on`);
+    } else {
+      this.options.registry.handle(req, res);
     }
   }
 
@@ -195,14 +236,43 @@ export class AgentEndpoint {
   }
 }
 
+type EndpointCaller = 'apiserver' | 'admin' | 'node' | undefined;
+
 /**
- * Who is calling the agent's endpoint, from a client certificate the client CA verified: an API
- * server, or an administrator (system:masters); anyone else is no one.
+ * Who is calling the agent's endpoint, from a client certificate TLS verified against the
+ * trusted CAs: from the client CA, an API server or an administrator (system:masters); from the
+ * node CA, a node (`system:node:<name>`, which only the registry paths accept); anyone else is
+ * no one. The issuing CA is checked by signature, not by name, so a node certificate never
+ * passes for an API server or an administrator whatever its subject says.
  */
-function endpointCaller(socket: TLSSocket): 'apiserver' | 'admin' | undefined {
-  if (!socket.authorized) return undefined;
-  const subject = socket.getPeerCertificate().subject;
-  if (subject?.CN === API_SERVER_CLIENT_NAME) return 'apiserver';
-  const organizations = ([] as string[]).concat(subject?.O ?? []);
-  return organizations.includes('system:masters') ? 'admin' : undefined;
+function endpointCaller(socket: TLSSocket, trusted: TrustedCas | undefined): EndpointCaller {
+  if (!socket.authorized || !trusted) return undefined;
+  // One verdict per connection: its certificate was verified once, at the handshake.
+  if (callers.has(socket)) return callers.get(socket);
+  const caller = classifyCaller(socket, trusted);
+  callers.set(socket, caller);
+  return caller;
+}
+
+const callers = new WeakMap<TLSSocket, EndpointCaller>();
+
+function classifyCaller(socket: TLSSocket, trusted: TrustedCas): EndpointCaller {
+  const peer = socket.getPeerCertificate();
+  if (!peer?.raw) return undefined;
+  const certificate = new X509Certificate(peer.raw);
+  if (issuedBy(certificate, trusted.client)) {
+    if (peer.subject?.CN === API_SERVER_CLIENT_NAME) return 'apiserver';
+    const organizations = ([] as string[]).concat(peer.subject?.O ?? []);
+    return organizations.includes('system:masters') ? 'admin' : undefined;
+  }
+  if (trusted.node && issuedBy(certificate, trusted.node)) {
+    const organizations = ([] as string[]).concat(peer.subject?.O ?? []);
+    const commonName = peer.subject?.CN;
+    return typeof commonName === 'string' && commonName.startsWith('system:node:') && organizations.includes('system:nodes') ? 'node' : undefined;
+  }
+  return undefined;
+}
+
+function issuedBy(certificate: X509Certificate, ca: X509Certificate): boolean {
+  return certificate.checkIssued(ca) && certificate.verify(ca.publicKey);
 }

@@ -12,6 +12,7 @@ export interface NodeSettings {
   nodeIp?: string | undefined;
   shutdownGracePeriodMs: number;
   supervisorMetrics: boolean;
+  embeddedRegistry: boolean;
   privateRegistry: string;
   imageGcHighThreshold: number;
   imageGcLowThreshold: number;
@@ -30,6 +31,7 @@ export function agentOptionsOf(
   | 'nodeIp'
   | 'shutdownGracePeriodMs'
   | 'supervisorMetrics'
+  | 'embeddedRegistry'
   | 'privateRegistry'
   | 'imageGc'
   | 'systemReserved'
@@ -42,6 +44,7 @@ export function agentOptionsOf(
     ...(settings.nodeIp ? { nodeIp: settings.nodeIp } : {}),
     shutdownGracePeriodMs: settings.shutdownGracePeriodMs,
     supervisorMetrics: settings.supervisorMetrics,
+    embeddedRegistry: settings.embeddedRegistry,
     privateRegistry: settings.privateRegistry,
     imageGc: { highThresholdPercent: settings.imageGcHighThreshold, lowThresholdPercent: settings.imageGcLowThreshold },
     // Checked when the configuration was resolved (exit 78 on a bad entry).

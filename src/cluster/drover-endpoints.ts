@@ -343,7 +343,8 @@ export function droverEndpoints(options: DroverEndpointsOptions) {
         commonName: `system:node:${nodeName}`,
         organization: 'system:nodes',
         subjectAltNames: [nodeName, ...addresses],
-        usage: 'server',
+        // Server and client: the node also presents it to its peers' embedded registries (docs/registry.md).
+        usage: 'peer',
       });
       options.logger.info({ node: nodeName, nodeId }, 'node registered');
       const response: RegistrationResponse = {

@@ -436,6 +436,14 @@ const TABLE = [
     default: false,
   },
   {
+    name: 'embedded-registry',
+    type: 'bool',
+    help: 'serve this node’s image store read-only to the other nodes over the OCI Distribution API (/v2/ on its agent port, for other nodes’ and administrators’ certificates only); taken from this node’s own config only (docs/registry.md)',
+    commands: ['server', 'agent'],
+    scope: 'node',
+    default: false,
+  },
+  {
     name: 'image-gc-high-threshold',
     type: 'percent',
     help: 'disk usage (percent of the filesystem holding the image store) at which images no pod on this node uses are removed, least recently used first (100 turns image garbage collection off; kubelet: 85)',
