@@ -17,6 +17,7 @@ import { type FencingPeer, monoNowMs, type PeerControlPlaneAnswer, writeFencingS
 import {
   killPodProcesses,
   launchSupervisor,
+  SpareSupervisor,
   listPodDirs,
   liveSupervisor,
   podDir,
@@ -76,6 +77,8 @@ export class PodManager {
   /** runc's state directory, `<data-dir>/agent/runc`. */
   readonly runcRoot: string;
   readonly images: ImageStore;
+  /** A supervisor started ahead of the next pod (Node's start is most of a pod's start). */
+  private readonly spare: SpareSupervisor;
   /** Pulls runc pods' images into `images` (pull policy, pull secrets, back-off). */
   private readonly puller: ImagePuller;
   private readonly caFile: string;
@@ -115,6 +118,7 @@ export class PodManager {
     this.runcRoot = path.join(options.agentDir, RUNC_STATE_DIR);
     this.logger = options.logger.child({ component: 'pods' });
     this.images = new ImageStore(path.join(options.agentDir, 'image-store'), { logger: this.logger });
+    this.spare = new SpareSupervisor(path.join(options.agentDir, 'spare-supervisor'), (message, details) => this.logger.warn(details, message));
     fs.mkdirSync(this.podsDir, { recursive: true, mode: 0o700 });
     writeFileAtomic(this.caFile, options.nodeCaPem, 0o644);
     this.client = followingClient(options.client);
@@ -148,12 +152,14 @@ export class PodManager {
     if (adopted.length) this.logger.info({ pods: adopted.length }, 're-attached to pods still running from before this agent started');
     void this.reapRuncLeftovers().catch((error: unknown) => this.logger.warn({ err: error }, 'cannot reap leftover runc containers'));
     await Promise.all([this.pods.start(), this.nodes.start()]);
+    this.spare.start();
     this.schedule();
   }
 
   stop(): void {
     this.running = false;
     clearTimeout(this.timer);
+    this.spare.close();
     this.stateWatch.close();
     this.pods.stop();
     this.nodes.stop();
@@ -365,7 +371,7 @@ export class PodManager {
     writeRunSpec(dir, spec);
     let pid: number;
     try {
-      pid = await launchSupervisor(dir);
+      pid = await launchSupervisor(dir, undefined, this.spare);
     } catch (error) {
       // Leave no pod.json behind: without it the next pass starts the pod again (after the
       // in-flight marker is gone), instead of waiting forever for a state that never comes.

@@ -1,8 +1,6 @@
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { supervisorEnvironment } from './environment.js';
+import { type SpareSupervisor, spawnSupervisor } from './supervisor-process.js';
 import { SUPERVISOR_LOG_FILE, readRunSpec, readRunState, supervisorAlive } from './run-spec.js';
 import { cleanupRuncPod, killRuncPod } from './runtime/runc-container.js';
 import { unmountAllUnder } from './runtime/host-mounts.js';
@@ -15,11 +13,11 @@ import { unmountAllUnder } from './runtime/host-mounts.js';
 export { podDir, writeRunSpec, readRunState } from './run-spec.js';
 export type { PodRunSpec, PodRunState, ContainerRunSpec, ContainerRunState, ContainerRunStatus } from './run-spec.js';
 
-const runningFromSource = import.meta.url.endsWith('.ts');
-/** The supervisor's entry point; under tsx (tests) the TypeScript source next to this module. */
-export const SUPERVISOR_SCRIPT = fileURLToPath(new URL(runningFromSource ? './supervisor-main.ts' : './supervisor-main.js', import.meta.url));
+export { SUPERVISOR_SCRIPT, SpareSupervisor } from './supervisor-process.js';
 
 const LAUNCH_TIMEOUT_MS = 5000;
+/** How often launchSupervisor looks for the supervisor's first state.json (a small file). */
+const LAUNCH_POLL_MS = 10;
 const POLL_MS = 50;
 /** How long past the pod's grace period to wait before killing a supervisor that does not exit. */
 const STOP_MARGIN_MS = 2000;
@@ -59,60 +57,43 @@ export function processAlive(pid: number): boolean {
   }
 }
 
-/**
- * The node flags the supervisor inherits: only module loaders (tsx when running from source) and
- * source maps; never our eval script, inspector or test-runner flags. Loader specifiers are
- * resolved here, since the supervisor runs in the pod dir, not in our working dir.
- */
-function supervisorExecArgv(): string[] {
-  const result: string[] = [];
-  const loaderFlags = new Set(['--import', '--loader', '--experimental-loader']);
-  const resolveLoader = (specifier: string): string => {
-    if (specifier.startsWith('.')) return pathToFileURL(path.resolve(specifier)).href;
-    if (specifier.startsWith('/') || specifier.includes(':')) return specifier;
-    try {
-      return import.meta.resolve(specifier);
-    } catch {
-      return specifier;
+/** Waits until the supervisor `pid` wrote state.json; why not otherwise (it ended, or the deadline passed: then it is killed). */
+async function awaitFirstState(dir: string, pid: number, ended: () => string | undefined, timeoutMs: number): Promise<string | undefined> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (readRunState(dir)?.supervisorPid === pid) return undefined;
+    const exit = ended();
+    if (exit !== undefined) return `it ended (${exit})`;
+    if (Date.now() > deadline) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      return `it wrote no state within ${timeoutMs} ms`;
     }
-  };
-  const args = process.execArgv;
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i]!;
-    const [flag, inlineValue] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
-    if (loaderFlags.has(flag)) {
-      const value = inlineValue ?? args[++i];
-      if (value !== undefined) result.push(`${flag}=${resolveLoader(value)}`);
-    } else if (flag === '--enable-source-maps') {
-      result.push(arg);
-    }
+    await sleep(LAUNCH_POLL_MS);
   }
-  return result;
 }
 
 /**
- * Spawns the supervisor detached; resolves once state.json exists (or rejects after `timeoutMs`,
- * 5 s by default, with its log). Tests that launch supervisors from the TypeScript source (slow to
- * start under tsx, and slower on a loaded machine) pass a generous ceiling.
+ * Starts the pod's supervisor: hands the pod to the agent's spare when there is one (`spare`),
+ * else spawns one detached. Resolves once state.json exists (or rejects after `timeoutMs`, 5 s by
+ * default, with its log). Tests that launch supervisors from the TypeScript source (slow to start
+ * under tsx, and slower on a loaded machine) pass a generous ceiling.
  */
-export async function launchSupervisor(dir: string, timeoutMs = LAUNCH_TIMEOUT_MS): Promise<number> {
+export async function launchSupervisor(dir: string, timeoutMs = LAUNCH_TIMEOUT_MS, spare?: SpareSupervisor): Promise<number> {
   const absolute = path.resolve(dir);
   const existing = supervisorAlive(absolute);
   if (existing !== undefined) throw new SupervisorLaunchError(`pod ${absolute} already has a live supervisor (pid ${existing})`);
-  const logFd = fs.openSync(path.join(absolute, SUPERVISOR_LOG_FILE), 'a', 0o600);
-  const execArgv = supervisorExecArgv();
-  let child;
-  try {
-    child = spawn(process.execPath, [...execArgv, SUPERVISOR_SCRIPT, absolute], {
-      cwd: absolute,
-      // Not the agent's environment (it may hold DROVER_TOKEN): the pod's processes start clean.
-      env: supervisorEnvironment(),
-      detached: true,
-      stdio: ['ignore', logFd, logFd],
-    });
-  } finally {
-    fs.closeSync(logFd);
+  const taken = spare?.take(absolute);
+  if (taken) {
+    const failed = await awaitFirstState(absolute, taken.pid, () => (taken.exited() ? 'exited' : undefined), timeoutMs);
+    if (failed === undefined) return taken.pid;
+    // The spare did not take the pod on (it is gone now): a supervisor of its own, as without one.
+    killPodProcesses(absolute);
   }
+  const child = spawnSupervisor([absolute], absolute, 'ignore');
   let exit: string | undefined;
   child.once('exit', (code, signal) => {
     exit = signal ? `signal ${signal}` : `exit code ${code}`;
@@ -122,22 +103,9 @@ export async function launchSupervisor(dir: string, timeoutMs = LAUNCH_TIMEOUT_M
   });
   child.unref();
   const pid = child.pid;
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (pid !== undefined && readRunState(absolute)?.supervisorPid === pid) return pid;
-    if (exit !== undefined || Date.now() > deadline) {
-      if (exit === undefined && pid !== undefined) {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-      }
-      const why = exit ? `it ended (${exit})` : `it wrote no state within ${timeoutMs} ms`;
-      throw new SupervisorLaunchError(`pod supervisor for ${absolute} did not start: ${why}. supervisor.log:\n${supervisorLogTail(absolute)}`);
-    }
-    await sleep(POLL_MS);
-  }
+  const failed = pid === undefined ? `it did not spawn (${exit ?? 'no pid'})` : await awaitFirstState(absolute, pid, () => exit, timeoutMs);
+  if (failed === undefined) return pid!;
+  throw new SupervisorLaunchError(`pod supervisor for ${absolute} did not start: ${failed}. supervisor.log:\n${supervisorLogTail(absolute)}`);
 }
 
 /** The live supervisor's pid, or undefined (checks /proc/<pid>/cmdline names this pod dir, so a reused pid is not mistaken). */

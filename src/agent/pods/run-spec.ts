@@ -254,6 +254,8 @@ export const RUN_SPEC_FILE = 'pod.json';
 export const RUN_STATE_FILE = 'state.json';
 export const SUPERVISOR_PID_FILE = 'supervisor.pid';
 export const SUPERVISOR_LOG_FILE = 'supervisor.log';
+/** The argument that makes a supervisor a spare, waiting for its pod (supervisor-main.ts, spare-supervisor.ts). */
+export const SPARE_SUPERVISOR_FLAG = '--spare';
 export const LOGS_DIR = 'logs';
 export const WORK_DIR = 'work';
 
@@ -448,8 +450,9 @@ export function readRunState(dir: string): PodRunState | undefined {
 
 /**
  * The live supervisor's pid, or undefined. The pid file alone is not enough: after a reboot or a
- * crash the pid may belong to another process, so /proc/<pid>/cmdline must name this pod dir
- * (a zombie's cmdline is empty, so an exited one does not count either).
+ * crash the pid may belong to another process, so /proc/<pid>/cmdline must name this pod dir, or
+ * for a spare that took the pod on, its working dir must be the pod dir (a zombie's cmdline is
+ * empty, so an exited one does not count either).
  */
 export function supervisorAlive(dir: string): number | undefined {
   let pid: number;
@@ -461,7 +464,9 @@ export function supervisorAlive(dir: string): number | undefined {
   if (!Number.isInteger(pid) || pid <= 1) return undefined;
   try {
     const args = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    return args.includes(path.resolve(dir)) ? pid : undefined;
+    if (args.includes(path.resolve(dir))) return pid;
+    // A spare supervisor that took the pod on: its argv names its spare dir, its working dir the pod.
+    return args.includes(SPARE_SUPERVISOR_FLAG) && fs.readlinkSync(`/proc/${pid}/cwd`) === path.resolve(dir) ? pid : undefined;
   } catch {
     return undefined;
   }
