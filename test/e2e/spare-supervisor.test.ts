@@ -113,4 +113,34 @@ describe('the spare supervisor', { concurrency: false }, () => {
     assert.equal(res.status, 200, res.text);
     await eventually(() => !alive(supervisor) && !fs.existsSync(dir), 'the supervisor stopped and the pod dir removed', 60_000);
   });
+
+  it('a pod started again after its supervisor died gets one of its own (its log is appended to); the spare waits on', async () => {
+    const [spare] = await eventually(() => {
+      const found = [...sparesOf(agent.dataDir).keys()];
+      return found.length === 1 ? found : undefined;
+    }, 'one spare supervisor', 60_000);
+    await createObject(server, '/api/v1/namespaces/default/pods', pod('second'));
+    const [running] = await eventually(async () => {
+      const pods = await readyPods(server, 'app=spare');
+      return pods.length === 1 ? pods : undefined;
+    }, 'the pod Running and ready', 60_000);
+    const dir = path.join(agent.dataDir, 'agent', 'pods', running!.uid);
+    const first = Number(fs.readFileSync(path.join(dir, SUPERVISOR_PID_FILE), 'utf8'));
+    assert.equal(first, spare, 'the spare took it');
+    const next = await eventually(() => [...sparesOf(agent.dataDir).keys()].find((pid) => pid !== first), 'a new spare', 30_000);
+
+    process.kill(first, 'SIGKILL');
+    const restarted = await eventually(() => {
+      const pid = Number(fs.readFileSync(path.join(dir, SUPERVISOR_PID_FILE), 'utf8'));
+      return pid !== first && alive(pid) ? pid : undefined;
+    }, 'the pod started again by a new supervisor', 60_000);
+    assert.ok(fs.readFileSync(`/proc/${restarted}/cmdline`, 'utf8').split('\0').includes(dir), 'a supervisor started for the pod (its argv names the pod dir)');
+    assert.ok(alive(next) && sparesOf(agent.dataDir).has(next), 'the waiting spare was not used up');
+    const log = fs.readFileSync(path.join(dir, 'supervisor.log'), 'utf8');
+    assert.equal(log.match(/"supervisor started"/g)?.length, 2, `both supervisors logged to the pod's log:\n${log}`);
+
+    const res = await request(server, 'DELETE', '/api/v1/namespaces/default/pods/second');
+    assert.equal(res.status, 200, res.text);
+    await eventually(() => !alive(restarted) && !fs.existsSync(dir), 'the supervisor stopped and the pod dir removed', 60_000);
+  });
 });

@@ -22,8 +22,13 @@ const runningFromSource = import.meta.url.endsWith('.ts');
 /** The supervisor's entry point; under tsx (tests) the TypeScript source next to this module. */
 export const SUPERVISOR_SCRIPT = fileURLToPath(new URL(runningFromSource ? './supervisor-main.ts' : './supervisor-main.js', import.meta.url));
 
-/** After a spare is taken, how long before the next one starts (so its start does not compete with the pod's). */
-const SPARE_REFILL_MS = 1000;
+/**
+ * After a spare is taken, how long before the next one starts: a moment, so it does not compete
+ * with the pod's own start for the CPU, but short, since on a busy host a Node start takes a
+ * second or more and the next pod may come as soon (a spare still starting is no worse than a
+ * supervisor started for the pod).
+ */
+const SPARE_REFILL_MS = 250;
 /** After a spare ended on its own (it should not), how long before another is tried. */
 const SPARE_RETRY_MS = 30_000;
 
@@ -126,21 +131,23 @@ export class SpareSupervisor {
    */
   take(podDir: string): TakenSpare | undefined {
     const spare = this.spare;
-    this.spare = undefined;
     if (!spare) return undefined;
-    this.refill(SPARE_REFILL_MS);
     const pid = spare.child.pid;
     if (spare.exited || pid === undefined || !spare.child.stdin) {
+      this.spare = undefined;
       this.retire(spare);
+      this.refill(SPARE_REFILL_MS);
       return undefined;
     }
     try {
-      // link fails if the pod dir has a log already (a restarted pod's): that one is appended to, cold.
+      // link fails if the pod dir has a log already (a restarted pod's): that one is appended to
+      // by a supervisor started for it, and the spare waits for the next pod.
       fs.linkSync(path.join(spare.dir, SUPERVISOR_LOG_FILE), path.join(podDir, SUPERVISOR_LOG_FILE));
     } catch {
-      this.retire(spare);
       return undefined;
     }
+    this.spare = undefined;
+    this.refill(SPARE_REFILL_MS);
     spare.child.stdin.end(`${podDir}\n`);
     return { pid, exited: () => spare.exited };
   }
