@@ -172,6 +172,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         directory,
         logger,
       });
+    } else if (settings.embeddedRegistry) {
+      // No agent: no image store and no agent port to serve it on (docs/registry.md).
+      logger.warn('embedded-registry is on but disable-agent is too: this server runs no agent, so it serves no images');
     }
     if (runsApi) {
       await directory.start({

@@ -255,3 +255,15 @@ describe('embedded-registry in drover config show: every source, both commands, 
     }
   });
 });
+
+describe('embedded-registry on a server without an agent', () => {
+  it('a server with disable-agent says at start that it serves no images', async () => {
+    const server = await startServer({ args: ['--node-name', 'reg-no-agent', '--embedded-registry'] });
+    try {
+      await eventually(() => server.output().includes('embedded-registry is on but disable-agent is too'), 'the warning', 30_000);
+      assert.doesNotMatch(server.output(), /agent is running/, 'no agent runs');
+    } finally {
+      await server.stop();
+    }
+  });
+});
