@@ -28,14 +28,19 @@ if (!argv[0] || (argv[0] === SPARE_SUPERVISOR_FLAG && !spareDir)) {
 
 // A singleton's fence must land on time even on a busy host: the supervisor is idle nearly always,
 // so it may ask for a better CPU priority (root only; elsewhere it keeps the agent's). Containers
-// are put back to the priority the supervisor was started with (supervisor.ts).
-const inheritedPriority = os.getPriority();
-try {
-  os.setPriority(Math.max(-20, inheritedPriority - SUPERVISOR_PRIORITY_BOOST));
-} catch {
-  // not permitted: run at the inherited priority
-}
+// are put back to the priority the supervisor was started with (supervisor.ts): the agent's, which
+// the agent passes to a spare (it starts a spare at a lower priority, so that its start yields to
+// the pods starting meanwhile; the spare takes the boost when it gets its pod).
+const passedPriority = Number(process.env[INHERITED_PRIORITY_ENV]);
+const inheritedPriority = Number.isInteger(passedPriority) && passedPriority >= -20 && passedPriority <= 19 ? passedPriority : os.getPriority();
 process.env[INHERITED_PRIORITY_ENV] = String(inheritedPriority);
+function takeBoost(): void {
+  try {
+    os.setPriority(Math.max(-20, inheritedPriority - SUPERVISOR_PRIORITY_BOOST));
+  } catch {
+    // not permitted: run at the inherited priority
+  }
+}
 
 let supervisor: PodSupervisor | undefined;
 let dir: string | undefined;
@@ -53,6 +58,7 @@ process.on('SIGUSR2', () => {
 process.on('SIGHUP', () => logger.info('ignoring SIGHUP'));
 
 function superviseFrom(podDir: string): void {
+  takeBoost();
   dir = podDir;
   try {
     const spec = readRunSpec(podDir);

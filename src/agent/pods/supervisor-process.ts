@@ -2,8 +2,10 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import type net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { INHERITED_PRIORITY_ENV } from './container-process.js';
 import { supervisorEnvironment } from './environment.js';
 import { SPARE_SUPERVISOR_FLAG, SUPERVISOR_LOG_FILE } from './run-spec.js';
 
@@ -23,12 +25,14 @@ const runningFromSource = import.meta.url.endsWith('.ts');
 export const SUPERVISOR_SCRIPT = fileURLToPath(new URL(runningFromSource ? './supervisor-main.ts' : './supervisor-main.js', import.meta.url));
 
 /**
- * After a spare is taken, how long before the next one starts: a moment, so it does not compete
- * with the pod's own start for the CPU, but short, since on a busy host a Node start takes a
- * second or more and the next pod may come as soon (a spare still starting is no worse than a
- * supervisor started for the pod).
+ * After a spare is taken, how long before the next one starts: at once, since on a busy host a
+ * Node start takes a second or more and the next pod may come as soon (a spare still starting is
+ * no worse than a supervisor started for the pod). Its lower priority (SPARE_NICE) keeps its start
+ * from slowing the pods starting meanwhile.
  */
-const SPARE_REFILL_MS = 250;
+const SPARE_REFILL_MS = 0;
+/** How much lower than the agent's a spare's CPU priority is while it waits (nice steps; it takes the supervisor's boost with its pod). */
+const SPARE_NICE = 5;
 /** After a spare ended on its own (it should not), how long before another is tried. */
 const SPARE_RETRY_MS = 30_000;
 
@@ -68,12 +72,12 @@ function supervisorExecArgv(): string[] {
  * to `<cwd>/supervisor.log`, with the supervisor's environment (not the agent's: it may hold
  * DROVER_TOKEN). `stdin: 'pipe'` for a spare (its pod comes that way).
  */
-export function spawnSupervisor(args: readonly string[], cwd: string, stdin: 'ignore' | 'pipe'): ChildProcess {
+export function spawnSupervisor(args: readonly string[], cwd: string, stdin: 'ignore' | 'pipe', env: Record<string, string> = {}): ChildProcess {
   const logFd = fs.openSync(path.join(cwd, SUPERVISOR_LOG_FILE), 'a', 0o600);
   try {
     return spawn(process.execPath, [...supervisorExecArgv(), SUPERVISOR_SCRIPT, ...args], {
       cwd,
-      env: supervisorEnvironment(),
+      env: { ...supervisorEnvironment(), ...env },
       detached: true,
       stdio: [stdin, logFd, logFd],
     });
@@ -172,7 +176,16 @@ export class SpareSupervisor {
     let child: ChildProcess;
     try {
       fs.mkdirSync(dir, { mode: 0o700 });
-      child = spawnSupervisor([SPARE_SUPERVISOR_FLAG, dir], dir, 'pipe');
+      const agentPriority = os.getPriority();
+      child = spawnSupervisor([SPARE_SUPERVISOR_FLAG, dir], dir, 'pipe', { [INHERITED_PRIORITY_ENV]: String(agentPriority) });
+      // Before anything is written to its stdin: it takes the supervisor's boost only with its pod.
+      if (child.pid !== undefined) {
+        try {
+          os.setPriority(child.pid, Math.min(19, agentPriority + SPARE_NICE));
+        } catch {
+          // not permitted, or gone already: it waits at the agent's priority
+        }
+      }
     } catch (error) {
       this.warn('cannot start a spare supervisor', { err: error });
       fs.rmSync(dir, { recursive: true, force: true });
