@@ -73,6 +73,12 @@ describe('the spare supervisor', { concurrency: false }, () => {
       return found.length === 1 ? found : undefined;
     }, 'the agent keeps one spare supervisor', 60_000);
     assert.ok(spare !== undefined);
+    // Waiting, it yields to the pods starting (5 nice steps below the agent); with its pod it takes
+    // the supervisors' boost (10 above, root only) and gives its containers the agent's priority.
+    const niceOf = (pid: number): number => Number(procStat(pid)[16]);
+    const agentNice = niceOf(agent.pid);
+    const asRoot = process.getuid?.() === 0;
+    assert.equal(niceOf(spare), Math.min(19, agentNice + 5), 'the waiting spare runs below the agent');
 
     await createObject(server, '/api/v1/namespaces/default/pods', pod('first'));
     const [running] = await eventually(async () => {
@@ -88,6 +94,8 @@ describe('the spare supervisor', { concurrency: false }, () => {
     assert.equal(fs.readlinkSync(`/proc/${supervisor}/cwd`), dir, 'it works in the pod dir');
     assert.match(fs.readFileSync(path.join(dir, 'supervisor.log'), 'utf8'), /"supervisor started"/, 'its log is in the pod dir');
     const containers = containerPids(running!);
+    if (asRoot) assert.equal(niceOf(supervisor), Math.max(-20, agentNice - 10), 'with its pod, the supervisors’ boost');
+    for (const pid of containers) assert.equal(niceOf(pid), agentNice, 'its container at the agent’s priority');
 
     // A new spare follows (after a moment, so it does not compete with the pod's start).
     await eventually(() => [...sparesOf(agent.dataDir).keys()].some((pid) => pid !== supervisor), 'a new spare', 30_000);
@@ -136,8 +144,10 @@ describe('the spare supervisor', { concurrency: false }, () => {
     }, 'the pod started again by a new supervisor', 60_000);
     assert.ok(fs.readFileSync(`/proc/${restarted}/cmdline`, 'utf8').split('\0').includes(dir), 'a supervisor started for the pod (its argv names the pod dir)');
     assert.ok(alive(next) && sparesOf(agent.dataDir).has(next), 'the waiting spare was not used up');
-    const log = fs.readFileSync(path.join(dir, 'supervisor.log'), 'utf8');
-    assert.equal(log.match(/"supervisor started"/g)?.length, 2, `both supervisors logged to the pod's log:\n${log}`);
+    // Its pid file comes a moment before its first line.
+    const logged = (): number => fs.readFileSync(path.join(dir, 'supervisor.log'), 'utf8').match(/"supervisor started"/g)?.length ?? 0;
+    await eventually(() => logged() >= 2, 'both supervisors logged to the pod’s log', 30_000);
+    assert.equal(logged(), 2);
 
     const res = await request(server, 'DELETE', '/api/v1/namespaces/default/pods/second');
     assert.equal(res.status, 200, res.text);
