@@ -71,10 +71,8 @@ function writeIfChanged(file: string, content: string): void {
 export function ensureNamespacesDir(podDir: string): string {
   const nsDir = namespacesDir(podDir);
   fs.mkdirSync(nsDir, { recursive: true, mode: 0o700 });
-  if (!isMountPoint(nsDir)) {
-    must(run('mount', ['--bind', nsDir, nsDir]), `bind-mounting ${nsDir}`);
-    must(run('mount', ['--make-private', nsDir]), `making ${nsDir} private`);
-  }
+  // One mount(8) binds it and makes it private (util-linux applies the propagation flag after the bind).
+  if (!isMountPoint(nsDir)) must(run('mount', ['--bind', '--make-private', nsDir, nsDir]), `bind-mounting ${nsDir} private`);
   return nsDir;
 }
 
