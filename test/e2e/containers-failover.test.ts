@@ -127,8 +127,8 @@ async function restartAgent(server: ServerProcess, agents: Map<string, AgentProc
 async function initPids(dataDir: string, pods: readonly PodView[]): Promise<number[]> {
   const pids: number[] = [];
   for (const pod of pods) {
-    // The pod reads Running once the supervisor has spawned `runc run`; runc's own state says
-    // "running" a moment later (seconds at load 30): wait for it, within a ceiling.
+    // Running is reported once runc has started the container, so runc says so too; polled within
+    // a ceiling all the same (a `runc state` that times out on a very busy host).
     const pid = await eventually(
       async () => {
         const found = await containerInitPid(dataDir, pod.uid, 'main');
