@@ -29,6 +29,9 @@ interface Rule {
 const RULES: Rule[] = [
   // "Directories Drover creates (server/, db/, tls/, cred/, agent/, agent/images/, agent/pods/ and each pod's directory and logs/) get mode 0700."
   { pattern: /^(server|server\/(db|tls|cred)|agent|agent\/images|agent\/pods|agent\/pods\/[^/]+|agent\/pods\/[^/]+\/logs(\/[^/]+)?)$/, kind: 'dir', mode: 0o700 },
+  // "The spare supervisor's agent/spare-supervisor/ and its own directory in it are 0700; its supervisor.log 0600."
+  { pattern: /^agent\/spare-supervisor(\/[^/]+)?$/, kind: 'dir', mode: 0o700 },
+  { pattern: /^agent\/spare-supervisor\/[^/]+\/supervisor\.log$/, kind: 'file', mode: 0o600 },
   // "A pod's volumes/, roots/ and subpaths/ and every directory in them are 0700; a volume's files
   // have the mode the volume asks for": every pod gets the kube-api-access volume (defaultMode 420,
   // 0644), its files in a timestamped directory behind the `..data` link.
