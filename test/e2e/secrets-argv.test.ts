@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
+import { INHERITED_PRIORITY_ENV } from '../../src/agent/pods/container-process.js';
 import { DEFAULT_PATH } from '../../src/agent/pods/environment.js';
 import { type AgentProcess, cleanupAgents, freePort, startAgent, waitForState } from '../helpers/agent.js';
 import { api, type ClusterServer, clusterTempDir, cleanupCluster, dumpLogs, etcdPidOf, file, report, startClusterServer, url } from '../helpers/cluster.js';
@@ -17,7 +18,8 @@ import { eventually, tempDir } from '../helpers/server.js';
  *   - no command line (world-readable: ps, /proc/<pid>/cmdline) holds a secret: the join secret,
  *     the join and agent tokens, the admin token, a node password, or any long hex string (the
  *     node credentials live in the agents' memory only, and are 64 hex digits);
- *   - a pod supervisor's environment is PATH alone, and a container's is PATH, HOME and the pod's
+ *   - a pod supervisor's environment is PATH alone (and, for one started as a spare, the agent's
+ *     CPU priority, a number), and a container's is PATH, HOME and the pod's
  *     own variables (DROVER_CONTAINER_ROOT, the root of its volume mounts, among them): nothing of
  *     the agent's (its DROVER_TOKEN, a marker variable);
  *   - the etcd child's environment has none of the server's DROVER_* settings.
@@ -216,7 +218,18 @@ describe('secrets on command lines and in pods', () => {
         const argv = readProc(pid, 'cmdline');
         return argv ? [[pid, argv] as const] : [];
       }));
-      const supervisors = [...cmdlines].filter(([, argv]) => argv.some((a) => a.includes('supervisor-main'))).map(([pid]) => pid);
+      // Pod supervisors by working dir (a pod's dir): each agent also keeps an idle spare (its dir
+      // under agent/spare-supervisor/), and a spare that took a pod keeps its `--spare` argv.
+      const cwdOf = (pid: number): string => {
+        try {
+          return fs.readlinkSync(`/proc/${pid}/cwd`);
+        } catch {
+          return '';
+        }
+      };
+      const supervisors = [...cmdlines]
+        .filter(([pid, argv]) => argv.some((a) => a.includes('supervisor-main')) && cwdOf(pid).includes('/agent/pods/'))
+        .map(([pid]) => pid);
       const containers = [...cmdlines].filter(([, argv]) => argv[0] === 'sleep' && argv[1] === '3600').map(([pid]) => pid);
       report(t, [...cmdlines].map(([pid, argv]) => `${pid}: ${argv.join(' ')}`).join('\n'));
       // The check covers what it claims: the server, its etcd, the agent, two supervisors, two containers.
@@ -241,7 +254,10 @@ describe('secrets on command lines and in pods', () => {
 
       // Environments (readable by the same user only, but still no place for the agent's secrets).
       for (const pid of supervisors) {
-        assert.deepEqual([...environ(pid)], [['PATH', DEFAULT_PATH]], `supervisor ${pid}'s environment`);
+        // A supervisor started as the agent's spare also has the agent's CPU priority (a number),
+        // for its containers (src/agent/pods/supervisor-process.ts).
+        const env = [...environ(pid)].filter(([name, value]) => !(name === INHERITED_PRIORITY_ENV && /^-?\d+$/.test(value)));
+        assert.deepEqual(env, [['PATH', DEFAULT_PATH]], `supervisor ${pid}'s environment`);
       }
       for (const pid of containers) {
         // What the supervisor gave `sh`, which exported its own PWD (and a bash would add SHLVL and _) before exec.
