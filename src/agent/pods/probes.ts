@@ -31,11 +31,6 @@ export interface ContainerProbesOptions extends ProbeEvents {
   run?: (spec: ProbeSpec) => Promise<ProbeOutcome>;
   /** For tests: the clock (default: the monotonic one). */
   now?: () => number;
-  /**
-   * Resolves once the container really runs (under runc: once `runc run` has created it); probes
-   * start then, their delays counted from then, as kubelet counts from the container's start.
-   */
-  whenRunning?: () => Promise<void>;
 }
 
 const KINDS: readonly ProbeKind[] = ['startup', 'liveness', 'readiness'];
@@ -62,21 +57,9 @@ export class ContainerProbes {
     return this.trackers.size === 0;
   }
 
+  /** Called once the container runs (under runc: once runc has started it, supervisor.ts markRunning). */
   start(): void {
-    const { whenRunning } = this.options;
-    if (!whenRunning) {
-      for (const kind of this.trackers.keys()) this.schedule(kind);
-      return;
-    }
-    void whenRunning().then(
-      () => {
-        if (this.stopped) return;
-        const now = this.now();
-        for (const tracker of this.trackers.values()) tracker.nextAtMs = now + Math.max(0, tracker.spec.initialDelaySeconds) * 1000;
-        for (const kind of this.trackers.keys()) this.schedule(kind);
-      },
-      () => undefined,
-    );
+    for (const kind of this.trackers.keys()) this.schedule(kind);
   }
 
   get isStopped(): boolean {
@@ -165,7 +148,6 @@ export interface ProbeHooks {
   exec: ProbeExec;
   /** The pod's own address, where probes without a host connect (absent: loopback). */
   podIp?: string;
-  whenRunning?: () => Promise<void>;
   /** Monotonic ms when the container started. */
   startedAtMs: number;
   /** Whether the container still runs. */
@@ -191,25 +173,9 @@ export function startContainerProbes(specs: ContainerProbeSpecs | undefined, sta
           hooks.writeState();
         },
         onKill: hooks.kill,
-        ...(hooks.whenRunning ? { whenRunning: hooks.whenRunning } : {}),
       })
     : undefined;
   updateReadiness(status, probes, true);
   probes?.start();
   return probes;
-}
-
-const RUNNING_POLL_MS = 100;
-
-/**
- * Resolves once runc reports the container running, polling its state; rejects once `gone()`
- * says the attempt is over (the container exited, the probes stopped) so nothing waits forever.
- */
-export async function whenRuncRunning(state: () => Promise<{ status?: string } | undefined>, gone: () => boolean): Promise<void> {
-  for (;;) {
-    if (gone()) throw new Error('the container is gone');
-    const current = await state().catch(() => undefined);
-    if (current?.status === 'running') return;
-    await new Promise((resolve) => setTimeout(resolve, RUNNING_POLL_MS));
-  }
 }
