@@ -45,6 +45,9 @@ export const RUNTIME_CLASSES: ResourceRef = { group: 'node.k8s.io', version: 'v1
 export const DEPLOYMENTS: ResourceRef = { group: 'apps', version: 'v1', plural: 'deployments', namespaced: true };
 export const REPLICASETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'replicasets', namespaced: true };
 export const STATEFULSETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'statefulsets', namespaced: true };
+export const DAEMONSETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'daemonsets', namespaced: true };
+export const JOBS: ResourceRef = { group: 'batch', version: 'v1', plural: 'jobs', namespaced: true };
+export const CRONJOBS: ResourceRef = { group: 'batch', version: 'v1', plural: 'cronjobs', namespaced: true };
 
 /** Kubernetes DeleteOptions, the parts Drover honours. */
 export interface DeleteOptions {

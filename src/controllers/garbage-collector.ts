@@ -1,7 +1,7 @@
 import { FOREGROUND_FINALIZER, ORPHAN_FINALIZER } from '../apiserver/deletion.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
-import { type ApiClient, DEPLOYMENTS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, DAEMONSETS, DEPLOYMENTS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock } from './clock.js';
 import {
@@ -45,6 +45,7 @@ const OWNER_KINDS: Readonly<Record<string, ResourceRef>> = {
   Deployment: DEPLOYMENTS,
   ReplicaSet: REPLICASETS,
   StatefulSet: STATEFULSETS,
+  DaemonSet: DAEMONSETS,
 };
 /** Kinds whose objects are dependents, by plural (the queue keys). */
 const DEPENDENT_KINDS: Readonly<Record<string, ResourceRef>> = { pods: PODS, replicasets: REPLICASETS };
@@ -56,6 +57,7 @@ const FINALIZED_KINDS: Readonly<Record<string, ResourceRef>> = {
   deployments: DEPLOYMENTS,
   replicasets: REPLICASETS,
   statefulsets: STATEFULSETS,
+  daemonsets: DAEMONSETS,
   pods: PODS,
 };
 
@@ -94,6 +96,7 @@ export class GarbageCollector {
       [DEPLOYMENTS, 'deployments'],
       [REPLICASETS, 'replicasets'],
       [STATEFULSETS, 'statefulsets'],
+      [DAEMONSETS, 'daemonsets'],
       [PODS, 'pods'],
     ]);
     for (const [ref, plural] of refs) {

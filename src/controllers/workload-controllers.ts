@@ -1,7 +1,8 @@
 import type { SharedInformers } from '../client/shared-informers.js';
-import { type ApiClient, DEPLOYMENTS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, DAEMONSETS, DEPLOYMENTS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock, type TimerHandle } from './clock.js';
+import { DaemonSetController } from './daemonset.js';
 import { DeploymentController } from './deployment.js';
 import { DisruptionController, PODDISRUPTIONBUDGETS } from './disruption.js';
 import type { EventRecorder } from './events.js';
@@ -26,13 +27,14 @@ export interface WorkloadControllersOptions {
 }
 
 /** The resources the workload controllers follow; made known before the first list, so no controller misses an early event. */
-export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES];
+export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES, DAEMONSETS];
 
 export class WorkloadControllers {
   private readonly scheduler: Scheduler;
   private readonly replicaSets: ReplicaSetController;
   private readonly deployments: DeploymentController;
   private readonly statefulSets: StatefulSetController;
+  private readonly daemonSets: DaemonSetController;
   private readonly disruption: DisruptionController;
   private readonly collector: GarbageCollector;
   private readonly clock: Clock;
@@ -54,6 +56,7 @@ export class WorkloadControllers {
     this.replicaSets = new ReplicaSetController(client, informers, events, logger.child({ controller: 'replicaset' }), this.clock);
     this.deployments = new DeploymentController(client, informers, events, logger.child({ controller: 'deployment' }), this.clock);
     this.statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }), this.clock);
+    this.daemonSets = new DaemonSetController(client, informers, events, logger.child({ controller: 'daemonset' }), this.clock);
     this.disruption = new DisruptionController(client, informers, logger.child({ controller: 'disruption' }), this.clock);
     this.collector = new GarbageCollector(client, informers, logger.child({ controller: 'garbage-collector' }), this.clock);
   }
@@ -74,6 +77,7 @@ export class WorkloadControllers {
     this.replicaSets.stop();
     this.deployments.stop();
     this.statefulSets.stop();
+    this.daemonSets.stop();
     this.disruption.stop();
     this.collector.stop();
   }
@@ -85,6 +89,7 @@ export class WorkloadControllers {
       this.replicaSets.resync();
       this.deployments.resync();
       this.statefulSets.resync();
+      this.daemonSets.resync();
       this.disruption.resync();
       this.collector.sweep();
       this.scheduleResync();

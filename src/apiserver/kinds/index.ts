@@ -14,6 +14,7 @@ import { SERVICE_ACCOUNT_DEFINITION } from './service-accounts.js';
 import { SERVICE_DEFINITION } from './services.js';
 import { ENDPOINTS_DEFINITION, ENDPOINT_SLICE_DEFINITION } from './endpoints.js';
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
+import { DAEMONSET_DEFINITION } from './daemonsets.js';
 
 /**
  * Every kind Drover serves, one definition each (data and strategy hooks), in discovery order.
@@ -36,6 +37,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   DEPLOYMENT_DEFINITION,
   REPLICASET_DEFINITION,
   STATEFULSET_DEFINITION,
+  DAEMONSET_DEFINITION,
   PDB_DEFINITION,
   RUNTIME_CLASS_DEFINITION,
   ...RBAC_DEFINITIONS,
