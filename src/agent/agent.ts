@@ -25,6 +25,8 @@ import { ClusterDns } from './dns/server.js';
 import { listPodDirs } from './pods/launch.js';
 import { ServerConnection } from './servers.js';
 import { RegistryServer } from '../images/registry-server/server.js';
+import type { PeerCredentials } from './registry-peers/directory.js';
+import { startRegistryPeers, type RegistryPeers } from './registry-peers/wiring.js';
 
 /**
  * `drover agent`: joins the cluster, keeps its Node object, and renews its Lease. The agent is
@@ -112,6 +114,10 @@ export class Agent {
   /** The node's Service datapath (nftables) and cluster DNS: with the pod network only. */
   private serviceProxy: ServiceProxy | undefined;
   private clusterDns: ClusterDns | undefined;
+  /** This node's registration certificates, as the endpoint serves with them (peers' client certificate). */
+  private peerCredentials: PeerCredentials | undefined;
+  /** Advertising this node's images and finding peers' (docs/registry.md); per this node's own settings. */
+  private registryPeers: RegistryPeers | undefined;
 
   constructor(private readonly options: AgentOptions) {
     this.agentDir = path.join(options.dataDir, 'agent');
@@ -131,7 +137,13 @@ export class Agent {
       stats: () => this.stats,
       logger: this.logger,
       ...(options.embeddedRegistry
-        ? { registry: new RegistryServer({ store: () => this.images?.store, logger: this.logger.child({ component: 'embedded-registry' }) }) }
+        ? {
+            registry: new RegistryServer({
+              store: () => this.images?.store,
+              logger: this.logger.child({ component: 'embedded-registry' }),
+              stats: () => this.metrics && { served: (kind, bytes) => (this.metrics!.registryServed.inc({ kind }), this.metrics!.registryServedBytes.inc(bytes)), corrupt: () => this.metrics!.registryCorruptBlobs.inc({ detected_by: 'server' }) },
+            }),
+          }
         : {}),
     });
     this.runtimeHandlers = new RuntimeHandlers(this.logger);
@@ -141,7 +153,10 @@ export class Agent {
       connection: this.connection,
       logger: this.logger,
       endpointPort: () => this.endpoint.port,
-      serveWith: (response) => this.endpoint.serveWith(response),
+      serveWith: (response) => {
+        this.endpoint.serveWith(response);
+        this.peerCredentials = { nodeCaPem: response.nodeCaCertificate, certificatePem: response.servingCertificate, keyPem: response.servingKey };
+      },
       stopping: () => this.stopping,
       runtimeHandlers: this.runtimeHandlers,
     });
@@ -205,6 +220,17 @@ export class Agent {
     await this.network?.start();
     if (this.network) await this.startServicesAndDns(this.network);
     this.images = await startNodeImages({ agentDir: this.agentDir, logger: this.logger, gc: this.options.imageGc ?? { highThresholdPercent: 85, lowThresholdPercent: 80 } });
+    this.registryPeers = await startRegistryPeers({
+      client: () => this.connection.client!,
+      nodeName: this.options.nodeName,
+      nodeUid: () => this.registration.nodeUid,
+      credentials: () => this.peerCredentials,
+      store: this.images.store,
+      serve: this.options.embeddedRegistry === true,
+      registries: this.registries,
+      metrics: () => this.metrics,
+      logger: this.logger.child({ component: 'embedded-registry' }),
+    });
     this.pods = new PodManager({
       nodeName: this.options.nodeName,
       nodeIp: this.registration.nodeIp(),
@@ -215,6 +241,7 @@ export class Agent {
       client: () => this.connection.client!,
       logger: this.logger,
       registries: this.registries,
+      ...(this.registryPeers?.pullThrough ? { registryPeers: this.registryPeers.pullThrough } : {}),
       runtimeHandlers: () => this.runtimeHandlers.names,
       network: () => this.network,
     });
@@ -309,6 +336,7 @@ export class Agent {
       this.network?.stop();
       await this.serviceProxy?.stop();
       await this.clusterDns?.stop();
+      this.registryPeers?.stop();
       this.images?.stop();
       this.renewal.stop();
       if (this.registered()) {

@@ -7,6 +7,7 @@ import { defaultPullPolicy } from '../images/registry/reference.js';
 import { type ImageRef, parseImageRef } from '../images/reference.js';
 import type { Image, ImageStore } from '../images/store.js';
 import type { RegistriesConfig } from '../images/registry/registries.js';
+import type { PeerPullStats, PeerSource } from '../images/registry/peers.js';
 import type { LookupResult } from './pods/env-resolution.js';
 
 /**
@@ -47,6 +48,8 @@ export interface ImagePullerOptions {
   now?: () => number;
   /** How long a pull waits for the agent to have read the pod's pull secrets (default 10 s). */
   secretWaitMs?: number;
+  /** Embedded-registry peers, tried first for the registries listed under `mirrors` (docs/registry.md). */
+  peers?: { source: PeerSource; stats?: PeerPullStats };
 }
 
 /** kubelet's image back-off: 10 s, doubling, at most 5 min. */
@@ -82,7 +85,7 @@ export class ImagePuller {
   private readonly announced = new Map<string, Set<string>>();
 
   constructor(private readonly options: ImagePullerOptions) {
-    this.puller = new Puller(options.store, options.registries);
+    this.puller = new Puller(options.store, options.registries, options.peers);
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -231,7 +234,8 @@ export class ImagePuller {
     this.backOff.delete(key);
     const seconds = ((this.now() - started) / 1000).toFixed(3);
     const fetched = result.fetched === 0 ? ' (image already present)' : '';
-    this.event(pod, 'Normal', 'Pulled', `Successfully pulled image "${image}" in ${seconds}s from ${result.endpoint}${fetched}. Image size: ${result.size} bytes.`);
+    const from = result.peer !== undefined ? `peer ${result.peer} (${result.endpoint})` : result.endpoint;
+    this.event(pod, 'Normal', 'Pulled', `Successfully pulled image "${image}" in ${seconds}s from ${from}${fetched}. Image size: ${result.size} bytes.`);
     const stored = await this.present(ref);
     if (stored === undefined) {
       // Pulled, yet not resolvable (removed meanwhile, or the store refused what it was given).

@@ -31,7 +31,7 @@ import { readRunSpec, type ContainerRunSpec } from './pods/run-spec.js';
 import { RunStateWatch } from './pods/state-watch.js';
 import { ImageStore } from '../images/store.js';
 import { type EnsureImage } from './pod-config.js';
-import { ImagePuller } from './image-pull.js';
+import { ImagePuller, type ImagePullerOptions } from './image-pull.js';
 import { EMPTY_REGISTRIES, type RegistriesConfig } from '../images/registry/registries.js';
 import { podRuntimeClassName, PROCESS_HANDLER } from '../node-protocol/runtime-classes.js';
 import { RUNC_STATE_DIR, splitRuncContainerId } from './pods/runtime/names.js';
@@ -64,6 +64,8 @@ export interface PodManagerOptions {
   ensureImage?: EnsureImage;
   /** This node's registries.yaml (mirrors, credentials, TLS) for the pulls of the default ensureImage. */
   registries?: RegistriesConfig;
+  /** Embedded-registry peers for the default ensureImage's pulls (src/agent/registry-peers/). */
+  registryPeers?: ImagePullerOptions['peers'];
   /** The node's pod network; absent or undefined: pods use the node's network. */
   network?: () => NodeNetwork | undefined;
 }
@@ -138,6 +140,7 @@ export class PodManager {
     this.puller = new ImagePuller({
       store: this.images,
       registries: options.registries ?? EMPTY_REGISTRIES,
+      ...(options.registryPeers ? { peers: options.registryPeers } : {}),
       lookupSecret: (namespace, name) => this.config.cache.lookup({ kind: 'Secret', namespace, name }),
       events: this.events,
       logger: this.logger,

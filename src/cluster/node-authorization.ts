@@ -15,6 +15,7 @@ import type { ConfigKind } from '../node-protocol/pod-references.js';
 import type { NodeConfigGraph } from './node-graph.js';
 import { leaseHolderIdentity, NODE_LEASE_NAMESPACE, SHUTDOWN_ANNOTATION, STATE_LABEL } from '../node-protocol/names.js';
 import { NODE_USER_PREFIX, NODES_GROUP } from './node-registry.js';
+import { REGISTRY_PEER_NAMESPACE } from '../node-protocol/registry-peers.js';
 
 /**
  * Node restriction, as Kubernetes' Node authorizer and NodeRestriction admission do it: an agent
@@ -54,6 +55,12 @@ function decideConfig(node: string, kind: ConfigKind, a: RequestAttributes, grap
 function decide(node: string, a: RequestAttributes, graph: ConfigGraphView | undefined): AuthorizationDecision {
   const deny = (reason: string): AuthorizationDecision => ({ allowed: false, reason });
   const own = a.name === node;
+  if (a.group === '' && a.resource === 'configmaps' && a.namespace === REGISTRY_PEER_NAMESPACE) {
+    // Embedded-registry peer advertisements: every node reads all of them, writes only its own.
+    if (READ.has(a.verb) && !a.subresource) return { allowed: true };
+    if (!a.subresource && (a.verb === 'create' || ((WRITE.has(a.verb) || a.verb === 'delete') && own))) return { allowed: true };
+    return deny(`a node may only modify its own registry advertisement in ${REGISTRY_PEER_NAMESPACE} (${node})`);
+  }
   if (a.group === '' && a.resource === 'configmaps') return decideConfig(node, 'ConfigMap', a, graph);
   if (a.group === '' && a.resource === 'secrets') return decideConfig(node, 'Secret', a, graph);
   if (a.group === '' && a.resource === 'serviceaccounts') {
@@ -151,6 +158,13 @@ export class NodeRestrictionAdmission implements Admission {
           `holds lease identity "${holder}", which is not the current incarnation of node ${node}` +
             `${current ? ` (uid ${current.metadata.uid})` : ' (the Node does not exist)'}; re-register the agent`,
         );
+      }
+      return;
+    }
+    if (a.group === '' && a.resource === 'configmaps' && a.namespace === REGISTRY_PEER_NAMESPACE) {
+      // Its own registry advertisement only, judged on the stored object too (a create names itself in the body).
+      for (const object of [a.oldObject, a.object]) {
+        if (object && object.metadata.name !== node) forbid(`may only create or modify its own registry advertisement "${node}"`);
       }
       return;
     }

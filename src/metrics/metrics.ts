@@ -93,6 +93,40 @@ export class AgentMetrics {
     registers: [this.registry],
   });
 
+  // The embedded registry (docs/registry.md): what this node served, and how its pulls through peers went.
+  readonly registryServed = new Counter({
+    name: 'drover_embedded_registry_served_total',
+    help: 'Manifests and blobs this node served whole to peers, by kind',
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+  });
+  readonly registryServedBytes = new Counter({
+    name: 'drover_embedded_registry_served_bytes_total',
+    help: 'Bytes of manifests and blobs this node served whole to peers',
+    registers: [this.registry],
+  });
+  readonly registryPeerHits = new Counter({
+    name: 'drover_embedded_registry_peer_hits_total',
+    help: 'Image pulls served by a peer',
+    registers: [this.registry],
+  });
+  readonly registryPeerMisses = new Counter({
+    name: 'drover_embedded_registry_peer_misses_total',
+    help: 'Image pulls through peers that found no peer advertising the image',
+    registers: [this.registry],
+  });
+  readonly registryPeerFallbacks = new Counter({
+    name: 'drover_embedded_registry_peer_fallbacks_total',
+    help: 'Image pulls that peers advertised but none served, so the mirrors and the registry were tried',
+    registers: [this.registry],
+  });
+  readonly registryCorruptBlobs = new Counter({
+    name: 'drover_embedded_registry_corrupt_blobs_total',
+    help: 'Content rejected for not matching its digest: detected_by="puller" (a peer sent it), "server" (this node\'s copy, removed while serving)',
+    labelNames: ['detected_by'] as const,
+    registers: [this.registry],
+  });
+
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: 'drover_agent_' });
   }

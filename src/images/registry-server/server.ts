@@ -28,6 +28,15 @@ export interface RegistryServerOptions {
   logger: Logger;
   /** Transfers served at once (default 4). */
   maxTransfers?: number;
+  /** What to count (the agent's metrics when supervisor-metrics is on). */
+  stats?: () => RegistryServeStats | undefined;
+}
+
+export interface RegistryServeStats {
+  /** A manifest or blob served whole. */
+  served(kind: 'manifest' | 'blob', bytes: number): void;
+  /** A copy in the store that did not match its digest, found while serving (and removed). */
+  corrupt(): void;
 }
 
 /** The largest manifest or index served (the distribution project's own limit is 4 MiB). */
@@ -86,7 +95,7 @@ export class RegistryServer {
     const size = store.blobs.size(digest);
     if (size === undefined) throw new DistributionError(404, 'MANIFEST_UNKNOWN', `manifest ${digest} is not in this node’s image store`);
     if (size > MAX_MANIFEST_BYTES) throw new DistributionError(404, 'MANIFEST_UNKNOWN', `${digest} is not a manifest (${size} bytes)`);
-    const bytes = await this.transfer(() => readVerified(store, digest, 'MANIFEST_UNKNOWN'));
+    const bytes = await this.transfer(() => readVerified(store, digest, 'MANIFEST_UNKNOWN', this.options.stats?.()));
     let mediaType: string;
     try {
       const document = parseManifestDocument(bytes, `blob ${digest}`);
@@ -99,6 +108,7 @@ export class RegistryServer {
     }
     res.writeHead(200, { 'Content-Type': mediaType, 'Content-Length': String(bytes.length), 'Docker-Content-Digest': digest });
     res.end(head ? undefined : bytes);
+    if (!head) this.options.stats?.()?.served('manifest', bytes.length);
   }
 
   private async serveBlob(store: ImageStore, digest: string, res: ServerResponse, head: boolean): Promise<void> {
@@ -121,10 +131,12 @@ export class RegistryServer {
       res.writeHead(200, headers);
       try {
         await pipeline(stream, new HoldLastChunk(), res);
+        this.options.stats?.()?.served('blob', size);
       } catch (error) {
         // Headers are gone: cutting the connection is the only way to say the bytes are void.
         res.destroy();
         if (error instanceof CorruptBlobError) {
+          this.options.stats?.()?.corrupt();
           this.options.logger.warn({ digest, reason: error.message }, 'embedded registry: a blob did not match its digest while it was served; removed, transfer cut');
         } else if ((error as NodeJS.ErrnoException).code !== 'ERR_STREAM_PREMATURE_CLOSE') {
           this.options.logger.debug({ err: error, digest }, 'embedded registry: transfer ended early');
@@ -165,10 +177,11 @@ class HoldLastChunk extends Transform {
   }
 }
 
-async function readVerified(store: ImageStore, digest: string, unknown: 'MANIFEST_UNKNOWN' | 'BLOB_UNKNOWN'): Promise<Buffer> {
+async function readVerified(store: ImageStore, digest: string, unknown: 'MANIFEST_UNKNOWN' | 'BLOB_UNKNOWN', stats?: RegistryServeStats): Promise<Buffer> {
   try {
     return await store.readBlob(digest);
   } catch (error) {
+    if (error instanceof CorruptBlobError) stats?.corrupt();
     // A corrupt blob is removed by the store: from now on it is simply not here.
     if (error instanceof BlobNotFoundError || error instanceof CorruptBlobError) {
       throw new DistributionError(404, unknown, `${digest} is not in this node’s image store${error instanceof CorruptBlobError ? ' (its copy did not match its digest and was removed)' : ''}`);

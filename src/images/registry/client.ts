@@ -54,6 +54,11 @@ function statusText(status: number): string {
   return `${status}${names[status] ? ` ${names[status]}` : ''}`;
 }
 
+/** Content that does not hash to the digest it was asked by: the source is wrong (corrupt or lying), not absent. */
+export class DigestMismatchError extends ManifestError {
+  override name = 'DigestMismatchError';
+}
+
 /** Passes bytes through while hashing and counting them; fails at the end when either is not what was expected. */
 export class DigestVerifier extends Transform {
   private readonly hash = createHash('sha256');
@@ -80,7 +85,7 @@ export class DigestVerifier extends Transform {
   override _flush(callback: TransformCallback): void {
     const got = `sha256:${this.hash.digest('hex')}`;
     if (got !== this.digest) {
-      callback(new ManifestError(`${this.where}: content does not match its digest (got ${got}); rejected`));
+      callback(new DigestMismatchError(`${this.where}: content does not match its digest (got ${got}); rejected`));
     } else if (this.size !== undefined && this.bytes !== this.size) {
       callback(new ManifestError(`${this.where}: ${this.bytes} bytes, its descriptor says ${this.size}; rejected`));
     } else {
@@ -170,11 +175,11 @@ export class EndpointSession {
     const body = await readBody(response, MANIFEST_LIMIT);
     const digest = sha256Digest(body);
     if (DIGEST.test(reference) && digest !== reference) {
-      throw new ManifestError(`${url.href}: manifest content does not match its digest (got ${digest}); rejected`);
+      throw new DigestMismatchError(`${url.href}: manifest content does not match its digest (got ${digest}); rejected`);
     }
     const named = response.headers['docker-content-digest'];
     if (typeof named === 'string' && named.startsWith('sha256:') && named !== digest) {
-      throw new ManifestError(`${url.href}: manifest content does not match the Docker-Content-Digest ${named} (got ${digest}); rejected`);
+      throw new DigestMismatchError(`${url.href}: manifest content does not match the Docker-Content-Digest ${named} (got ${digest}); rejected`);
     }
     const contentType = response.headers['content-type'];
     let manifest: ManifestDocument;

@@ -16,6 +16,8 @@ export interface TlsSettings {
   cert?: string;
   key?: string;
   insecureSkipVerify?: boolean;
+  /** Trust `ca` only, not the system roots too (embedded-registry peers: the node CA alone). */
+  onlyCa?: boolean;
 }
 
 export interface HttpResponse {
@@ -90,7 +92,7 @@ export class Transport {
           keepAlive: true,
           maxSockets: 4,
           // Node's `ca` replaces the roots; a registry's own CA is trusted besides them.
-          ...(settings.ca ? { ca: [...tls.rootCertificates, settings.ca] } : {}),
+          ...(settings.ca ? { ca: settings.onlyCa ? [settings.ca] : [...tls.rootCertificates, settings.ca] } : {}),
           ...(settings.cert ? { cert: settings.cert } : {}),
           ...(settings.key ? { key: settings.key } : {}),
           rejectUnauthorized: !settings.insecureSkipVerify,

@@ -1,7 +1,8 @@
 import { Readable } from 'node:stream';
 import { TokenCache } from './auth.js';
 import { type Credential, credentialFromConfig, credentialsFor, type KeyedCredential } from './credentials.js';
-import { EndpointSession, type FetchedManifest, RegistryError } from './client.js';
+import { DigestMismatchError, EndpointSession, type FetchedManifest, RegistryError } from './client.js';
+import { type PeerPullStats, type PeerSource, resolvedThroughPeers } from './peers.js';
 import { Transport, TransportError } from './http.js';
 import type { Descriptor, Platform } from '../oci.js';
 import type { ImageRef } from '../reference.js';
@@ -16,6 +17,12 @@ import { type Endpoint, endpointsFor, hostConfig, type RegistriesConfig } from '
  * the manifest and every blob. Blobs the store already has are not fetched; every blob is
  * verified against its digest while it streams, so a corrupt or substituted blob is rejected
  * and nothing of it is kept. A failure lists every endpoint tried and what it answered.
+ *
+ * With a PeerSource (embedded-registry peers, docs/registry.md), a registry listed under
+ * `mirrors` is resolved through the peers that advertise the image first, in the order the source
+ * gives, without any credential (pull secrets never go to peers); a peer that fails (404, 429,
+ * 503, a connection error, content not matching its digest) passes to the next, then to the
+ * endpoints above. Blobs a failed peer delivered whole stay: the next source fetches the rest.
  */
 
 /** The write side of the node's image store, as a pull uses it. */
@@ -31,8 +38,15 @@ export interface PullAttempt {
   /** The endpoint's API root, and whether it is a mirror. */
   endpoint: string;
   mirror: boolean;
+  /** The peer node, when the endpoint is an embedded-registry peer ('' : no peer had it, `outcome` says why). */
+  peer?: string;
   /** What happened there, with the URL asked. */
   outcome: string;
+}
+
+function describeAttempt(a: PullAttempt): string {
+  if (a.peer === '') return `peers: ${a.outcome}`;
+  return `${a.peer !== undefined ? `peer ${a.peer}` : a.mirror ? 'mirror' : 'registry'} ${a.endpoint}: ${a.outcome}`;
 }
 
 export class PullError extends Error {
@@ -41,7 +55,7 @@ export class PullError extends Error {
     readonly image: string,
     readonly attempts: PullAttempt[],
   ) {
-    super(`${attempts.map((a) => `${a.mirror ? 'mirror' : 'registry'} ${a.endpoint}: ${a.outcome}`).join('; ')}`);
+    super(attempts.map(describeAttempt).join('; '));
   }
 }
 
@@ -54,6 +68,8 @@ export interface PullResult {
   resolvedDigest: string;
   /** Where it came from. */
   endpoint: string;
+  /** The peer node it came from, when it did. */
+  peer?: string;
   /** Bytes of the image (config and layers), and of those fetched now. */
   size: number;
   fetched: number;
@@ -80,6 +96,8 @@ export class Puller {
   constructor(
     private readonly sink: ImageSink,
     private readonly registries: RegistriesConfig,
+    /** Embedded-registry peers to try first for mirrored registries, and what to count. */
+    private readonly peers?: { source: PeerSource; stats?: PeerPullStats },
   ) {
     this.transport = new Transport((host) => hostConfig(registries, host)?.tls);
     this.tokens = new TokenCache(this.transport);
@@ -107,8 +125,43 @@ export class Puller {
     return out.length ? out : [undefined];
   }
 
+  /** Through the peers advertising the image, in order; undefined when none served it (attempts says why). */
+  private async fromPeers(request: PullRequest, name: string, attempts: PullAttempt[]): Promise<PullResult | undefined> {
+    const { source, stats } = this.peers!;
+    const transport = source.transport();
+    const peers = transport ? source.peersFor(request.image) : [];
+    if (!peers.length) {
+      stats?.miss();
+      const why = transport ? `no node advertises ${request.image.ref}` : 'this node has no certificate yet';
+      attempts.push({ endpoint: '', mirror: true, peer: '', outcome: why });
+      return undefined;
+    }
+    for (const peer of peers) {
+      // No credential: a pod's pull secrets are for its registry, never for another node.
+      const session = new EndpointSession(transport!, this.tokens, peer.url, request.image.path, undefined, request.image.domain);
+      source.started(peer.node);
+      try {
+        const result = await this.fromSession(session, request, name, peer.node);
+        source.finished(peer.node, true);
+        stats?.hit();
+        return result;
+      } catch (error) {
+        source.finished(peer.node, false);
+        if (isDigestMismatch(error)) stats?.corrupt();
+        const at = session.url('manifests', manifestReference(request.image));
+        attempts.push({ endpoint: peer.url.href, mirror: true, peer: peer.node, outcome: message(error, at) });
+      }
+    }
+    stats?.fallback();
+    return undefined;
+  }
+
   private async pullOnce(request: PullRequest, name: string): Promise<PullResult> {
     const attempts: PullAttempt[] = [];
+    if (this.peers && resolvedThroughPeers(this.registries, request.image)) {
+      const result = await this.fromPeers(request, name, attempts);
+      if (result) return result;
+    }
     for (const endpoint of endpointsFor(this.registries, request.image)) {
       const candidates = this.credentialsAt(endpoint, request.secrets ?? []);
       for (const [index, credential] of candidates.entries()) {
@@ -134,7 +187,7 @@ export class Puller {
     throw new PullError(name, attempts);
   }
 
-  private async fromSession(session: EndpointSession, request: PullRequest, name: string): Promise<PullResult> {
+  private async fromSession(session: EndpointSession, request: PullRequest, name: string, peer?: string): Promise<PullResult> {
     const top = await session.manifest(manifestReference(request.image));
     let image: FetchedManifest = top;
     if (top.manifest.kind === 'index') {
@@ -155,14 +208,23 @@ export class Puller {
     await this.sink.putBlob(image.digest, Readable.from([image.body]));
     if (top !== image) await this.sink.putBlob(top.digest, Readable.from([top.body]));
     // The name points at what the tag resolved to (an index for a multi-platform image), as containerd records it.
-    await this.sink.addImage(name, top.digest, `pull ${session.root.href}`);
+    await this.sink.addImage(name, top.digest, `pull ${peer !== undefined ? `peer ${peer} ` : ''}${session.root.href}`);
     return {
       name,
       manifestDigest: image.digest,
       resolvedDigest: top.digest,
       endpoint: session.root.href,
+      ...(peer !== undefined ? { peer } : {}),
       size: blobs.reduce((sum, b) => sum + b.size, 0),
       fetched,
     };
   }
+}
+
+/** A digest mismatch, wherever it surfaced (the store may wrap the stream's error as its cause). */
+function isDigestMismatch(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if (e instanceof DigestMismatchError) return true;
+  }
+  return false;
 }
