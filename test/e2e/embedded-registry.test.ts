@@ -24,7 +24,7 @@ import { cleanup, eventually, request, type ServerProcess, startServer, tempDir 
  * `embedded-registry` setting is each node's own (a server's from its own local file, an agent's
  * from its own), a node with it serves its image store on `/v2/` of its agent port to callers
  * holding a node certificate (the one registration issues) or an administrator's, and nobody
- * else; a node without it answers 404 saying so. Peer discovery and pulls from peers come later.
+ * else; a node without it answers 404 saying so. Advertisements and pulls from peers: registry-peers.test.ts.
  */
 
 const { suiteDir, emptyConfig } = isolateFromDroverEnv('embedded-registry-suite');
