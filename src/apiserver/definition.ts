@@ -213,6 +213,10 @@ export interface ResourceDefinition {
   /** `path-segment`: RBAC objects, whose names may hold `:` (`system:discovery`). */
   nameRule: 'dns-subdomain' | 'dns-label' | 'path-segment';
   conversion?: Conversion;
+  /** The kind of its lists, when not `<kind>List` (a CRD's spec.names.listKind). */
+  listKind?: string;
+  /** Served for a CustomResourceDefinition (src/apiserver/extensions/): which, and this version's schema. */
+  crd?: { name: string; uid: string; schema?: Record<string, unknown> };
 
   // ------------------------------------------------------------------------------------------
   // Create and update rules (run by the ObjectStore, so by every caller).
@@ -227,6 +231,14 @@ export interface ResourceDefinition {
   /** Defaults kept on every write that is not a status write: filled in when a client leaves them out. */
   applyDefaults?(obj: KubeObject): void;
   validate?(obj: KubeObject): StatusCause[];
+  /** Rules for a status write (the status subresource), beyond status being an object (CRDs: the schema's status). */
+  validateStatus?(obj: KubeObject): StatusCause[];
+  /**
+   * Kinds that know their fields below the top level (CRDs, from their schema): removes the
+   * fields the kind does not know and answers their paths, which the verb layer treats as the
+   * top-level unknown fields (dropped with a warning, or refused under fieldValidation=Strict).
+   */
+  unknownFields?(obj: KubeObject): string[];
   /** Rules about what an update (not a status write) may change, given the stored object. */
   /** `subresource`: the write path the update came through (absent: the object itself). */
   validateUpdate?(next: KubeObject, current: KubeObject, subresource?: WriteSubresource): StatusCause[];

@@ -67,15 +67,22 @@ function operations(def: ResourceDefinition, withStatus: boolean): Record<string
 }
 
 export class OpenApiDocuments {
-  private readonly docs = new Map<string, GroupVersionDoc>();
-  readonly index: string;
+  private docs = new Map<string, GroupVersionDoc>();
+  private indexBody = '';
+  private builtAt = -1;
 
-  constructor(registry: ResourceRegistry) {
+  constructor(private readonly registry: ResourceRegistry) {}
+
+  /** Rebuilt when the registry changed (a CRD came, changed or went): its hash changes with it, so clients fetch again. */
+  private current(): void {
+    if (this.builtAt === this.registry.generation) return;
+    this.builtAt = this.registry.generation;
     const groupVersions = new Map<string, ResourceDefinition[]>();
-    for (const def of registry.all) {
+    for (const def of this.registry.all) {
       const path = def.group ? `apis/${apiVersionOf(def)}` : `api/${def.version}`;
       groupVersions.set(path, [...(groupVersions.get(path) ?? []), def]);
     }
+    const docs = new Map<string, GroupVersionDoc>();
     const indexPaths: Record<string, { serverRelativeURL: string }> = {};
     for (const [path, defs] of groupVersions) {
       const paths: Record<string, object> = {};
@@ -87,14 +94,21 @@ export class OpenApiDocuments {
         components: { schemas: {} },
       });
       const hash = createHash('sha512').update(body).digest('hex').slice(0, 32).toUpperCase();
-      this.docs.set(path, { path, hash, body });
+      docs.set(path, { path, hash, body });
       indexPaths[path] = { serverRelativeURL: `/openapi/v3/${path}?hash=${hash}` };
     }
-    this.index = JSON.stringify({ paths: indexPaths });
+    this.docs = docs;
+    this.indexBody = JSON.stringify({ paths: indexPaths });
+  }
+
+  get index(): string {
+    this.current();
+    return this.indexBody;
   }
 
   /** The document for `api/v1` or `apis/<group>/<version>`. */
   document(path: string): GroupVersionDoc | undefined {
+    this.current();
     return this.docs.get(path);
   }
 }

@@ -36,7 +36,7 @@ export interface HttpCall {
 }
 
 export function listKind(def: ResourceDefinition): string {
-  return `${def.kind}List`;
+  return def.listKind ?? `${def.kind}List`;
 }
 
 /** One object, as JSON or (when kubectl asked for it) a one-row Table. */

@@ -208,6 +208,8 @@ export class ObjectStore implements KindStore {
         { reason: 'FieldValueInvalid', message: 'must be an object', field: 'status' },
       ]);
     }
+    const causes = def.validateStatus?.(obj) ?? [];
+    if (causes.length) throw errors.invalid(def.kind, obj.metadata.name ?? '', def.group, causes);
   }
 
   private async requireActiveNamespace(namespace: string): Promise<void> {

@@ -7,6 +7,8 @@ import { ApiError, errors } from '../apiserver/errors.js';
 import { RESOURCES } from '../apiserver/kinds/index.js';
 import { type MetricsSource, metricsDefinitions } from '../apiserver/kinds/metrics.js';
 import { OpenApiDocuments } from '../apiserver/openapi.js';
+import { CRD_DEFINITION } from '../apiserver/extensions/crd-kind.js';
+import { CrdServing } from '../apiserver/extensions/crd-serving.js';
 import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../apiserver/resources.js';
 import { ApiServer } from '../apiserver/server.js';
 import { ObjectStore } from '../apiserver/storage.js';
@@ -75,6 +77,8 @@ export interface ApiComposition {
   nodeGraph: NodeConfigGraph;
   /** The RBAC objects the authorizer reads (started only where the API runs). */
   rbac: RbacCache;
+  /** Serves the kinds of CustomResourceDefinitions, from a watch (started only where the API runs). */
+  crds: CrdServing;
   /** ServiceAccount tokens: the signer, the authenticator, the issuer's discovery documents. */
   serviceAccounts: ServiceAccountSetup;
   directory: ApiServerDirectory;
@@ -94,6 +98,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   };
   const registry = new ResourceRegistry([
     ...RESOURCES,
+    CRD_DEFINITION,
     ...metricsDefinitions({
       node: (name) => metricsSource().node(name),
       nodes: (selection) => metricsSource().nodes(selection),
@@ -136,10 +141,12 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   // The default RBAC policy, then the cache of RBAC objects the authorizer reads: every server
   // with an API authorizes its own requests.
   const rbac = new RbacCache(client, logger);
+  const crds = new CrdServing(store, registry, logger);
   if (input.runsApi) {
     await reconcileDefaultRbac(client, logger);
     await reconcileBuiltInRuntimeClasses(client, logger);
     await rbac.start();
+    await crds.start();
     // ServiceAccount tokens are then checked against informers, not a read of the store each.
     await serviceAccounts.authenticator.start();
   }
@@ -236,7 +243,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
     { ...tls.serving, clientCaPem: identity.clientCa.certificatePem },
     { headerMs: settings.httpsHeaderTimeoutMs, requestMs: settings.httpsRequestTimeoutMs, idleMs: settings.httpsIdleTimeoutMs },
   );
-  return { api, client, nodeRegistry, nodeGraph, rbac, serviceAccounts, directory, caCertificatePem: tls.ca.certificatePem };
+  return { api, client, nodeRegistry, nodeGraph, rbac, crds, serviceAccounts, directory, caCertificatePem: tls.ca.certificatePem };
 }
 
 async function ensureBuiltInNamespaces(store: ObjectStore, registry: ResourceRegistry): Promise<void> {

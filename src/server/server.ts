@@ -118,7 +118,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const { datastore } = selected;
 
     const leaderIdentity = memberName;
-    const { api, client, nodeRegistry, nodeGraph, rbac, serviceAccounts, directory, caCertificatePem } = await composeApi({
+    const { api, client, nodeRegistry, nodeGraph, rbac, crds, serviceAccounts, directory, caCertificatePem } = await composeApi({
       settings,
       timings,
       datastore,
@@ -207,6 +207,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       nodeRegistry,
       nodeGraph,
       rbac,
+      crds,
       serviceAccountAuthenticator: serviceAccounts.authenticator,
       api,
       encryption: atRest?.encryption,

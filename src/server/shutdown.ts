@@ -32,6 +32,8 @@ export interface ServerParts {
   nodeRegistry: NodeRegistry;
   nodeGraph: NodeConfigGraph;
   rbac: RbacCache;
+  /** The watch that serves CustomResourceDefinitions' kinds. */
+  crds: { stop(): void };
   /** Its informers of ServiceAccounts and bound objects. */
   serviceAccountAuthenticator: { stop(): void };
   api: ApiServer;
@@ -59,6 +61,7 @@ export function shutdownSequence(parts: ServerParts): () => Promise<void> {
       parts.nodeRegistry.stop();
       parts.nodeGraph.stop();
       parts.rbac.stop();
+      parts.crds.stop();
       parts.serviceAccountAuthenticator.stop();
       await parts.api.close(timings.requestDrainMs);
       await parts.encryption?.stop();

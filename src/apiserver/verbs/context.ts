@@ -70,6 +70,7 @@ export function pruneUnknownFields(def: ResourceDefinition, obj: KubeObject, mod
   for (const field of Object.keys(obj.metadata)) {
     if (!OBJECT_META_FIELDS.has(field)) unknown.push(`metadata.${field}`);
   }
+  if (def.unknownFields) unknown.push(...def.unknownFields(obj));
   if (unknown.length && mode === 'Strict') {
     throw errors.badRequest(`strict decoding error: ${unknown.map((f) => `unknown field "${f}"`).join(', ')}`);
   }
