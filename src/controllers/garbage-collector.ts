@@ -1,7 +1,7 @@
 import { FOREGROUND_FINALIZER, ORPHAN_FINALIZER } from '../apiserver/deletion.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
-import { type ApiClient, DAEMONSETS, DEPLOYMENTS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock } from './clock.js';
 import {
@@ -46,6 +46,7 @@ const OWNER_KINDS: Readonly<Record<string, ResourceRef>> = {
   ReplicaSet: REPLICASETS,
   StatefulSet: STATEFULSETS,
   DaemonSet: DAEMONSETS,
+  Job: JOBS,
 };
 /** Kinds whose objects are dependents, by plural (the queue keys). */
 const DEPENDENT_KINDS: Readonly<Record<string, ResourceRef>> = { pods: PODS, replicasets: REPLICASETS };
@@ -58,6 +59,7 @@ const FINALIZED_KINDS: Readonly<Record<string, ResourceRef>> = {
   replicasets: REPLICASETS,
   statefulsets: STATEFULSETS,
   daemonsets: DAEMONSETS,
+  jobs: JOBS,
   pods: PODS,
 };
 
@@ -97,6 +99,7 @@ export class GarbageCollector {
       [REPLICASETS, 'replicasets'],
       [STATEFULSETS, 'statefulsets'],
       [DAEMONSETS, 'daemonsets'],
+      [JOBS, 'jobs'],
       [PODS, 'pods'],
     ]);
     for (const [ref, plural] of refs) {

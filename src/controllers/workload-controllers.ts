@@ -1,5 +1,5 @@
 import type { SharedInformers } from '../client/shared-informers.js';
-import { type ApiClient, DAEMONSETS, DEPLOYMENTS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock, type TimerHandle } from './clock.js';
 import { DaemonSetController } from './daemonset.js';
@@ -7,6 +7,7 @@ import { DeploymentController } from './deployment.js';
 import { DisruptionController, PODDISRUPTIONBUDGETS } from './disruption.js';
 import type { EventRecorder } from './events.js';
 import { GarbageCollector } from './garbage-collector.js';
+import { JobController } from './job.js';
 import { ReplicaSetController } from './replicaset.js';
 import { Scheduler } from './scheduler.js';
 import { StatefulSetController } from './statefulset.js';
@@ -27,7 +28,7 @@ export interface WorkloadControllersOptions {
 }
 
 /** The resources the workload controllers follow; made known before the first list, so no controller misses an early event. */
-export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES, DAEMONSETS];
+export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES, DAEMONSETS, JOBS];
 
 export class WorkloadControllers {
   private readonly scheduler: Scheduler;
@@ -35,6 +36,7 @@ export class WorkloadControllers {
   private readonly deployments: DeploymentController;
   private readonly statefulSets: StatefulSetController;
   private readonly daemonSets: DaemonSetController;
+  private readonly jobs: JobController;
   private readonly disruption: DisruptionController;
   private readonly collector: GarbageCollector;
   private readonly clock: Clock;
@@ -57,6 +59,7 @@ export class WorkloadControllers {
     this.deployments = new DeploymentController(client, informers, events, logger.child({ controller: 'deployment' }), this.clock);
     this.statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }), this.clock);
     this.daemonSets = new DaemonSetController(client, informers, events, logger.child({ controller: 'daemonset' }), this.clock);
+    this.jobs = new JobController(client, informers, events, logger.child({ controller: 'job' }), this.clock);
     this.disruption = new DisruptionController(client, informers, logger.child({ controller: 'disruption' }), this.clock);
     this.collector = new GarbageCollector(client, informers, logger.child({ controller: 'garbage-collector' }), this.clock);
   }
@@ -78,6 +81,7 @@ export class WorkloadControllers {
     this.deployments.stop();
     this.statefulSets.stop();
     this.daemonSets.stop();
+    this.jobs.stop();
     this.disruption.stop();
     this.collector.stop();
   }
@@ -90,6 +94,7 @@ export class WorkloadControllers {
       this.deployments.resync();
       this.statefulSets.resync();
       this.daemonSets.resync();
+      this.jobs.resync();
       this.disruption.resync();
       this.collector.sweep();
       this.scheduleResync();

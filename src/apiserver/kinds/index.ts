@@ -15,6 +15,7 @@ import { SERVICE_DEFINITION } from './services.js';
 import { ENDPOINTS_DEFINITION, ENDPOINT_SLICE_DEFINITION } from './endpoints.js';
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
 import { DAEMONSET_DEFINITION } from './daemonsets.js';
+import { JOB_DEFINITION } from './jobs.js';
 
 /**
  * Every kind Drover serves, one definition each (data and strategy hooks), in discovery order.
@@ -38,6 +39,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   REPLICASET_DEFINITION,
   STATEFULSET_DEFINITION,
   DAEMONSET_DEFINITION,
+  JOB_DEFINITION,
   PDB_DEFINITION,
   RUNTIME_CLASS_DEFINITION,
   ...RBAC_DEFINITIONS,
