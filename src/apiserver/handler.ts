@@ -266,6 +266,10 @@ export class ApiHandler {
       this.serveOpenApi(path, res);
       return;
     }
+    if (path === '/openapi/v2') {
+      this.serveOpenApiV2(req, res);
+      return;
+    }
     if (path === OPENID_CONFIGURATION_PATH || path === JWKS_PATH) {
       this.serveIssuerDiscovery(path, method, res);
       return;
@@ -377,6 +381,20 @@ export class ApiHandler {
     if (!doc) throw errors.pathNotFound();
     res.writeHead(200, { 'Content-Type': 'application/json', ETag: `"${doc.hash}"` });
     res.end(doc.body);
+  }
+
+  /** Swagger 2.0: gnostic protobuf when asked for (kubectl 1.20), else JSON. */
+  private serveOpenApiV2(req: IncomingMessage, res: ServerResponse): void {
+    const doc = this.options.openapi.version2();
+    const protobuf = (req.headers.accept ?? '').includes('application/com.github.proto-openapi.spec.v2');
+    const body = protobuf ? doc.protobuf : doc.json;
+    res.writeHead(200, {
+      // Go's mime parser (kubectl 1.20) refuses the '@' of the requested type: kube-apiserver answers octet-stream.
+      'Content-Type': protobuf ? 'application/octet-stream' : 'application/json',
+      ETag: `"${doc.etag}"`,
+      'Content-Length': Buffer.byteLength(body),
+    });
+    res.end(body);
   }
 
   /**

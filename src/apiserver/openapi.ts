@@ -1,18 +1,49 @@
 import { createHash } from 'node:crypto';
+import fs from 'node:fs';
 import { apiVersionOf, type ResourceDefinition } from './definition.js';
+import { encodeOpenApiV2 } from './extensions/openapi-v2-protobuf.js';
 import type { ResourceRegistry } from './resources.js';
 
 /**
- * A minimal OpenAPI v3 description. kubectl 1.27+ reads it before `apply` to learn whether the
- * server validates fields itself (a PATCH operation per kind listing `fieldValidation`); when it
- * does, kubectl sends `fieldValidation=Strict` and leaves validation to us. Schemas are left out:
- * kubectl falls back to its compiled-in types for patch computation.
+ * The OpenAPI documents: /openapi/v3 (an index, then one document per group-version) and
+ * /openapi/v2 (one swagger 2.0 document, JSON or gnostic protobuf). Each carries the schemas of
+ * the kinds it covers, with `x-kubernetes-group-version-kind`, so `kubectl explain` works and
+ * kubectl validates and computes patches as against kube-apiserver: the built-in kinds' schemas
+ * come from schemas/kubernetes-definitions.json (generated from @kubernetes/client-node's models
+ * by scripts/openapi-definitions.ts), a CRD's from its versions' openAPIV3Schema. The v3 paths
+ * list a PATCH per kind with `fieldValidation`, from which kubectl 1.27+ learns that the server
+ * validates fields itself. Rebuilt whenever a CRD changes what is served.
  */
+
+type Schema = Record<string, unknown>;
 
 interface GroupVersionDoc {
   path: string;
   hash: string;
   body: string;
+}
+
+interface Definitions {
+  /** `group/version/Kind` → schema name. */
+  kinds: Record<string, string>;
+  schemas: Record<string, Schema>;
+}
+
+const V3_REF = '#/components/schemas/';
+const V2_REF = '#/definitions/';
+const OBJECT_META = 'io.k8s.v1.ObjectMeta';
+
+let definitions: Definitions | undefined;
+
+/** The generated built-in schemas (none if the file is missing: explain then fails, nothing else does). */
+function builtInDefinitions(): Definitions {
+  if (definitions) return definitions;
+  try {
+    definitions = JSON.parse(fs.readFileSync(new URL('../../schemas/kubernetes-definitions.json', import.meta.url), 'utf8')) as Definitions;
+  } catch {
+    definitions = { kinds: {}, schemas: {} };
+  }
+  return definitions;
 }
 
 const FIELD_VALIDATION_PARAM = {
@@ -22,22 +53,20 @@ const FIELD_VALIDATION_PARAM = {
   schema: { type: 'string', uniqueItems: true },
 };
 
-const OK = { description: 'OK', content: { 'application/json': { schema: { type: 'object' } } } };
-
 function itemPath(def: ResourceDefinition): string {
   const base = def.group ? `/apis/${def.group}/${def.version}` : `/api/${def.version}`;
-  return def.namespaced
-    ? `${base}/namespaces/{namespace}/${def.plural}/{name}`
-    : `${base}/${def.plural}/{name}`;
+  return def.namespaced ? `${base}/namespaces/{namespace}/${def.plural}/{name}` : `${base}/${def.plural}/{name}`;
 }
 
-function operations(def: ResourceDefinition, withStatus: boolean): Record<string, object> {
+function operations(def: ResourceDefinition, schemaName: string | undefined): Record<string, object> {
   const gvk = { group: def.group, version: def.version, kind: def.kind };
+  const schema = schemaName ? { $ref: `${V3_REF}${schemaName}` } : { type: 'object' };
+  const ok = { description: 'OK', content: { 'application/json': { schema } } };
   const op = (action: string, extra: object = {}): object => ({
     operationId: `${action}${def.kind}`,
     'x-kubernetes-action': action,
     'x-kubernetes-group-version-kind': gvk,
-    responses: { '200': OK },
+    responses: { '200': ok },
     ...extra,
   });
   if (def.respondToCreate) {
@@ -56,7 +85,7 @@ function operations(def: ResourceDefinition, withStatus: boolean): Record<string
       delete: op('delete'),
     },
   };
-  if (withStatus) {
+  if (def.subresources.includes('status')) {
     docs[`${itemPath(def)}/status`] = {
       get: op('get'),
       put: op('put', { parameters: [FIELD_VALIDATION_PARAM] }),
@@ -66,17 +95,103 @@ function operations(def: ResourceDefinition, withStatus: boolean): Record<string
   return docs;
 }
 
+/** kube's name for a CRD version's schema: the group reversed, the version, the kind (`com.example.v1.Widget`). */
+function crdSchemaName(def: ResourceDefinition): string {
+  return `${def.group.split('.').reverse().join('.')}.${def.version}.${def.kind}`;
+}
+
+/** A CRD version's schema as kube publishes it: apiVersion, kind and an ObjectMeta reference added, with its GVK. */
+function crdSchema(def: ResourceDefinition): Schema {
+  const root = structuredClone(def.crd?.schema ?? { type: 'object', 'x-kubernetes-preserve-unknown-fields': true });
+  const properties = (root.properties ?? {}) as Record<string, Schema>;
+  return {
+    ...root,
+    type: 'object',
+    properties: {
+      apiVersion: { type: 'string', description: 'APIVersion defines the versioned schema of this representation of an object.' },
+      kind: { type: 'string', description: 'Kind is a string value representing the REST resource this object represents.' },
+      metadata: { $ref: `${V3_REF}${OBJECT_META}`, description: "Standard object's metadata." },
+      ...Object.fromEntries(Object.entries(properties).filter(([key]) => key !== 'metadata')),
+    },
+    'x-kubernetes-group-version-kind': [{ group: def.group, version: def.version, kind: def.kind }],
+  };
+}
+
+/** Every schema `roots` reach through `$ref`s. */
+function closure(all: Record<string, Schema>, roots: Iterable<string>): Record<string, Schema> {
+  const out: Record<string, Schema> = {};
+  const queue = [...roots];
+  while (queue.length) {
+    const name = queue.pop()!;
+    if (out[name] || !all[name]) continue;
+    out[name] = all[name];
+    for (const match of JSON.stringify(all[name]).matchAll(/"\$ref":"#\/components\/schemas\/([^"]+)"/g)) queue.push(match[1]!);
+  }
+  return out;
+}
+
+/** v3.0 ignores what sits beside a `$ref`: kube wraps such references in allOf, so descriptions survive. */
+function wrapRefs(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(wrapRefs);
+  if (!value || typeof value !== 'object') return value;
+  const schema = value as Schema;
+  if (typeof schema.$ref === 'string' && Object.keys(schema).length > 1) {
+    const { $ref, ...rest } = schema;
+    return { ...mapValues(rest, wrapRefs), allOf: [{ $ref }] };
+  }
+  return mapValues(schema, wrapRefs);
+}
+
+/**
+ * A CRD schema in v2 terms, as kube publishes it there: no nullable or junctors (v2 has none),
+ * and objects that keep unknown fields without properties, so v2 clients accept what they keep.
+ */
+function toV2(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(toV2);
+  if (!value || typeof value !== 'object') return value;
+  const { nullable: _n, anyOf: _a, oneOf: _o, not: _not, 'x-kubernetes-validations': _v, ...schema } = value as Schema;
+  if (schema['x-kubernetes-preserve-unknown-fields'] === true) delete schema.properties;
+  if (schema['x-kubernetes-int-or-string'] === true && schema.format !== 'int-or-string') delete schema.type;
+  return mapValues(schema, toV2);
+}
+
+const mapValues = (schema: Schema, fn: (v: unknown) => unknown): Schema =>
+  Object.fromEntries(Object.entries(schema).map(([k, v]) => [k, k === 'enum' || k === 'default' || k === 'example' ? v : fn(v)]));
+
+const hashOf = (body: string | Buffer): string => createHash('sha512').update(body).digest('hex').slice(0, 32).toUpperCase();
+
 export class OpenApiDocuments {
   private docs = new Map<string, GroupVersionDoc>();
   private indexBody = '';
+  private v2?: { json: string; protobuf: Buffer; etag: string };
   private builtAt = -1;
 
   constructor(private readonly registry: ResourceRegistry) {}
 
-  /** Rebuilt when the registry changed (a CRD came, changed or went): its hash changes with it, so clients fetch again. */
+  /** The schema name of each kind, and every schema: the built-in ones and the CRDs'. */
+  private schemas(): { names: Map<ResourceDefinition, string>; all: Record<string, Schema> } {
+    const builtIn = builtInDefinitions();
+    const all: Record<string, Schema> = { ...builtIn.schemas };
+    const names = new Map<ResourceDefinition, string>();
+    for (const def of this.registry.all) {
+      if (def.crd) {
+        const name = crdSchemaName(def);
+        all[name] = crdSchema(def);
+        names.set(def, name);
+      } else {
+        const name = builtIn.kinds[`${def.group}/${def.version}/${def.kind}`];
+        if (name) names.set(def, name);
+      }
+    }
+    return { names, all };
+  }
+
+  /** Rebuilt when the registry changed (a CRD came, changed or went): the hashes change with it, so clients fetch again. */
   private current(): void {
     if (this.builtAt === this.registry.generation) return;
     this.builtAt = this.registry.generation;
+    this.v2 = undefined;
+    const { names, all } = this.schemas();
     const groupVersions = new Map<string, ResourceDefinition[]>();
     for (const def of this.registry.all) {
       const path = def.group ? `apis/${apiVersionOf(def)}` : `api/${def.version}`;
@@ -86,14 +201,15 @@ export class OpenApiDocuments {
     const indexPaths: Record<string, { serverRelativeURL: string }> = {};
     for (const [path, defs] of groupVersions) {
       const paths: Record<string, object> = {};
-      for (const def of defs) Object.assign(paths, operations(def, def.subresources.includes('status')));
+      for (const def of defs) Object.assign(paths, operations(def, names.get(def)));
+      const roots = defs.map((def) => names.get(def)).filter((name): name is string => Boolean(name));
       const body = JSON.stringify({
         openapi: '3.0.0',
         info: { title: 'Drover', version: path },
         paths,
-        components: { schemas: {} },
+        components: { schemas: wrapRefs(closure(all, roots)) },
       });
-      const hash = createHash('sha512').update(body).digest('hex').slice(0, 32).toUpperCase();
+      const hash = hashOf(body);
       docs.set(path, { path, hash, body });
       indexPaths[path] = { serverRelativeURL: `/openapi/v3/${path}?hash=${hash}` };
     }
@@ -110,5 +226,23 @@ export class OpenApiDocuments {
   document(path: string): GroupVersionDoc | undefined {
     this.current();
     return this.docs.get(path);
+  }
+
+  /** The swagger 2.0 document: every schema, references as `#/definitions/…`, CRDs in v2 terms. */
+  version2(): { json: string; protobuf: Buffer; etag: string } {
+    this.current();
+    if (this.v2) return this.v2;
+    const { names, all } = this.schemas();
+    const crdNames = new Set([...names].filter(([def]) => def.crd).map(([, name]) => name));
+    const definitions = Object.fromEntries(Object.entries(all).map(([name, schema]) => [name, crdNames.has(name) ? toV2(schema) : schema]));
+    const document = {
+      swagger: '2.0',
+      info: { title: 'Drover', version: 'v2' },
+      paths: {},
+      definitions: JSON.parse(JSON.stringify(definitions).replaceAll(`"${V3_REF}`, `"${V2_REF}`)) as Record<string, Schema>,
+    };
+    const json = JSON.stringify(document);
+    this.v2 = { json, protobuf: encodeOpenApiV2(document), etag: hashOf(json) };
+    return this.v2;
   }
 }

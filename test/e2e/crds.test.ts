@@ -149,12 +149,12 @@ describe('CustomResourceDefinitions', { timeout: 300_000 }, () => {
   });
 
   for (const client of kubectlClients()) {
-    it(`${client.name}: apply a CRD and objects, get with printer columns, short name and category, delete`, async () => {
+    it(`${client.name}: apply a CRD and objects, get with printer columns, short name and category, explain, delete`, async () => {
       const cache = fs.mkdtempSync(path.join(work, 'cache-'));
       const group = client.needsValidateFalse ? 'old.example.com' : 'new.example.com';
       const short = client.needsValidateFalse ? 'owdg' : 'nwdg';
-      const validate = client.needsValidateFalse ? ['--validate=false'] : [];
-      const kubectl = (args: string[], input?: string) => runKubectl(client, server.kubeconfig, cache, args[0] === 'apply' ? [...args, ...validate] : args, input === undefined ? {} : { input });
+      // No --validate=false: kubectl 1.20 validates against the protobuf /openapi/v2, 1.32 against /openapi/v3.
+      const kubectl = (args: string[], input?: string) => runKubectl(client, server.kubeconfig, cache, args, input === undefined ? {} : { input });
       const file = path.join(work, `${group}.yaml`);
       fs.writeFileSync(file, [widgetCrd(group, { categories: ['all', 'gadgets'], shortNames: [short] })].map((d) => YAML.stringify(d)).join('---\n'));
       assertOk(await kubectl(['apply', '-f', file]), 'apply the CRD');
@@ -179,6 +179,11 @@ describe('CustomResourceDefinitions', { timeout: 300_000 }, () => {
       const refused = await kubectl(['apply', '-f', '-'], YAML.stringify(widget('gamma', { size: 'medium' }, group)));
       assert.notEqual(refused.code, 0);
       assert.match(refused.stderr, /spec\.size: Unsupported value: "medium"/);
+      const explain = await kubectl(['explain', 'widgets.spec', `--api-version=${group}/v1`]);
+      assertOk(explain, 'explain');
+      assert.match(explain.stdout, /KIND:\s+Widget/);
+      assert.match(explain.stdout, /size\s+<string>.*-required-/s);
+      assert.match(explain.stdout, /How big the widget is/);
       assertOk(await kubectl(['delete', '-f', file]), 'delete the CRD');
       await eventually(async () => (await request(server, 'GET', `/apis/${group}/v1`)).status === 404, 'the group version gone from discovery');
       const groups = (await request(server, 'GET', '/apis')).json as { groups: { name: string }[] };
