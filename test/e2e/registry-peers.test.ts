@@ -93,6 +93,7 @@ describe('the puller through peers (real registries standing in for peers)', () 
     transports.push(transport);
     return {
       peersFor: (): PeerEndpoint[] => peers.map((p) => ({ node: p.node, url: new URL(`${p.registry.url}/v2`) })),
+      advertisers: () => peers.length,
       transport: () => transport,
       started: (node) => log.push(`start ${node}`),
       finished: (node, ok) => log.push(`end ${node} ${ok ? 'ok' : 'failed'}`),

@@ -156,6 +156,15 @@ export class PeerDirectory implements PeerSource {
     return out;
   }
 
+  advertisers(): number {
+    let count = 0;
+    for (const [name, advert] of this.adverts) {
+      const node = this.nodes.get(name);
+      if (name !== this.options.nodeName && node?.url && advert.uid && node.uid === advert.uid && advert.keys.size > 0) count++;
+    }
+    return count;
+  }
+
   private recentFailures(node: string, now: number): number {
     const list = (this.failures.get(node) ?? []).filter((t) => now - t < FAILURE_MEMORY_MS);
     if (list.length) this.failures.set(node, list);

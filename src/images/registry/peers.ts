@@ -19,6 +19,8 @@ export interface PeerEndpoint {
 export interface PeerSource {
   /** Peers that advertise `image` (its tag, or its digest), best first; never this node itself. */
   peersFor(image: ImageRef): PeerEndpoint[];
+  /** How many other nodes advertise anything now (0: no node serves, so a failed pull's message leaves peers out). */
+  advertisers(): number;
   /** The TLS transport to peers: undefined while this node has no certificate yet. */
   transport(): Transport | undefined;
   /** A pull from `node` starts and ends (`ok` false: it failed), so the order can prefer idle, reliable peers. */

@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import { TokenCache } from './auth.js';
 import { type Credential, credentialFromConfig, credentialsFor, type KeyedCredential } from './credentials.js';
+import { DigestMismatchError as StoreDigestMismatchError } from '../blobs.js';
 import { DigestMismatchError, EndpointSession, type FetchedManifest, RegistryError } from './client.js';
 import { type PeerPullStats, type PeerSource, resolvedThroughPeers } from './peers.js';
 import { Transport, TransportError } from './http.js';
@@ -28,7 +29,7 @@ import { type Endpoint, endpointsFor, hostConfig, type RegistriesConfig } from '
 /** The write side of the node's image store, as a pull uses it. */
 export interface ImageSink {
   hasBlob(digest: string): boolean | Promise<boolean>;
-  /** Stores `content` under `digest`, verifying it; rejects (keeping nothing) when the stream fails or does not match. */
+  /** Stores `content` under `digest`, verifying it; rejects (keeping nothing) when the stream fails, or with blobs.ts's DigestMismatchError when it does not match. */
   putBlob(digest: string, content: NodeJS.ReadableStream): Promise<unknown>;
   /** Names `digest` (an image manifest, or an index whose entry for this platform is stored, with all blobs) `ref`. */
   addImage(ref: string, digest: string, source?: string): unknown;
@@ -132,8 +133,11 @@ export class Puller {
     const peers = transport ? source.peersFor(request.image) : [];
     if (!peers.length) {
       stats?.miss();
-      const why = transport ? `no node advertises ${request.image.ref}` : 'this node has no certificate yet';
-      attempts.push({ endpoint: '', mirror: true, peer: '', outcome: why });
+      // Said only where the embedded registry is in use: in a cluster where no node serves, peers are no news.
+      if (source.advertisers() > 0) {
+        const why = transport ? `no node advertises ${request.image.ref}` : 'this node has no certificate yet';
+        attempts.push({ endpoint: '', mirror: true, peer: '', outcome: why });
+      }
       return undefined;
     }
     for (const peer of peers) {
@@ -200,8 +204,16 @@ export class Puller {
     let fetched = 0;
     for (const blob of blobs) {
       if (await this.sink.hasBlob(blob.digest)) continue;
-      const stream = await session.blob(blob.digest, blob.size);
-      await this.sink.putBlob(blob.digest, stream);
+      // The store verifies the digest as it writes (ImageSink's contract): hashed once, here.
+      const stream = await session.blob(blob.digest, blob.size, { hash: false });
+      try {
+        await this.sink.putBlob(blob.digest, stream);
+      } catch (error) {
+        if (error instanceof StoreDigestMismatchError) {
+          throw new DigestMismatchError(`${stream.where}: content does not match its digest (got ${error.actual}); rejected`);
+        }
+        throw error;
+      }
       fetched += blob.size;
     }
     // Manifests last: a manifest in the store means its blobs are there.
