@@ -56,6 +56,23 @@ interface Advertised {
   keys: Set<string>;
 }
 
+/** A peer as the order sees it. */
+export interface PeerRank {
+  name: string;
+  ready: boolean;
+  /** Pulls from this node to it in flight. */
+  busy: number;
+  /** Its failures in the last few minutes. */
+  failed: number;
+  /** Random, for the last tie-break. */
+  tie: number;
+}
+
+/** The order peers are tried in: Ready first, then fewest in flight, then fewest recent failures, then at random. */
+export function rankPeers(peers: readonly PeerRank[]): string[] {
+  return [...peers].sort((a, b) => Number(b.ready) - Number(a.ready) || a.busy - b.busy || a.failed - b.failed || a.tie - b.tie).map((p) => p.name);
+}
+
 /** Failures older than this no longer count against a peer. */
 const FAILURE_MEMORY_MS = 5 * 60_000;
 
@@ -176,15 +193,16 @@ export class PeerDirectory implements PeerSource {
     // By digest when pinned (content is content, whatever name it was stored under), else by name:tag.
     const keys = image.digest ? [image.digest] : [image.ref];
     const now = Date.now();
-    const ranked = this.holders(keys).map((name) => ({
-      name,
-      node: this.nodes.get(name)!,
-      busy: this.inFlight.get(name) ?? 0,
-      failed: this.recentFailures(name, now),
-      tie: this.random(),
-    }));
-    ranked.sort((a, b) => Number(b.node.ready) - Number(a.node.ready) || a.busy - b.busy || a.failed - b.failed || a.tie - b.tie);
-    return ranked.map((r) => ({ node: r.name, url: r.node.url! }));
+    const ranked = rankPeers(
+      this.holders(keys).map((name) => ({
+        name,
+        ready: this.nodes.get(name)!.ready,
+        busy: this.inFlight.get(name) ?? 0,
+        failed: this.recentFailures(name, now),
+        tie: this.random(),
+      })),
+    );
+    return ranked.map((name) => ({ node: name, url: this.nodes.get(name)!.url! }));
   }
 
   transport(): Transport | undefined {
