@@ -1,7 +1,7 @@
 import { FOREGROUND_FINALIZER, ORPHAN_FINALIZER } from '../apiserver/deletion.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
-import { type ApiClient, DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, CRONJOBS, DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock } from './clock.js';
 import {
@@ -47,9 +47,10 @@ const OWNER_KINDS: Readonly<Record<string, ResourceRef>> = {
   StatefulSet: STATEFULSETS,
   DaemonSet: DAEMONSETS,
   Job: JOBS,
+  CronJob: CRONJOBS,
 };
 /** Kinds whose objects are dependents, by plural (the queue keys). */
-const DEPENDENT_KINDS: Readonly<Record<string, ResourceRef>> = { pods: PODS, replicasets: REPLICASETS };
+const DEPENDENT_KINDS: Readonly<Record<string, ResourceRef>> = { pods: PODS, replicasets: REPLICASETS, jobs: JOBS };
 /**
  * Kinds whose deletion finalizers this collector takes off: every kind the API puts them on
  * (ResourceDefinition.garbageCollected). A pod has no dependents, so its finalizer just comes off.
@@ -60,6 +61,7 @@ const FINALIZED_KINDS: Readonly<Record<string, ResourceRef>> = {
   statefulsets: STATEFULSETS,
   daemonsets: DAEMONSETS,
   jobs: JOBS,
+  cronjobs: CRONJOBS,
   pods: PODS,
 };
 
@@ -100,6 +102,7 @@ export class GarbageCollector {
       [STATEFULSETS, 'statefulsets'],
       [DAEMONSETS, 'daemonsets'],
       [JOBS, 'jobs'],
+      [CRONJOBS, 'cronjobs'],
       [PODS, 'pods'],
     ]);
     for (const [ref, plural] of refs) {

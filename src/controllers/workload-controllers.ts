@@ -1,7 +1,8 @@
 import type { SharedInformers } from '../client/shared-informers.js';
-import { type ApiClient, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, CRONJOBS, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock, type TimerHandle } from './clock.js';
+import { CronJobController } from './cronjob.js';
 import { DaemonSetController } from './daemonset.js';
 import { DeploymentController } from './deployment.js';
 import { DisruptionController, PODDISRUPTIONBUDGETS } from './disruption.js';
@@ -28,7 +29,7 @@ export interface WorkloadControllersOptions {
 }
 
 /** The resources the workload controllers follow; made known before the first list, so no controller misses an early event. */
-export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES, DAEMONSETS, JOBS];
+export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES, DAEMONSETS, JOBS, CRONJOBS];
 
 export class WorkloadControllers {
   private readonly scheduler: Scheduler;
@@ -37,6 +38,7 @@ export class WorkloadControllers {
   private readonly statefulSets: StatefulSetController;
   private readonly daemonSets: DaemonSetController;
   private readonly jobs: JobController;
+  private readonly cronJobs: CronJobController;
   private readonly disruption: DisruptionController;
   private readonly collector: GarbageCollector;
   private readonly clock: Clock;
@@ -60,6 +62,7 @@ export class WorkloadControllers {
     this.statefulSets = new StatefulSetController(client, informers, events, logger.child({ controller: 'statefulset' }), this.clock);
     this.daemonSets = new DaemonSetController(client, informers, events, logger.child({ controller: 'daemonset' }), this.clock);
     this.jobs = new JobController(client, informers, events, logger.child({ controller: 'job' }), this.clock);
+    this.cronJobs = new CronJobController(client, informers, events, logger.child({ controller: 'cronjob' }), this.clock);
     this.disruption = new DisruptionController(client, informers, logger.child({ controller: 'disruption' }), this.clock);
     this.collector = new GarbageCollector(client, informers, logger.child({ controller: 'garbage-collector' }), this.clock);
   }
@@ -82,6 +85,7 @@ export class WorkloadControllers {
     this.statefulSets.stop();
     this.daemonSets.stop();
     this.jobs.stop();
+    this.cronJobs.stop();
     this.disruption.stop();
     this.collector.stop();
   }
@@ -95,6 +99,7 @@ export class WorkloadControllers {
       this.statefulSets.resync();
       this.daemonSets.resync();
       this.jobs.resync();
+      this.cronJobs.resync();
       this.disruption.resync();
       this.collector.sweep();
       this.scheduleResync();

@@ -16,6 +16,7 @@ import { ENDPOINTS_DEFINITION, ENDPOINT_SLICE_DEFINITION } from './endpoints.js'
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
 import { DAEMONSET_DEFINITION } from './daemonsets.js';
 import { JOB_DEFINITION } from './jobs.js';
+import { CRONJOB_DEFINITION, CRONJOB_V1BETA1_DEFINITION } from './cronjobs.js';
 
 /**
  * Every kind Drover serves, one definition each (data and strategy hooks), in discovery order.
@@ -40,6 +41,8 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   STATEFULSET_DEFINITION,
   DAEMONSET_DEFINITION,
   JOB_DEFINITION,
+  CRONJOB_DEFINITION,
+  CRONJOB_V1BETA1_DEFINITION,
   PDB_DEFINITION,
   RUNTIME_CLASS_DEFINITION,
   ...RBAC_DEFINITIONS,
