@@ -105,7 +105,8 @@ export async function generate(): Promise<object> {
   const defs = [...RESOURCES, CRD_DEFINITION];
   const roots = new Map<string, { group: string; version: string; kind: string }[]>();
   for (const def of defs) {
-    const model = modelOf(def.group, def.version, def.kind);
+    // A version served in v1's shape with no model of its own (batch/v1beta1 CronJob) shares v1's schema.
+    const model = modelOf(def.group, def.version, def.kind) ?? (def.conversion ? modelOf(def.group, 'v1', def.kind) : undefined);
     if (!model) continue;
     kinds[`${def.group}/${def.version}/${def.kind}`] = schemaName(model);
     roots.set(model, [...(roots.get(model) ?? []), { group: def.group, version: def.version, kind: def.kind }]);
