@@ -79,6 +79,16 @@ describe('failover onto a cold node: the replacement pulls its image from a peer
     assert.ok(pulled, events.text);
     assert.match(pulled.message, /from peer holder /);
     const pullSeconds = Number(/in ([\d.]+)s/.exec(pulled.message)?.[1]);
+    // The cold node serves too: its advertisement names the image it just pulled (the store changed, so it was rewritten).
+    await eventually(
+      async () => {
+        const res = await request(server, 'GET', '/api/v1/namespaces/kube-node-lease/configmaps/cold');
+        const text = res.status === 200 ? ((res.json as { data?: { images?: string } }).data?.images ?? '') : '';
+        return text.split('\n').some((line) => line.startsWith(`${image.ref} `)) ? true : undefined;
+      },
+      'the cold node advertising the image it pulled',
+      30_000,
+    );
     report(t, `replacement Ready on the cold node ${seconds.toFixed(2)} s after the SIGKILL; its pull from the peer took ${pullSeconds} s (${pulled.message})`);
   });
 });
