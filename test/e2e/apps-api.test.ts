@@ -116,7 +116,6 @@ describe('apps/v1 workloads on the API server', () => {
     describe(client.name, () => {
       const ns = `apps-${index}`;
       let work: string;
-      const validate = client.needsValidateFalse ? ['--validate=false'] : [];
       const kubectl = (args: string[]): Promise<KubectlResult> =>
         runKubectl(client, server.kubeconfig, tempDir('apps-cache'), args);
       const file = (name: string, content: string): string => {
@@ -133,7 +132,7 @@ describe('apps/v1 workloads on the API server', () => {
 
       it('apply -f creates a Deployment, a ReplicaSet and a StatefulSet with their defaults', async () => {
         const manifests = [deploymentYaml(ns, 'web'), replicaSetYaml(ns, 'batch'), statefulSetYaml(ns, 'db')].join('---\n');
-        const result = await kubectl(['apply', ...validate, '-f', file('workloads.yaml', manifests)]);
+        const result = await kubectl(['apply', '-f', file('workloads.yaml', manifests)]);
         assertOk(result, 'apply workloads.yaml');
         assert.deepEqual(result.stdout.trim().split('\n'), [
           'deployment.apps/web created',
@@ -214,7 +213,7 @@ describe('apps/v1 workloads on the API server', () => {
       });
 
       it('refuses a selector that does not match the template, and a container without a command', async () => {
-        let result = await kubectl(['apply', ...validate, '-f', file('bad-selector.yaml', deploymentYaml(ns, 'mismatch', { selector: 'other' }))]);
+        let result = await kubectl(['apply', '-f', file('bad-selector.yaml', deploymentYaml(ns, 'mismatch', { selector: 'other' }))]);
         assert.notEqual(result.code, 0, `apply succeeded: ${result.stdout}`);
         assert.match(result.stderr, /spec\.template\.metadata\.labels: Invalid value: .*selector does not match template labels/);
         assert.equal((await request(server, 'GET', `/apis/apps/v1/namespaces/${ns}/deployments/mismatch`)).status, 404);
@@ -229,7 +228,7 @@ spec:
   - name: main
     image: nginx:1.27
 `;
-        result = await kubectl(['create', ...validate, '-f', file('no-command.yaml', noCommand)]);
+        result = await kubectl(['create', '-f', file('no-command.yaml', noCommand)]);
         assert.notEqual(result.code, 0, `create succeeded: ${result.stdout}`);
         assert.ok(
           result.stderr.includes(`spec.containers[0].command: ${COMMAND_MESSAGE}`),
@@ -279,7 +278,7 @@ spec:
         image: side:1
         command: ["sleep", "60"]
 `;
-        let result = await kubectl(['apply', ...validate, '-f', file('web-v2.yaml', deploymentYaml(ns, 'web', { image: 'nginx:1.28', extraContainers: side, replicas: 3 }))]);
+        let result = await kubectl(['apply', '-f', file('web-v2.yaml', deploymentYaml(ns, 'web', { image: 'nginx:1.28', extraContainers: side, replicas: 3 }))]);
         assertOk(result, 'second apply');
         assert.equal(result.stdout.trim(), 'deployment.apps/web configured');
         let deployment = await get(`/apis/apps/v1/namespaces/${ns}/deployments/web`);
@@ -291,7 +290,7 @@ spec:
         assert.deepEqual(containers[1]!.command, ['sleep', '60']);
 
         // The last applied configuration lists `side`; leaving it out removes it.
-        result = await kubectl(['apply', ...validate, '-f', file('web-v3.yaml', deploymentYaml(ns, 'web', { image: 'nginx:1.28', replicas: 3 }))]);
+        result = await kubectl(['apply', '-f', file('web-v3.yaml', deploymentYaml(ns, 'web', { image: 'nginx:1.28', replicas: 3 }))]);
         assertOk(result, 'third apply');
         deployment = await get(`/apis/apps/v1/namespaces/${ns}/deployments/web`);
         containers = (deployment.spec!.template as { spec: { containers: Record<string, unknown>[] } }).spec.containers;

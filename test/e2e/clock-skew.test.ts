@@ -292,7 +292,7 @@ describe('agents 10 minutes slow and 10 minutes fast join a new cluster', () => 
 
   it('kubectl describe node shows the ClockSkew condition', async () => {
     for (const bin of ['kubectl', ...(fs.existsSync(KUBECTL_1_20) ? [KUBECTL_1_20] : [])]) {
-      const out = await runKubectl({ name: bin, bin, needsValidateFalse: false }, server.kubeconfig, kubectlCache, ['describe', 'node', 'slow']);
+      const out = await runKubectl({ name: bin, bin, legacy: false }, server.kubeconfig, kubectlCache, ['describe', 'node', 'slow']);
       assert.equal(out.code, 0, out.stderr);
       const line = out.stdout.split('\n').find((l) => /^\s+ClockSkew\s+/.test(l));
       assert.ok(line, `${bin}: no ClockSkew row in\n${out.stdout}`);

@@ -87,14 +87,13 @@ describe('ConfigMaps and Secrets with kubectl and the Python client', { concurre
   for (const [index, client] of kubectlClients().entries()) {
     const suffix = index === 0 ? 'new' : 'old';
     const ns = `cs-${suffix}`;
-    const validate = client.needsValidateFalse ? ['--validate=false'] : [];
     const kubectl = (args: string[], env: NodeJS.ProcessEnv = {}): Promise<KubectlResult> =>
       runKubectl(client, server.kubeconfig, path.join(work, `cache-${index}`), ['-n', ns, ...args], {
         // kubectl edit keeps a copy of a refused edit in TMPDIR: inside the test's own dir.
         env: { TMPDIR: path.join(work, 'tmp'), ...env },
       });
     const edit = (kind: string, name: string, from: string, to: string): Promise<KubectlResult> =>
-      kubectl(['edit', kind, name, ...validate], { KUBE_EDITOR: path.join(work, 'editor.sh'), EDIT_FROM: from, EDIT_TO: to });
+      kubectl(['edit', kind, name], { KUBE_EDITOR: path.join(work, 'editor.sh'), EDIT_FROM: from, EDIT_TO: to });
     /** The Content-Type of the create kubectl sent (-v=8 logs it): protobuf from 1.32, JSON from 1.20. */
     const assertSentAs = (result: KubectlResult): void => {
       const protobuf = result.stderr.includes('Content-Type: application/vnd.kubernetes.protobuf');
@@ -135,8 +134,8 @@ describe('ConfigMaps and Secrets with kubectl and the Python client', { concurre
 
       // apply creates, a second apply with a change updates (1.32 checks the server's OpenAPI first).
       const manifest = (level: string): string => `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  level: "${level}"\n`;
-      assertOk(await kubectl(['apply', ...validate, '-f', file(`applied-${suffix}.yaml`, manifest('1'))]), 'apply');
-      assertOk(await kubectl(['apply', ...validate, '-f', file(`applied-${suffix}.yaml`, manifest('2'))]), 'second apply');
+      assertOk(await kubectl(['apply', '-f', file(`applied-${suffix}.yaml`, manifest('1'))]), 'apply');
+      assertOk(await kubectl(['apply', '-f', file(`applied-${suffix}.yaml`, manifest('2'))]), 'second apply');
       assert.deepEqual((await getStored(ns, 'configmaps', 'applied')).data, { level: '2' });
 
       const edited = await edit('configmap', 'game', 'lives=3', 'lives=5');
@@ -235,7 +234,7 @@ describe('ConfigMaps and Secrets with kubectl and the Python client', { concurre
 
     it(`${client.name}: every bad input is refused with its field`, async () => {
       // Bad keys (kubectl create configmap checks keys itself, so they come from a manifest).
-      const badKeys = await kubectl(['create', ...validate, '-f', file(`bad-keys-${suffix}.yaml`, [
+      const badKeys = await kubectl(['create', '-f', file(`bad-keys-${suffix}.yaml`, [
         'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad-keys\ndata:\n  "a b": "value"\n',
         'apiVersion: v1\nkind: Secret\nmetadata:\n  name: bad-keys\nstringData:\n  "..x": "value"\n',
       ].join('---\n'))]);
@@ -290,7 +289,7 @@ describe('ConfigMaps and Secrets with kubectl and the Python client', { concurre
       // A docker config that is not JSON: the field, and never the contents.
       const canary = `hunter2-${suffix}-${process.pid}`;
       canaries.push(canary);
-      const docker = await kubectl(['create', ...validate, '-f', file(`bad-docker-${suffix}.yaml`,
+      const docker = await kubectl(['create', '-f', file(`bad-docker-${suffix}.yaml`,
         `apiVersion: v1\nkind: Secret\nmetadata:\n  name: bad-docker\ntype: kubernetes.io/dockerconfigjson\nstringData:\n  .dockerconfigjson: '{"auths": ${canary}'\n`)]);
       assertRefused(docker, /Secret "bad-docker" is invalid: data\[\.dockerconfigjson\]: Invalid value: "<secret contents redacted>": invalid character 'h' looking for beginning of value/, 'bad docker config');
       assert.equal(docker.stderr.includes(canary), false, 'the contents are not echoed');

@@ -87,7 +87,7 @@ describe('a chart-like bundle with a CRD, applied and deleted with kubectl -f di
 
   for (const client of kubectlClients()) {
     it(`${client.name}: apply -f dir/ brings it all up (the custom object once its CRD is in), delete -f dir/ removes it all`, async () => {
-      const suffix = client.needsValidateFalse ? 'old' : 'new';
+      const suffix = client.legacy ? 'old' : 'new';
       const namespace = `bundle-${suffix}`;
       const group = `${suffix}.bundle.example.com`;
       const dir = path.join(work, suffix);

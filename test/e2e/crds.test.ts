@@ -151,8 +151,8 @@ describe('CustomResourceDefinitions', { timeout: 300_000 }, () => {
   for (const client of kubectlClients()) {
     it(`${client.name}: apply a CRD and objects, get with printer columns, short name and category, explain, delete`, async () => {
       const cache = fs.mkdtempSync(path.join(work, 'cache-'));
-      const group = client.needsValidateFalse ? 'old.example.com' : 'new.example.com';
-      const short = client.needsValidateFalse ? 'owdg' : 'nwdg';
+      const group = client.legacy ? 'old.example.com' : 'new.example.com';
+      const short = client.legacy ? 'owdg' : 'nwdg';
       // No --validate=false: kubectl 1.20 validates against the protobuf /openapi/v2, 1.32 against /openapi/v3.
       const kubectl = (args: string[], input?: string) => runKubectl(client, server.kubeconfig, cache, args, input === undefined ? {} : { input });
       const file = path.join(work, `${group}.yaml`);

@@ -196,7 +196,6 @@ for (const client of kubectlClients()) {
     let server: ServerProcess;
     let files: string;
     let cacheDir: string;
-    const validate = client.needsValidateFalse ? ['--validate=false'] : [];
 
     const kubectl = (args: string[], options: { input?: string; kubeconfig?: string } = {}): Promise<KubectlResult> =>
       runKubectl(client, options.kubeconfig ?? server.kubeconfig, cacheDir, args, { input: options.input });
@@ -276,8 +275,8 @@ for (const client of kubectlClients()) {
     it('node lifecycle: apply, get, -o wide, -o yaml, describe, label, annotate, cordon, taint, re-apply, delete', async () => {
       const nodeFile = file('node.yaml', nodeManifest('node-a', 'gold'));
 
-      // apply (1.32 validates against the server's OpenAPI v3; 1.20 needs --validate=false)
-      let result = await kubectl(['apply', ...validate, '-f', nodeFile]);
+      // apply (1.32 validates against the server's OpenAPI v3, 1.20 against the protobuf v2)
+      let result = await kubectl(['apply', '-f', nodeFile]);
       assertOk(result, 'apply node.yaml');
       assert.equal(result.stdout.trim(), 'node/node-a created');
 
@@ -398,7 +397,7 @@ for (const client of kubectlClients()) {
 
       // a second apply of a modified file updates the node; labels set by `kubectl label` survive
       const rvBefore = (await getObject('/api/v1/nodes/node-a')).metadata.resourceVersion;
-      result = await kubectl(['apply', ...validate, '-f', file('node-silver.yaml', nodeManifest('node-a', 'silver'))]);
+      result = await kubectl(['apply', '-f', file('node-silver.yaml', nodeManifest('node-a', 'silver'))]);
       assertOk(result, 'second apply');
       assert.equal(result.stdout.trim(), 'node/node-a configured');
       const reapplied = await getObject('/api/v1/nodes/node-a');
@@ -423,7 +422,7 @@ for (const client of kubectlClients()) {
     });
 
     it('get leases -A shows NAMESPACE, NAME and HOLDER', async () => {
-      const result0 = await kubectl(['apply', ...validate, '-f', file('lease.yaml', LEASE)]);
+      const result0 = await kubectl(['apply', '-f', file('lease.yaml', LEASE)]);
       assertOk(result0, 'apply lease.yaml');
       assert.equal(result0.stdout.trim(), 'lease.coordination.k8s.io/node-a created');
 
@@ -438,7 +437,7 @@ for (const client of kubectlClients()) {
     });
 
     it('get events -A shows LAST SEEN, TYPE, REASON, OBJECT and MESSAGE', async () => {
-      const created = await kubectl(['create', ...validate, '-f', file('event.yaml', eventManifest())]);
+      const created = await kubectl(['create', '-f', file('event.yaml', eventManifest())]);
       assertOk(created, 'create event.yaml');
       assert.equal(created.stdout.trim(), 'event/node-a.ready1 created');
 
@@ -509,7 +508,7 @@ for (const client of kubectlClients()) {
     });
 
     it('create -f pod.yaml, get pods -o wide, delete pod', async () => {
-      let result = await kubectl(['create', ...validate, '-f', file('pod.yaml', podManifest('web-1'))]);
+      let result = await kubectl(['create', '-f', file('pod.yaml', podManifest('web-1'))]);
       assertOk(result, 'create pod.yaml');
       assert.equal(result.stdout.trim(), 'pod/web-1 created');
 
@@ -544,7 +543,7 @@ for (const client of kubectlClients()) {
 
     it('delete pod waits on a fieldSelector watch and exits 0 once the pod is gone', async () => {
       const podFile = file('pod-held.yaml', podManifest('web-2', '  finalizers: ["example.com/hold"]\n'));
-      const created = await kubectl(['create', ...validate, '-f', podFile]);
+      const created = await kubectl(['create', '-f', podFile]);
       assertOk(created, 'create pod-held.yaml');
 
       // -v=6 logs each request, so we can see kubectl reach its watch before releasing the pod.
@@ -569,7 +568,7 @@ for (const client of kubectlClients()) {
       assert.equal((await request(server, 'GET', '/api/v1/namespaces/default/pods/web-2')).status, 404);
     });
 
-    if (!client.needsValidateFalse) {
+    if (!client.legacy) {
       it('apply validates without --validate=false and rejects an unknown top-level field', async () => {
         // Validation on: kubectl reads /openapi/v3 and sends fieldValidation=Strict.
         const good = await kubectl(['apply', '-f', file('pod-good.yaml', podManifest('web-3')), '-v=6']);

@@ -261,7 +261,7 @@ describe('graceful pod deletion on a real server', () => {
       const work = tempDir('pod-deletion');
       dirs.push(work);
       const kubectl = (args: string[]) => runKubectl(client, server.kubeconfig, tempDir('pod-deletion-cache'), args);
-      const name = `forced-${client.needsValidateFalse ? 'old' : 'new'}`;
+      const name = `forced-${client.legacy ? 'old' : 'new'}`;
       await create(pod(name, { nodeName: 'node-a' }));
 
       let result = await kubectl(['delete', 'pod', name, '--wait=false']);
@@ -490,7 +490,7 @@ describe('pods/log', () => {
 
   for (const client of kubectlClients()) {
     it(`${client.name}: kubectl logs reaches the hook`, async () => {
-      const kubeconfig = path.join(dir, `kubeconfig-${client.needsValidateFalse ? 'old' : 'new'}.yaml`);
+      const kubeconfig = path.join(dir, `kubeconfig-${client.legacy ? 'old' : 'new'}.yaml`);
       fs.writeFileSync(
         kubeconfig,
         `apiVersion: v1

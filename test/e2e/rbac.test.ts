@@ -178,11 +178,11 @@ describe('RBAC on a real server: certificate users, ServiceAccounts, kubectl and
     // A Role within what it holds is fine, once the binding has reached the server's cache.
     await eventually(async () => (await runKubectl(MODERN_KUBECTL, bot, cache, ['create', 'role', 'reader-too', '-n', 'a', '--verb=get', '--resource=pods'])).code === 0, 'bot creates a role it holds');
     for (const client of kubectlClients()) {
-      const refused = await runKubectl(client, bot, cache, ['create', 'role', `deleter-${client.needsValidateFalse ? 'old' : 'new'}`, '-n', 'a', '--verb=delete', '--resource=pods']);
+      const refused = await runKubectl(client, bot, cache, ['create', 'role', `deleter-${client.legacy ? 'old' : 'new'}`, '-n', 'a', '--verb=delete', '--resource=pods']);
       assert.equal(refused.code, 1, `${client.name}: ${refused.stdout}`);
       assert.equal(
         refused.stderr.trim(),
-        `Error from server (Forbidden): roles.rbac.authorization.k8s.io "deleter-${client.needsValidateFalse ? 'old' : 'new'}" is forbidden: user "${SA_USER}" (groups=${SA_GROUPS_GO}) is attempting to grant RBAC permissions not currently held:\n` +
+        `Error from server (Forbidden): roles.rbac.authorization.k8s.io "deleter-${client.legacy ? 'old' : 'new'}" is forbidden: user "${SA_USER}" (groups=${SA_GROUPS_GO}) is attempting to grant RBAC permissions not currently held:\n` +
           '{APIGroups:[""], Resources:["pods"], Verbs:["delete"]}',
         client.name,
       );
@@ -222,7 +222,7 @@ describe('RBAC on a real server: certificate users, ServiceAccounts, kubectl and
 
   it('the admin writes the four kinds with kubectl (protobuf from 1.32, JSON from 1.20) and reads them back as tables', async () => {
     for (const client of kubectlClients()) {
-      const suffix = client.needsValidateFalse ? '-old' : '-new';
+      const suffix = client.legacy ? '-old' : '-new';
       const run = async (args: string[]): Promise<void> => assertOk(await runKubectl(client, server.kubeconfig, cache, args), `${client.name}: ${args.join(' ')}`);
       await run(['create', 'clusterrole', `pod-watcher${suffix}`, '--verb=watch', '--resource=pods']);
       await run(['create', 'clusterrolebinding', `pod-watchers${suffix}`, `--clusterrole=pod-watcher${suffix}`, '--group=team', '--serviceaccount=a:bot']);

@@ -95,7 +95,7 @@ describe('RuntimeClass', { concurrency: false }, () => {
         runKubectl(client, server.kubeconfig, path.join(work, `cache-${index}`), args, input === undefined ? {} : { input });
       const name = `gvisor-${index}`;
       const manifest = JSON.stringify(runtimeClass(name, { handler: 'runsc', overhead: { podFixed: { cpu: '250m', memory: '120Mi' } } }));
-      const applied = await kubectl(['apply', ...(client.needsValidateFalse ? ['--validate=false'] : []), '-f', '-'], manifest);
+      const applied = await kubectl(['apply', '-f', '-'], manifest);
       assert.equal(applied.code, 0, applied.stderr);
       assert.match(applied.stdout, new RegExp(`runtimeclass.node.k8s.io/${name} created`));
       const got = await kubectl(['get', 'runtimeclass']);

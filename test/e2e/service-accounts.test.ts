@@ -190,7 +190,7 @@ describe('ServiceAccounts with kubectl, raw requests and the Python client', { c
         metadata: { name: pod, namespace: 'tokens' },
         spec: { serviceAccountName: 'robot', containers: [{ name: 'c', image: 'none', command: ['sleep', '3600'] }] },
       });
-      await ok(client, ['apply', ...(client.needsValidateFalse ? ['--validate=false'] : []), '-f', '-'], manifest);
+      await ok(client, ['apply', '-f', '-'], manifest);
       const token = await createToken(client, 'tokens', 'robot', { boundObjectRef: { kind: 'Pod', apiVersion: 'v1', name: pod } });
       const podUid = await ok(client, ['-n', 'tokens', 'get', 'pod', pod, '-o', 'jsonpath={.metadata.uid}']);
       assert.deepEqual((decodeJwt(token)['kubernetes.io'] as { pod: unknown }).pod, { name: pod, uid: podUid });
@@ -213,7 +213,7 @@ describe('ServiceAccounts with kubectl, raw requests and the Python client', { c
         metadata: { name, namespace: 'tokens', annotations: { 'kubernetes.io/service-account.name': 'legacy' } },
         type: 'kubernetes.io/service-account-token',
       });
-      await ok(client, ['apply', ...(client.needsValidateFalse ? ['--validate=false'] : []), '-f', '-'], manifest);
+      await ok(client, ['apply', '-f', '-'], manifest);
       const data = await eventually(async () => {
         const res = await request(server, 'GET', `/api/v1/namespaces/tokens/secrets/${name}`);
         const d = (res.json as { data?: Record<string, string> }).data;

@@ -45,7 +45,7 @@ describe('Services, Endpoints and EndpointSlices on a real server', { concurrenc
 
   for (const client of kubectlClients()) {
     it(`${client.name}: expose, create service nodeport, get -o wide, and the 422s of a bad clusterIP and a taken nodePort`, async () => {
-      const ns = client.needsValidateFalse ? 'svc-old' : 'svc-new';
+      const ns = client.legacy ? 'svc-old' : 'svc-new';
       const k = (...args: string[]) => runKubectl(client, server.kubeconfig, cache, ['-n', ns, ...args]);
       assert.equal((await k('create', 'namespace', ns)).code, 0);
       const deploy = await k('create', 'deployment', 'web', '--image=nginx', '--', 'sleep', '1000');

@@ -7,8 +7,11 @@ import { REPO_ROOT } from './server.js';
 export interface KubectlClient {
   name: string;
   bin: string;
-  /** kubectl 1.20 downloads protobuf OpenAPI v2 for validation, which Drover does not serve. */
-  needsValidateFalse: boolean;
+  /**
+   * Debian's kubectl 1.20, the oldest client: it validates against the protobuf /openapi/v2 (not
+   * v3) and speaks older wire forms. Tests use it to tell the two clients' objects apart.
+   */
+  legacy: boolean;
 }
 
 export const KUBECTL_1_20 = path.join(REPO_ROOT, '.cache/kubectl-1.20/usr/bin/kubectl');
@@ -19,7 +22,7 @@ const KUBECTL_MODERN_CACHED = path.join(REPO_ROOT, '.cache/kubectl-1.32/kubectl'
 export const MODERN_KUBECTL: KubectlClient = {
   name: 'kubectl (modern)',
   bin: fs.existsSync(KUBECTL_MODERN_CACHED) ? KUBECTL_MODERN_CACHED : 'kubectl',
-  needsValidateFalse: false,
+  legacy: false,
 };
 
 export function kubectlClients(): KubectlClient[] {
@@ -28,7 +31,7 @@ export function kubectlClients(): KubectlClient[] {
   }
   return [
     MODERN_KUBECTL,
-    { name: 'kubectl 1.20 (Debian)', bin: KUBECTL_1_20, needsValidateFalse: true },
+    { name: 'kubectl 1.20 (Debian)', bin: KUBECTL_1_20, legacy: true },
   ];
 }
 
