@@ -52,6 +52,9 @@ export class AdvertisementPublisher {
   private publishedUid = '';
   private running = false;
   private busy = false;
+  /** After a failed write: no new attempt before this (back-off doubling from 2 s to 60 s). */
+  private retryAt = 0;
+  private failures = 0;
   /** Writes made, for tests and the log. */
   writes = 0;
 
@@ -90,7 +93,7 @@ export class AdvertisementPublisher {
         return;
       }
       const uid = this.options.nodeUid();
-      if (!uid) return;
+      if (!uid || now < this.retryAt) return;
       if (uid !== this.publishedUid && this.changedAt === 0) this.changedAt = 1;
       if (this.changedAt === 0 || now - this.changedAt < (this.options.debounceMs ?? DEFAULT_DEBOUNCE_MS)) return;
       const text = encodeAdvertisement(await this.advertisable());
@@ -99,10 +102,14 @@ export class AdvertisementPublisher {
       await this.write(text, uid);
       this.published = text;
       this.publishedUid = uid;
+      this.failures = 0;
     } catch (error) {
-      // Tried again at the next change or full check.
+      // Tried again after a back-off (a server that refuses it, e.g. an older one, is not asked every second).
+      this.failures++;
+      const backOffMs = Math.min(60_000, 1000 * 2 ** this.failures);
+      this.retryAt = Date.now() + backOffMs;
       this.changedAt = Date.now();
-      this.options.logger.warn({ err: error }, 'embedded registry: could not publish this node’s advertisement; retrying');
+      this.options.logger.warn({ err: error, retryInMs: backOffMs }, 'embedded registry: could not publish this node’s advertisement; retrying');
     } finally {
       this.busy = false;
     }
