@@ -137,6 +137,46 @@ describe('CustomResourceDefinitions', { timeout: 300_000 }, () => {
     assert.equal(((await request(server, 'GET', `${WIDGETS}/w1`)).json as { spec: { replicas: number } }).spec.replicas, 4);
   });
 
+  it('two versions, conversion None: an object written through one is read through both, stored in the storage version', async () => {
+    const crd = widgetCrd('multi.example.com', { extraVersion: true, shortNames: ['mwdg'] });
+    assert.equal((await request(server, 'POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', { body: crd })).status, 201);
+    await established('widgets.multi.example.com');
+    const discovery = (await request(server, 'GET', '/apis/multi.example.com')).json as { versions: { version: string }[]; preferredVersion: { version: string } };
+    assert.deepEqual(discovery.versions.map((v) => v.version), ['v1', 'v1beta1']);
+    assert.equal(discovery.preferredVersion.version, 'v1');
+    const beta = '/apis/multi.example.com/v1beta1/namespaces/default/widgets';
+    const made = await request(server, 'POST', beta, { body: { apiVersion: 'multi.example.com/v1beta1', kind: 'Widget', metadata: { name: 'm1' }, spec: { size: 'small' } } });
+    assert.equal(made.status, 201, made.text);
+    assert.equal((made.json as { apiVersion: string }).apiVersion, 'multi.example.com/v1beta1');
+    const asV1 = await request(server, 'GET', '/apis/multi.example.com/v1/namespaces/default/widgets/m1');
+    assert.equal((asV1.json as { apiVersion: string }).apiVersion, 'multi.example.com/v1');
+    const listed = (await request(server, 'GET', beta)).json as { items: { apiVersion: string }[] };
+    assert.deepEqual(listed.items.map((i) => i.apiVersion), ['multi.example.com/v1beta1']);
+    const status = ((await request(server, 'GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.multi.example.com')).json as { status: { storedVersions: string[] } }).status;
+    assert.deepEqual(status.storedVersions, ['v1']);
+  });
+
+  it('a CRD whose kind an older CRD of the group holds is not served (NamesAccepted False, KindConflict) until that one is deleted', async () => {
+    const clash = widgetCrd('multi.example.com', { shortNames: [] }) as { metadata: { name: string }; spec: { names: { plural: string; singular: string } } };
+    clash.metadata.name = 'gizmos.multi.example.com';
+    clash.spec.names.plural = 'gizmos';
+    clash.spec.names.singular = 'gizmo';
+    assert.equal((await request(server, 'POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', { body: clash })).status, 201);
+    const conditions = await eventually(async () => {
+      const crd = (await request(server, 'GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gizmos.multi.example.com')).json as { status?: { conditions?: { type: string; status: string; reason: string }[] } };
+      const found = crd.status?.conditions ?? [];
+      return found.some((c) => c.type === 'NamesAccepted') ? found : undefined;
+    }, 'the naming verdict');
+    assert.deepEqual(conditions.find((c) => c.type === 'NamesAccepted'), { ...conditions.find((c) => c.type === 'NamesAccepted'), status: 'False', reason: 'KindConflict' });
+    assert.equal(conditions.find((c) => c.type === 'Established')?.status, 'False');
+    assert.equal((await request(server, 'GET', '/apis/multi.example.com/v1/namespaces/default/gizmos')).status, 404);
+    // The older CRD deleted, the name is free: the second is accepted and served.
+    assert.ok([200, 202].includes((await request(server, 'DELETE', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.multi.example.com')).status));
+    await eventually(async () => (await request(server, 'GET', '/apis/multi.example.com/v1/namespaces/default/gizmos')).status === 200, 'gizmos served once the kind is free');
+    await established('gizmos.multi.example.com');
+    assert.ok([200, 202].includes((await request(server, 'DELETE', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gizmos.multi.example.com')).status));
+  });
+
   it('field selectors on metadata.name and metadata.namespace; other fields are refused', async () => {
     assert.equal((await request(server, 'POST', WIDGETS, { body: widget('w2', { size: 'large' }) })).status, 201);
     const byName = await request(server, 'GET', `${WIDGETS}?fieldSelector=metadata.name%3Dw2`);

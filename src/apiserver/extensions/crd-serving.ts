@@ -87,9 +87,15 @@ export class CrdServing {
   }
 
   private removed(name: string): void {
+    const gone = this.crds.get(name);
     this.crds.delete(name);
     this.served.delete(name);
     this.registry.removeDynamic(name);
+    // Names it held may now go to another CRD of its group (kube requeues the group likewise).
+    if (gone) {
+      const group = crdSpec(gone).group;
+      for (const other of [...this.crds.values()]) if (crdSpec(other).group === group && !this.served.has(other.metadata.name ?? '')) this.changed(other);
+    }
   }
 
   private changed(crd: KubeObject): void {
@@ -134,17 +140,27 @@ export class CrdServing {
       if (def.plural === names.plural) return { reason: 'PluralConflict', message: `"${names.plural}" is already in use` };
       if (def.kind === names.kind) return { reason: 'KindConflict', message: `"${names.kind}" is already in use` };
     }
+    const mine = acceptedNamesOf(crd);
     for (const other of this.crds.values()) {
       if (other === crd || other.metadata.name === crd.metadata.name) continue;
       const theirs = crdSpec(other);
       if (theirs.group !== group) continue;
-      // The one created first keeps its names.
-      const older = (other.metadata.creationTimestamp ?? '') < (crd.metadata.creationTimestamp ?? '') ||
+      // kube's naming controller: names another CRD has accepted are taken. A CRD that accepted
+      // them first keeps them; only between two that both did (or neither did) the older wins.
+      const accepted = acceptedNamesOf(other);
+      const older =
+        (other.metadata.creationTimestamp ?? '') < (crd.metadata.creationTimestamp ?? '') ||
         ((other.metadata.creationTimestamp ?? '') === (crd.metadata.creationTimestamp ?? '') && (other.metadata.name ?? '') < (crd.metadata.name ?? ''));
-      if (!older) continue;
-      if (theirs.names.plural === names.plural) return { reason: 'PluralConflict', message: `"${names.plural}" is already in use` };
-      if (theirs.names.kind === names.kind) return { reason: 'KindConflict', message: `"${names.kind}" is already in use` };
-      const shortTaken = names.shortNames.find((s) => theirs.names.shortNames.includes(s));
+      const holds = (name: string, field: 'plural' | 'kind' | 'shortNames'): boolean => {
+        const theirsHas = accepted ? accepted[field].includes(name) : false;
+        const mineHas = mine ? mine[field].includes(name) : false;
+        if (theirsHas) return !mineHas || older;
+        const claimed = field === 'shortNames' ? theirs.names.shortNames.includes(name) : theirs.names[field] === name;
+        return !accepted && !mineHas && claimed && older;
+      };
+      if (holds(names.plural, 'plural')) return { reason: 'PluralConflict', message: `"${names.plural}" is already in use` };
+      if (holds(names.kind, 'kind')) return { reason: 'KindConflict', message: `"${names.kind}" is already in use` };
+      const shortTaken = names.shortNames.find((short) => holds(short, 'shortNames'));
       if (shortTaken) return { reason: 'ShortNamesConflict', message: `"${shortTaken}" is already in use` };
     }
     return undefined;
@@ -235,6 +251,15 @@ export class CrdServing {
       }, RETRY_MS).unref();
     }
   }
+}
+
+/** The names a CRD's status says were accepted, if any were. */
+function acceptedNamesOf(crd: KubeObject): { plural: string[]; kind: string[]; shortNames: string[] } | undefined {
+  const status = isJsonObject(crd.status) ? crd.status : undefined;
+  const accepted = status && isJsonObject(status.acceptedNames) ? status.acceptedNames : undefined;
+  if (!accepted || typeof accepted.plural !== 'string' || !accepted.plural) return undefined;
+  const shortNames = Array.isArray(accepted.shortNames) ? accepted.shortNames.filter((n): n is string => typeof n === 'string') : [];
+  return { plural: [accepted.plural], kind: typeof accepted.kind === 'string' ? [accepted.kind] : [], shortNames };
 }
 
 /** While its CRD is being deleted, a kind takes no new objects (kube answers 405 likewise). */
