@@ -28,6 +28,8 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+const isDaemonPod = (pod: KubeObject): boolean => controllerOf(pod)?.kind === 'DaemonSet';
+
 export interface DrainContext {
   nodeName: string;
   agentDir: string;
@@ -64,7 +66,9 @@ export async function drainNode(context: DrainContext, deadline: number, started
   const client = context.client();
   if (!pods || !client) return;
   pods.beginDrain();
-  const bound = pods.boundPods().filter((p) => !p.metadata.deletionTimestamp);
+  // Daemon pods stay (as `kubectl drain --ignore-daemonsets` leaves them): their DaemonSet would
+  // only bind a new copy to this node again, and they stop with the node.
+  const bound = pods.boundPods().filter((p) => !p.metadata.deletionTimestamp && !isDaemonPod(p));
   if (!bound.length) return;
   // For each owner: how many of its pods run elsewhere now, and how many leave this node.
   const owners = new Map<string, { before: number; leaving: number }>();
@@ -111,7 +115,7 @@ export async function drainNode(context: DrainContext, deadline: number, started
     await sleep(500);
   }
   context.logger.info({ pods: bound.length, blocked: pending.length }, 'draining: evicted the pods on this node');
-  const emptied = await pods.waitUntilEmpty(deadline);
+  const emptied = await pods.waitUntilEmpty(deadline, isDaemonPod);
   // Replacements need somewhere to run: with no other Ready, schedulable node (a one-node
   // cluster, or the last node standing) waiting for them would only delay the shutdown.
   const { items: nodes } = await client.list(NODES, undefined).catch(() => ({ items: [] as KubeObject[] }));

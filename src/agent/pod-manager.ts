@@ -535,10 +535,10 @@ export class PodManager {
     this.draining = true;
   }
 
-  /** Wait until every pod bound here is gone from the API, or the deadline. */
-  async waitUntilEmpty(deadline: number): Promise<boolean> {
+  /** Wait until every pod bound here (but those `staying`) is gone from the API, or the deadline. */
+  async waitUntilEmpty(deadline: number, staying: (pod: KubeObject) => boolean = () => false): Promise<boolean> {
     while (Date.now() < deadline) {
-      if (this.pods.items().length === 0 && this.inFlight.size === 0) return true;
+      if (this.pods.items().every(staying) && this.inFlight.size === 0) return true;
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     return false;

@@ -163,4 +163,25 @@ describe('DaemonSets on real agents', { concurrency: false }, () => {
     assert.ok(worst <= 1, `at most one node lacked a ready daemon pod (saw ${worst})`);
     assertOk(await kubectl(['rollout', 'status', 'daemonset/node-agent', '--timeout=60s']), 'rollout status after restart');
   });
+
+  it('a planned agent stop does not evict its daemon pod nor wait for it; the node keeps exactly one', async () => {
+    const agent = agents.get('w3')!;
+    const exit = await agent.stop('SIGTERM');
+    assert.equal(exit.code, 0, agent.output());
+    assert.match(agent.output(), /planned shutdown: recorded and cordoned/);
+    // Evicting it would make the DaemonSet bind a new copy to this node, which the draining agent
+    // never starts: the drain would wait for that until its deadline.
+    assert.doesNotMatch(agent.output(), /evicted the pods on this node|drain incomplete at the deadline/);
+    // As on Kubernetes, the daemon pod stopped with the node stays bound to it (or its replacement
+    // waits there for the node to come back): one per node, none elsewhere.
+    await always(
+      async () => {
+        const live = await daemonPods();
+        return live.filter((p) => p.node === 'w3').length === 1 && live.filter((p) => p.node === 'w1').length === 1 && live.length === 2;
+      },
+      'one daemon pod for w3 and one for w1',
+      3000,
+      200,
+    );
+  });
 });
