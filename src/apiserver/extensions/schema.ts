@@ -55,7 +55,9 @@ function ajv(): Ajv {
 /** What ajv cannot take: an invalid pattern, say. The message, or undefined when it compiles. */
 export function compileProblem(schema: Schema): string | undefined {
   try {
-    ajv().compile(withoutDefaults(schema));
+    const compiled = withoutDefaults(schema);
+    ajv().compile(compiled);
+    ajv().removeSchema(compiled);
     return undefined;
   } catch (error) {
     return error instanceof Error ? error.message : String(error);
@@ -81,7 +83,11 @@ export class CompiledSchema {
       const { metadata: _metadata, ...rest } = properties;
       root.properties = rest;
     }
-    this.check = ajv().compile(withoutDefaults(root));
+    const instance = ajv();
+    const compiled = withoutDefaults(root);
+    this.check = instance.compile(compiled);
+    // The function stands alone; ajv's cache would otherwise keep every schema a CRD ever had.
+    instance.removeSchema(compiled);
   }
 
   /** Every violation, as kube's field errors (field path, reason, message). */
