@@ -46,6 +46,7 @@ export const DEPLOYMENTS: ResourceRef = { group: 'apps', version: 'v1', plural: 
 export const REPLICASETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'replicasets', namespaced: true };
 export const STATEFULSETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'statefulsets', namespaced: true };
 export const DAEMONSETS: ResourceRef = { group: 'apps', version: 'v1', plural: 'daemonsets', namespaced: true };
+export const CONTROLLER_REVISIONS: ResourceRef = { group: 'apps', version: 'v1', plural: 'controllerrevisions', namespaced: true };
 export const JOBS: ResourceRef = { group: 'batch', version: 'v1', plural: 'jobs', namespaced: true };
 export const CRONJOBS: ResourceRef = { group: 'batch', version: 'v1', plural: 'cronjobs', namespaced: true };
 

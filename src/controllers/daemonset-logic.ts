@@ -273,3 +273,42 @@ function emptyStatus(generation: number | undefined): DaemonSetStatus {
     observedGeneration: generation ?? 1,
   };
 }
+
+// ---------------------------------------------------------------------------------------------
+// ControllerRevisions (what `kubectl rollout history|undo daemonset` reads and applies)
+
+export interface RevisionView {
+  name: string;
+  hash: string | undefined;
+  revision: number;
+}
+
+export interface RevisionPlan {
+  /** A revision to create for the current template, with this number. */
+  create?: number;
+  /** The current template's revision is an old one (a rollback): it becomes the newest. */
+  renumber?: { name: string; revision: number };
+  /** Revisions past revisionHistoryLimit that no live pod uses. */
+  delete: string[];
+}
+
+/** kube's history rules: one revision per template, the current one numbered highest, old ones pruned. */
+export function planRevisions(revisions: readonly RevisionView[], updateHash: string, liveHashes: ReadonlySet<string>, historyLimit: number): RevisionPlan {
+  const plan: RevisionPlan = { delete: [] };
+  const max = revisions.reduce((m, r) => Math.max(m, r.revision), 0);
+  const current = revisions.find((r) => r.hash === updateHash);
+  if (!current) plan.create = max + 1;
+  else if (current.revision < max) plan.renumber = { name: current.name, revision: max + 1 };
+  const old = revisions
+    .filter((r) => r !== current && !(r.hash !== undefined && liveHashes.has(r.hash)))
+    .sort((a, b) => a.revision - b.revision);
+  const excess = old.length - Math.max(0, historyLimit);
+  if (excess > 0) plan.delete = old.slice(0, excess).map((r) => r.name);
+  return plan;
+}
+
+/** A revision's data, as kube's DaemonSet controller writes it: a patch that puts the template back. */
+export function revisionData(template: unknown): Record<string, unknown> {
+  const copy = structuredClone((template ?? {}) as Record<string, unknown>);
+  return { spec: { template: { ...copy, $patch: 'replace' } } };
+}

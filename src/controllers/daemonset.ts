@@ -1,11 +1,11 @@
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
 import type { SharedInformers } from '../client/shared-informers.js';
-import { type ApiClient, DAEMONSETS, NODES, PODS } from '../client/types.js';
+import { type ApiClient, CONTROLLER_REVISIONS, DAEMONSETS, NODES, PODS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { controllerOf } from '../node-protocol/pods.js';
 import { type Clock, systemClock } from './clock.js';
-import { daemonTolerations, planDaemonSet } from './daemonset-logic.js';
+import { daemonTolerations, planDaemonSet, planRevisions, revisionData } from './daemonset-logic.js';
 import type { EventRecorder } from './events.js';
 import type { PodSpec, PodTemplateSpec } from './kube-types.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
@@ -28,6 +28,7 @@ interface DaemonSetSpecView {
   template?: PodTemplateSpec;
   minReadySeconds?: number;
   updateStrategy?: { type?: string; rollingUpdate?: { maxUnavailable?: number | string; maxSurge?: number | string } };
+  revisionHistoryLimit?: number;
 }
 
 export class DaemonSetController {
@@ -97,6 +98,11 @@ export class DaemonSetController {
     }
     const involved = { kind: 'DaemonSet', name, namespace, uid: ds.metadata.uid!, apiVersion: 'apps/v1' };
     let firstError: unknown;
+    try {
+      await this.syncRevisions(ds, template, updateHash, owned);
+    } catch (error) {
+      firstError = error;
+    }
 
     for (const { pod, force } of plan.delete) {
       const podName = pod.metadata.name!;
@@ -144,6 +150,51 @@ export class DaemonSetController {
       return { requeueAfterMs: 1000 };
     }
     return undefined;
+  }
+
+  /** One ControllerRevision per template (`<ds>-<hash>`), the current one numbered highest; old ones pruned. */
+  private async syncRevisions(ds: KubeObject, template: PodTemplateSpec, hash: string, pods: readonly KubeObject[]): Promise<void> {
+    const namespace = ds.metadata.namespace!;
+    const owned = this.informers
+      .get(CONTROLLER_REVISIONS)
+      .items()
+      .filter((r) => r.metadata.namespace === namespace && controllerOf(r)?.uid === ds.metadata.uid);
+    const live = new Set(pods.map((p) => p.metadata.labels?.[CONTROLLER_REVISION_HASH_LABEL]).filter((h): h is string => Boolean(h)));
+    const plan = planRevisions(
+      owned.map((r) => ({ name: r.metadata.name!, hash: r.metadata.labels?.[CONTROLLER_REVISION_HASH_LABEL], revision: typeof r.revision === 'number' ? r.revision : 0 })),
+      hash,
+      live,
+      (ds.spec as DaemonSetSpecView | undefined)?.revisionHistoryLimit ?? 10,
+    );
+    if (plan.create !== undefined) {
+      const revision: KubeObject = {
+        apiVersion: 'apps/v1',
+        kind: 'ControllerRevision',
+        metadata: {
+          name: `${ds.metadata.name}-${hash}`,
+          namespace,
+          labels: { ...(template.metadata?.labels ?? {}), [CONTROLLER_REVISION_HASH_LABEL]: hash },
+          ownerReferences: [ownerReferenceTo(ds, 'DaemonSet')],
+        },
+        data: revisionData(template),
+        revision: plan.create,
+      };
+      try {
+        await this.client.create(CONTROLLER_REVISIONS, namespace, revision);
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === 409)) throw error;
+      }
+    }
+    if (plan.renumber) {
+      await this.client.patch(CONTROLLER_REVISIONS, namespace, plan.renumber.name, 'merge', { revision: plan.renumber.revision });
+    }
+    for (const name of plan.delete) {
+      try {
+        await this.client.delete(CONTROLLER_REVISIONS, namespace, name);
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === 404)) throw error;
+      }
+    }
   }
 
   private daemonPod(ds: KubeObject, template: PodTemplateSpec, hash: string, node: string, podName: string): KubeObject {

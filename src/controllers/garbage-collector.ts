@@ -1,7 +1,7 @@
 import { FOREGROUND_FINALIZER, ORPHAN_FINALIZER } from '../apiserver/deletion.js';
 import { ApiError } from '../apiserver/errors.js';
 import type { KubeObject } from '../apiserver/objects.js';
-import { type ApiClient, CRONJOBS, DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, CONTROLLER_REVISIONS, CRONJOBS, DAEMONSETS, DEPLOYMENTS, JOBS, PODS, REPLICASETS, type ResourceRef, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock } from './clock.js';
 import {
@@ -50,7 +50,7 @@ const OWNER_KINDS: Readonly<Record<string, ResourceRef>> = {
   CronJob: CRONJOBS,
 };
 /** Kinds whose objects are dependents, by plural (the queue keys). */
-const DEPENDENT_KINDS: Readonly<Record<string, ResourceRef>> = { pods: PODS, replicasets: REPLICASETS, jobs: JOBS };
+const DEPENDENT_KINDS: Readonly<Record<string, ResourceRef>> = { pods: PODS, replicasets: REPLICASETS, jobs: JOBS, controllerrevisions: CONTROLLER_REVISIONS };
 /**
  * Kinds whose deletion finalizers this collector takes off: every kind the API puts them on
  * (ResourceDefinition.garbageCollected). A pod has no dependents, so its finalizer just comes off.
@@ -62,6 +62,7 @@ const FINALIZED_KINDS: Readonly<Record<string, ResourceRef>> = {
   daemonsets: DAEMONSETS,
   jobs: JOBS,
   cronjobs: CRONJOBS,
+  controllerrevisions: CONTROLLER_REVISIONS,
   pods: PODS,
 };
 
@@ -103,6 +104,7 @@ export class GarbageCollector {
       [DAEMONSETS, 'daemonsets'],
       [JOBS, 'jobs'],
       [CRONJOBS, 'cronjobs'],
+      [CONTROLLER_REVISIONS, 'controllerrevisions'],
       [PODS, 'pods'],
     ]);
     for (const [ref, plural] of refs) {

@@ -1,5 +1,5 @@
 import type { SharedInformers } from '../client/shared-informers.js';
-import { type ApiClient, CRONJOBS, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
+import { type ApiClient, CONTROLLER_REVISIONS, CRONJOBS, DAEMONSETS, DEPLOYMENTS, JOBS, NODES, PODS, REPLICASETS, RUNTIME_CLASSES, STATEFULSETS } from '../client/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock, type TimerHandle } from './clock.js';
 import { CronJobController } from './cronjob.js';
@@ -29,7 +29,7 @@ export interface WorkloadControllersOptions {
 }
 
 /** The resources the workload controllers follow; made known before the first list, so no controller misses an early event. */
-export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES, DAEMONSETS, JOBS, CRONJOBS];
+export const WORKLOAD_RESOURCES = [NODES, PODS, REPLICASETS, DEPLOYMENTS, STATEFULSETS, PODDISRUPTIONBUDGETS, RUNTIME_CLASSES, DAEMONSETS, JOBS, CRONJOBS, CONTROLLER_REVISIONS];
 
 export class WorkloadControllers {
   private readonly scheduler: Scheduler;

@@ -164,6 +164,43 @@ describe('DaemonSets on real agents', { concurrency: false }, () => {
     assertOk(await kubectl(['rollout', 'status', 'daemonset/node-agent', '--timeout=60s']), 'rollout status after restart');
   });
 
+  it('rollout history lists a ControllerRevision per template and rollout undo goes back to the previous one', async () => {
+    for (const client of kubectlClients()) {
+      const history = await kubectl(['rollout', 'history', 'daemonset/node-agent'], client);
+      assertOk(history, `rollout history with ${client.name}`);
+      assert.match(history.stdout, /REVISION\s+CHANGE-CAUSE\n1\s+<none>\n2\s+<none>/, history.stdout);
+    }
+    const second = await kubectl(['rollout', 'history', 'daemonset/node-agent', '--revision=2']);
+    assertOk(second, 'rollout history --revision=2');
+    assert.match(second.stdout, /kubectl\.kubernetes\.io\/restartedAt/);
+    const revisions = await kubectl(['get', 'controllerrevisions', '-l', 'app=node-agent']);
+    assertOk(revisions, 'get controllerrevisions');
+    const table = parseTable(revisions.stdout);
+    assert.deepEqual(table.headers, ['NAME', 'CONTROLLER', 'REVISION', 'AGE']);
+    assert.deepEqual(table.rows.map((r) => r.CONTROLLER), ['daemonset.apps/node-agent', 'daemonset.apps/node-agent']);
+
+    const before = new Set((await daemonPods()).map((p) => p.uid));
+    const undo = await kubectl(['rollout', 'undo', 'daemonset/node-agent']);
+    assertOk(undo, 'rollout undo');
+    assert.match(undo.stdout, /rolled back/);
+    await eventually(
+      async () => {
+        const pods = await daemonPods();
+        return pods.length === 2 && pods.every((p) => p.ready && !before.has(p.uid)) ? true : undefined;
+      },
+      'every daemon pod back on the first template',
+      90_000,
+      200,
+    );
+    const res = await request(server, 'GET', '/apis/apps/v1/namespaces/default/daemonsets/node-agent');
+    const annotations = (res.json as { spec: { template: { metadata: { annotations?: Record<string, string> } } } }).spec.template.metadata.annotations ?? {};
+    assert.equal(annotations['kubectl.kubernetes.io/restartedAt'], undefined, 'the restart annotation is gone with the undo');
+    await eventually(async () => {
+      const h = await kubectl(['rollout', 'history', 'daemonset/node-agent']);
+      return /REVISION\s+CHANGE-CAUSE\n2\s+<none>\n3\s+<none>/.test(h.stdout) ? true : undefined;
+    }, 'the first template renumbered as revision 3');
+  });
+
   it('a planned agent stop does not evict its daemon pod nor wait for it; the node keeps exactly one', async () => {
     const agent = agents.get('w3')!;
     const exit = await agent.stop('SIGTERM');

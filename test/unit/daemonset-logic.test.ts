@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { KubeObject } from '../../src/apiserver/objects.js';
-import { type DaemonSetInput, daemonTolerations, nodeShouldRunDaemonPod, planDaemonSet } from '../../src/controllers/daemonset-logic.js';
+import { type DaemonSetInput, daemonTolerations, nodeShouldRunDaemonPod, planDaemonSet, planRevisions, revisionData } from '../../src/controllers/daemonset-logic.js';
 import type { PodSpec } from '../../src/controllers/kube-types.js';
 
 /** The DaemonSet controller's decisions without any API: placement, taints, rolling update, status. */
@@ -159,5 +159,22 @@ describe('DaemonSet rolling update', () => {
     assert.deepEqual(waiting.delete, []);
     const done = planDaemonSet(input([node('a'), node('b')], [old('a'), pod('new-a', 'a'), old('b')], { maxSurge: 1, maxUnavailable: 0 }));
     assert.deepEqual(names(done.delete), ['old-a']);
+  });
+});
+
+describe('DaemonSet ControllerRevisions', () => {
+  it('creates one revision per template, renumbers an old one rolled back to, and prunes past the limit', () => {
+    assert.deepEqual(planRevisions([], 'h1', new Set(), 10), { create: 1, delete: [] });
+    const revisions = [
+      { name: 'ds-h1', hash: 'h1', revision: 1 },
+      { name: 'ds-h2', hash: 'h2', revision: 2 },
+    ];
+    assert.deepEqual(planRevisions(revisions, 'h2', new Set(['h2']), 10), { delete: [] });
+    assert.deepEqual(planRevisions(revisions, 'h3', new Set(['h2']), 10), { create: 3, delete: [] });
+    // A rollback to h1: it becomes revision 3.
+    assert.deepEqual(planRevisions(revisions, 'h1', new Set(['h2']), 10), { renumber: { name: 'ds-h1', revision: 3 }, delete: [] });
+    // Limit 0: old revisions go, unless a live pod still runs their template.
+    assert.deepEqual(planRevisions(revisions, 'h3', new Set(['h2']), 0), { create: 3, delete: ['ds-h1'] });
+    assert.deepEqual(revisionData({ metadata: { labels: { app: 'x' } } }), { spec: { template: { metadata: { labels: { app: 'x' } }, $patch: 'replace' } } });
   });
 });

@@ -15,6 +15,7 @@ import { SERVICE_DEFINITION } from './services.js';
 import { ENDPOINTS_DEFINITION, ENDPOINT_SLICE_DEFINITION } from './endpoints.js';
 import { DEPLOYMENT_DEFINITION, REPLICASET_DEFINITION, STATEFULSET_DEFINITION } from './workloads.js';
 import { DAEMONSET_DEFINITION } from './daemonsets.js';
+import { CONTROLLER_REVISION_DEFINITION } from './controller-revisions.js';
 import { JOB_DEFINITION } from './jobs.js';
 import { CRONJOB_DEFINITION, CRONJOB_V1BETA1_DEFINITION } from './cronjobs.js';
 
@@ -40,6 +41,7 @@ export const RESOURCES: readonly ResourceDefinition[] = [
   REPLICASET_DEFINITION,
   STATEFULSET_DEFINITION,
   DAEMONSET_DEFINITION,
+  CONTROLLER_REVISION_DEFINITION,
   JOB_DEFINITION,
   CRONJOB_DEFINITION,
   CRONJOB_V1BETA1_DEFINITION,
