@@ -433,8 +433,8 @@ describe('discovery', () => {
     const policy = await get(server, '/apis/policy');
     assert.equal(policy.kind, 'APIGroup');
     assert.equal(policy.name, 'policy');
-    expectStatus(await request(server, 'GET', '/apis/batch/v1'), 404, 'NotFound');
-    expectStatus(await request(server, 'GET', '/apis/batch'), 404, 'NotFound');
+    expectStatus(await request(server, 'GET', '/apis/networking.k8s.io/v1'), 404, 'NotFound');
+    expectStatus(await request(server, 'GET', '/apis/networking.k8s.io'), 404, 'NotFound');
     expectStatus(await request(server, 'GET', '/api/v2'), 404, 'NotFound');
   });
 
