@@ -104,6 +104,8 @@ const cases: Array<[string, UserInfo, AuthorizationAttributes, boolean]> = [
   ['view: pod logs', who('vic'), r('get', '', 'pods', 'team', 'log', 'p'), true],
   ['view: list deployments', who('vic'), r('list', 'apps', 'deployments', 'team'), true],
   ['view: watch jobs', who('vic'), r('watch', 'batch', 'jobs', 'team'), true],
+  ['view: controllerrevisions (rollout history)', who('vic'), r('list', 'apps', 'controllerrevisions', 'team'), true],
+  ['view: not writing controllerrevisions', who('vic'), r('create', 'apps', 'controllerrevisions', 'team'), false],
   ['view: endpointslices', who('vic'), r('list', 'discovery.k8s.io', 'endpointslices', 'team'), true],
   ['view: its own Namespace (the HTTP layer puts a namespace request in that namespace)', who('vic'), r('get', '', 'namespaces', 'team', undefined, 'team'), true],
   ['view: not another Namespace', who('vic'), r('get', '', 'namespaces', 'other', undefined, 'other'), false],

@@ -92,6 +92,7 @@ const VIEW_RULES: PolicyRule[] = [
     'services/status',
   ]),
   rule(READ, ['apps'], [
+    'controllerrevisions',
     'daemonsets',
     'daemonsets/status',
     'deployments',
