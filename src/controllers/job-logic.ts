@@ -324,7 +324,8 @@ export function planJob(input: JobInput): JobPlan {
     terminating: terminating.length + plan.delete.length,
     succeeded,
     failed,
-    ...(startTime ? { startTime } : {}),
+    // Always present (undefined when suspended), so a write takes a forgotten start time away.
+    startTime,
     ...(completionTime ? { completionTime } : {}),
     ...(indexed ? { completedIndexes: formatIndexes(succeededIndexes) } : {}),
     ...(conditions.length ? { conditions } : {}),

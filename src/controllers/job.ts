@@ -102,7 +102,8 @@ export class JobController {
       const was = jobFinished(previous);
       const now = jobFinished(plan.status);
       try {
-        await this.client.patch(JOBS, namespace, name, 'merge', { status: { ...plan.status, conditions: plan.status.conditions ?? null } }, 'status');
+        const status = { ...plan.status, conditions: plan.status.conditions ?? null, startTime: plan.status.startTime ?? null };
+        await this.client.patch(JOBS, namespace, name, 'merge', { status }, 'status');
         if (!was && now === 'Complete') await this.events.record(involved, 'Normal', 'Completed', 'Job completed');
         if (!was && now === 'Failed') {
           const failed = plan.status.conditions?.find((c) => c.type === 'Failed');

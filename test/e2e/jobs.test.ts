@@ -177,6 +177,21 @@ describe('Jobs on real agents', { concurrency: false }, () => {
     await eventually(async () => ((await listPods(server, 'batch.kubernetes.io/job-name=indexed')).length === 0 ? true : undefined), 'its pods gone', 60_000, 200);
   });
 
+  it('a suspended Job runs nothing and says Suspended; resumed, it runs to completion', async () => {
+    const yaml = jobYaml('paused', ['suspend: true', 'completions: 2', 'parallelism: 2'], ['command: ["true"]']);
+    assertOk(await kubectl(['apply', '-f', '-'], MODERN_KUBECTL, yaml), 'apply suspended job');
+    const suspended = await waitForCondition('paused', 'Suspended');
+    assert.equal(suspended.status?.conditions?.find((c) => c.type === 'Suspended')?.reason, 'JobSuspended');
+    assert.equal((suspended.status as { startTime?: string }).startTime, undefined);
+    assert.equal((await listPods(server, 'batch.kubernetes.io/job-name=paused')).length, 0);
+    const get = await kubectl(['get', 'job', 'paused']);
+    assert.equal(rowNamed(parseTable(get.stdout), 'paused').STATUS, 'Suspended');
+    assertOk(await kubectl(['patch', 'job', 'paused', '--type=merge', '-p', '{"spec":{"suspend":false}}']), 'resume');
+    const done = await waitForCondition('paused', 'Complete');
+    assert.equal(done.status?.conditions?.find((c) => c.type === 'Suspended')?.status, 'False');
+    assert.equal(done.status?.succeeded, 2);
+  });
+
   it('refuses restartPolicy Always with a 422 naming the field, with both kubectls', async () => {
     for (const client of kubectlClients()) {
       const result = await kubectl(['create', '--validate=false', '-f', '-'], client, jobYaml('always', [], ['command: ["true"]'], 'Always'));
