@@ -124,6 +124,8 @@ export interface DaemonSetInput {
   minReadySeconds: number;
   generation?: number;
   now: number;
+  /** Nodes whose daemon pod failed recently: no new pod there before this wall-clock ms. */
+  backoffUntil?: ReadonlyMap<string, number>;
 }
 
 export interface DaemonSetStatus {
@@ -143,6 +145,10 @@ export interface DaemonSetPlan {
   /** Pods to delete; `force` ones sit on nodes that no longer exist (no agent will ever confirm). */
   delete: { pod: KubeObject; force: boolean }[];
   status: DaemonSetStatus;
+  /** Nodes whose failed daemon pod is deleted now (their back-off grows). */
+  failedOn: string[];
+  /** When a back-off ends, if a node waits for one. */
+  requeueAfterMs?: number;
 }
 
 const isActive = (pod: KubeObject): boolean => !pod.metadata.deletionTimestamp;
@@ -156,7 +162,7 @@ const created = (pod: KubeObject): number => Date.parse(pod.metadata.creationTim
  * with maxSurge, start the new pod first and remove the old one once the new one is available).
  */
 export function planDaemonSet(input: DaemonSetInput): DaemonSetPlan {
-  const plan: DaemonSetPlan = { create: [], delete: [], status: emptyStatus(input.generation) };
+  const plan: DaemonSetPlan = { create: [], delete: [], status: emptyStatus(input.generation), failedOn: [] };
   const byNode = new Map<string, KubeObject[]>();
   for (const pod of input.pods) {
     const node = (pod.spec as { nodeName?: string } | undefined)?.nodeName ?? '';
@@ -193,12 +199,18 @@ export function planDaemonSet(input: DaemonSetInput): DaemonSetPlan {
     // Failed pods never come back: remove them so a new one is made.
     const failed = live.filter(isFailed);
     for (const pod of failed) plan.delete.push({ pod, force: false });
+    if (failed.length) plan.failedOn.push(name);
     const running = live.filter((p) => !isFailed(p)).sort((a, b) => created(a) - created(b));
     if (running.length === 0) {
       if (verdict.shouldRun && pods.every((p) => !isActive(p) || isFailed(p))) {
         // A terminating pod still holds the node: its replacement waits until it is gone.
+        const until = input.backoffUntil?.get(name) ?? 0;
         if (pods.some((p) => !isActive(p) && !isFailed(p))) unavailable++;
-        else {
+        else if (until > input.now) {
+          // Its last pod failed: a pod that fails at once must not be made again in a tight loop.
+          plan.requeueAfterMs = Math.min(plan.requeueAfterMs ?? Infinity, until - input.now);
+          unavailable++;
+        } else {
           plan.create.push(name);
           unavailable++;
         }
@@ -305,6 +317,11 @@ export function planRevisions(revisions: readonly RevisionView[], updateHash: st
   const excess = old.length - Math.max(0, historyLimit);
   if (excess > 0) plan.delete = old.slice(0, excess).map((r) => r.name);
   return plan;
+}
+
+/** Back-off after the n-th failure of a node's daemon pod in a row: 1 s doubling, at most 5 minutes (kube: 1 s to 15 min). */
+export function daemonBackoffMs(failures: number): number {
+  return Math.min(5 * 60_000, 1000 * 2 ** Math.min(20, Math.max(0, failures - 1)));
 }
 
 /** A revision's data, as kube's DaemonSet controller writes it: a patch that puts the template back. */

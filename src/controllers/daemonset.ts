@@ -5,7 +5,7 @@ import { type ApiClient, CONTROLLER_REVISIONS, DAEMONSETS, NODES, PODS } from '.
 import type { Logger } from '../logging/logger.js';
 import { controllerOf } from '../node-protocol/pods.js';
 import { type Clock, systemClock } from './clock.js';
-import { daemonTolerations, planDaemonSet, planRevisions, revisionData } from './daemonset-logic.js';
+import { daemonBackoffMs, daemonTolerations, planDaemonSet, planRevisions, revisionData } from './daemonset-logic.js';
 import type { EventRecorder } from './events.js';
 import type { PodSpec, PodTemplateSpec } from './kube-types.js';
 import { errorMessage, ownerReferenceTo } from './replicaset.js';
@@ -34,6 +34,8 @@ interface DaemonSetSpecView {
 export class DaemonSetController {
   private readonly queue: WorkQueue;
   private readonly expectations = new Expectations();
+  /** Per `<ds uid>/<node>`: failures of its daemon pod in a row, and when a new one may start. */
+  private readonly failures = new Map<string, { count: number; until: number }>();
 
   constructor(
     private readonly client: ApiClient,
@@ -62,7 +64,13 @@ export class DaemonSetController {
   }
 
   resync(): void {
-    for (const ds of this.informers.get(DAEMONSETS).items()) this.queue.add(objectKey(ds));
+    const uids = new Set<string>();
+    for (const ds of this.informers.get(DAEMONSETS).items()) {
+      uids.add(ds.metadata.uid!);
+      this.queue.add(objectKey(ds));
+    }
+    // Back-offs of DaemonSets that are gone.
+    for (const key of this.failures.keys()) if (!uids.has(key.slice(0, key.indexOf('/')))) this.failures.delete(key);
   }
 
   private async reconcile(key: string): Promise<ReconcileResult> {
@@ -92,7 +100,13 @@ export class DaemonSetController {
       minReadySeconds,
       ...(ds.metadata.generation !== undefined ? { generation: ds.metadata.generation } : {}),
       now,
+      backoffUntil: this.backoffFor(ds, owned),
     });
+    for (const node of plan.failedOn) {
+      const key = `${ds.metadata.uid}/${node}`;
+      const count = (this.failures.get(key)?.count ?? 0) + 1;
+      this.failures.set(key, { count, until: now + daemonBackoffMs(count) });
+    }
     if (plan.create.length || plan.delete.length) {
       this.logger.debug({ daemonSet: key, create: plan.create, delete: plan.delete.map((d) => d.pod.metadata.name) }, 'syncing daemon pods');
     }
@@ -149,7 +163,22 @@ export class DaemonSetController {
     if (minReadySeconds > 0 && owned.some((p) => isPodActive(p) && !isPodAvailable(p, minReadySeconds, now))) {
       return { requeueAfterMs: 1000 };
     }
-    return undefined;
+    if (plan.failedOn.length) return { requeueAfterMs: 1000 };
+    return plan.requeueAfterMs !== undefined ? { requeueAfterMs: Math.max(100, plan.requeueAfterMs) } : undefined;
+  }
+
+  /** The back-offs of this DaemonSet's nodes; a node whose pod is ready again starts afresh. */
+  private backoffFor(ds: KubeObject, owned: readonly KubeObject[]): Map<string, number> {
+    const out = new Map<string, number>();
+    const prefix = `${ds.metadata.uid}/`;
+    for (const [key, { until }] of this.failures) {
+      if (!key.startsWith(prefix)) continue;
+      const node = key.slice(prefix.length);
+      if (owned.some((p) => (p.spec as { nodeName?: string } | undefined)?.nodeName === node && isPodActive(p) && isPodAvailable(p, 0, 0))) {
+        this.failures.delete(key);
+      } else out.set(node, until);
+    }
+    return out;
   }
 
   /** One ControllerRevision per template (`<ds>-<hash>`), the current one numbered highest; old ones pruned. */

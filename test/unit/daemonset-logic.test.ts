@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { KubeObject } from '../../src/apiserver/objects.js';
-import { type DaemonSetInput, daemonTolerations, nodeShouldRunDaemonPod, planDaemonSet, planRevisions, revisionData } from '../../src/controllers/daemonset-logic.js';
+import { daemonBackoffMs, type DaemonSetInput, daemonTolerations, nodeShouldRunDaemonPod, planDaemonSet, planRevisions, revisionData } from '../../src/controllers/daemonset-logic.js';
 import type { PodSpec } from '../../src/controllers/kube-types.js';
 
 /** The DaemonSet controller's decisions without any API: placement, taints, rolling update, status. */
@@ -111,6 +111,16 @@ describe('DaemonSet placement', () => {
       ],
     );
     assert.deepEqual(plan.create, []);
+  });
+
+  it('backs off before making the pod of a node whose daemon pod failed again', () => {
+    const failed = planDaemonSet(input([node('a')], [pod('p-a', 'a', { phase: 'Failed' })]));
+    assert.deepEqual(failed.failedOn, ['a']);
+    const waiting = planDaemonSet(input([node('a'), node('b')], [], { backoffUntil: new Map([['a', NOW + 4000]]) }));
+    assert.deepEqual(waiting.create, ['b'], 'no new pod on a before its back-off ends');
+    assert.equal(waiting.requeueAfterMs, 4000);
+    assert.deepEqual(planDaemonSet(input([node('a')], [], { backoffUntil: new Map([['a', NOW - 1]]) })).create, ['a']);
+    assert.deepEqual([1, 2, 3, 20].map(daemonBackoffMs), [1000, 2000, 4000, 300_000]);
   });
 
   it('replaces a failed pod and waits for a terminating one to be gone', () => {
