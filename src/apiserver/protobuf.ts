@@ -21,7 +21,7 @@
  */
 
 import { decodeDeployment } from './protobuf/apps-v1.js';
-import { decodeJob } from './protobuf/batch-v1.js';
+import { decodeCronJob, decodeJob } from './protobuf/batch-v1.js';
 import { decodeNamespace, decodePod } from './protobuf/core-v1.js';
 import { decodeConfigMap, decodeSecret } from './protobuf/core-v1-config.js';
 import { jsonHint, ProtobufDecodeError, ProtobufUnsupportedError } from './protobuf/errors.js';
@@ -50,7 +50,7 @@ export interface DecodedProtobuf {
 const MAGIC = Buffer.from([0x6b, 0x38, 0x73, 0x00]); // "k8s\0"
 
 const SUPPORTED =
-  'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 Service, v1 ServiceAccount, authentication.k8s.io/v1 TokenRequest, apps/v1 Deployment, batch/v1 Job, policy/v1 PodDisruptionBudget, the rbac.authorization.k8s.io/v1 kinds and the access reviews';
+  'v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 Service, v1 ServiceAccount, authentication.k8s.io/v1 TokenRequest, apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, the rbac.authorization.k8s.io/v1 kinds and the access reviews';
 
 const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['v1/Namespace', decodeNamespace],
@@ -63,6 +63,7 @@ const DECODERS = new Map<string, (raw: Uint8Array) => Record<string, unknown>>([
   ['authentication.k8s.io/v1/TokenRequest', decodeTokenRequest],
   ['apps/v1/Deployment', decodeDeployment],
   ['batch/v1/Job', decodeJob],
+  ['batch/v1/CronJob', decodeCronJob],
   ['rbac.authorization.k8s.io/v1/Role', decodeRbacRole],
   ['rbac.authorization.k8s.io/v1/ClusterRole', decodeRbacClusterRole],
   ['rbac.authorization.k8s.io/v1/RoleBinding', decodeRbacRoleBinding],

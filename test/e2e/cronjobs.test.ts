@@ -156,6 +156,20 @@ describe('CronJobs on a real agent, in real time', { concurrency: false }, () =>
     await runPythonClientScript('batch_test.py', [server.kubeconfig, 'default', 'watcher', 'manual-0', 'tick'], { minChecks: 17 });
   });
 
+  it('kubectl create cronjob works with both kubectls (1.32 sends it as protobuf)', async () => {
+    for (const [i, client] of kubectlClients().entries()) {
+      const name = `made-${i}`;
+      const created = await kubectl(['create', 'cronjob', name, '--image=busybox', '--schedule=*/5 * * * *', '--', 'sh', '-c', 'true'], client);
+      assertOk(created, `create cronjob with ${client.name}`);
+      const res = await request(server, 'GET', `/apis/batch/v1/namespaces/default/cronjobs/${name}`);
+      const cj = res.json as { spec: { schedule: string; concurrencyPolicy: string; jobTemplate: { spec: { template: { spec: { restartPolicy: string; containers: { command: string[] }[] } } } } } };
+      assert.equal(cj.spec.schedule, '*/5 * * * *');
+      assert.equal(cj.spec.concurrencyPolicy, 'Allow');
+      assert.equal(cj.spec.jobTemplate.spec.template.spec.restartPolicy, 'OnFailure');
+      assert.deepEqual(cj.spec.jobTemplate.spec.template.spec.containers[0]!.command, ['sh', '-c', 'true']);
+    }
+  });
+
   it('refuses a bad schedule and a bad time zone with their field paths (422)', async () => {
     const bad = CRONJOB.replace('name: tick', 'name: bad').replace('"* * * * *"', '"61 * * * *"');
     const result = await kubectl(['create', '-f', '-'], MODERN_KUBECTL, bad);

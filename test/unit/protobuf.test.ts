@@ -375,7 +375,7 @@ describe('decodeKubernetesProtobuf: bodies captured from kubectl', () => {
     const quota = envelope('v1', 'ResourceQuota', m(1, s(1, 'q')));
     assertUnsupported(
       quota,
-      /only for v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 Service, v1 ServiceAccount, authentication\.k8s\.io\/v1 TokenRequest, apps\/v1 Deployment, batch\/v1 Job, policy\/v1 PodDisruptionBudget, the rbac\.authorization\.k8s\.io\/v1 kinds and the access reviews \(got v1 ResourceQuota\)/,
+      /only for v1 Namespace, v1 Pod, v1 ConfigMap, v1 Secret, v1 Service, v1 ServiceAccount, authentication\.k8s\.io\/v1 TokenRequest, apps\/v1 Deployment, batch\/v1 Job and CronJob, policy\/v1 PodDisruptionBudget, the rbac\.authorization\.k8s\.io\/v1 kinds and the access reviews \(got v1 ResourceQuota\)/,
     );
     assertUnsupported(quota, /kubectl create quota/);
   });

@@ -77,9 +77,15 @@ export function decodeJob(raw: Uint8Array): Json {
   const kind = 'Job';
   const fields = parseMessage(raw, kind);
   const metadata = decodeObjectMeta(embedded(fields, 1, kind));
+  const spec = decodeJobSpec(embedded(fields, 2, kind), kind, 'spec');
+  return { apiVersion: 'batch/v1', kind, metadata, spec };
+}
+
+/** A JobSpec (a Job's, or a CronJob's jobTemplate's), `path` naming where it sits. */
+function decodeJobSpec(buf: Uint8Array | undefined, kind: string, path: string): Json {
   const m = 'JobSpec';
-  const specFields = parseMessage(embedded(fields, 2, kind) ?? new Uint8Array(0), m);
-  const ctx = { kind, path: 'spec' };
+  const specFields = parseMessage(buf ?? new Uint8Array(0), m);
+  const ctx = { kind, path };
   const v: Json = {};
   for (const f of specFields) {
     switch (f.field) {
@@ -100,13 +106,51 @@ export function decodeJob(raw: Uint8Array): Json {
   }
   const selector = embedded(specFields, 4, m);
   if (selector) v.selector = decodeLabelSelector(selector, kind);
-  v.template = decodePodTemplateSpec(embedded(specFields, 6, m), { kind, path: 'spec.template' });
+  v.template = decodePodTemplateSpec(embedded(specFields, 6, m), { kind, path: `${path}.template` });
   const policy = embedded(specFields, 11, m);
   if (policy) v.podFailurePolicy = decodePodFailurePolicy(policy);
-  const spec = inOrder(v, [
+  return inOrder(v, [
     'parallelism', 'completions', 'activeDeadlineSeconds', 'podFailurePolicy', 'backoffLimit', 'backoffLimitPerIndex',
     'maxFailedIndexes', 'selector', 'manualSelector', 'template', 'ttlSecondsAfterFinished', 'completionMode', 'suspend',
     'podReplacementPolicy', 'managedBy',
+  ]);
+}
+
+/**
+ * batch/v1 CronJob {1 metadata, 2 spec, 3 status (ignored)}, as `kubectl create cronjob` sends it.
+ * CronJobSpec {1 schedule, 2 startingDeadlineSeconds, 3 concurrencyPolicy, 4 suspend,
+ * 5 jobTemplate {1 metadata, 2 spec}, 6 successfulJobsHistoryLimit, 7 failedJobsHistoryLimit,
+ * 8 timeZone}; all but schedule and concurrencyPolicy are pointers.
+ */
+export function decodeCronJob(raw: Uint8Array): Json {
+  const kind = 'CronJob';
+  const fields = parseMessage(raw, kind);
+  const metadata = decodeObjectMeta(embedded(fields, 1, kind));
+  const m = 'CronJobSpec';
+  const specFields = parseMessage(embedded(fields, 2, kind) ?? new Uint8Array(0), m);
+  const v: Json = {};
+  for (const f of specFields) {
+    switch (f.field) {
+      case 1: v.schedule = str(f, m); break;
+      case 2: v.startingDeadlineSeconds = int64(f, m); break;
+      case 3: if (str(f, m)) v.concurrencyPolicy = str(f, m); break;
+      case 4: v.suspend = bool(f, m); break;
+      case 6: v.successfulJobsHistoryLimit = int32(f, m); break;
+      case 7: v.failedJobsHistoryLimit = int32(f, m); break;
+      case 8: v.timeZone = str(f, m); break;
+      default: break; // 5 is a message, read below
+    }
+  }
+  const t = 'JobTemplateSpec';
+  const templateFields = parseMessage(embedded(specFields, 5, m) ?? new Uint8Array(0), t);
+  const templateMeta = decodeObjectMeta(embedded(templateFields, 1, t));
+  v.jobTemplate = {
+    ...(Object.keys(templateMeta).length ? { metadata: templateMeta } : {}),
+    spec: decodeJobSpec(embedded(templateFields, 2, t), kind, 'spec.jobTemplate.spec'),
+  };
+  const spec = inOrder(v, [
+    'schedule', 'timeZone', 'startingDeadlineSeconds', 'concurrencyPolicy', 'suspend', 'jobTemplate',
+    'successfulJobsHistoryLimit', 'failedJobsHistoryLimit',
   ]);
   return { apiVersion: 'batch/v1', kind, metadata, spec };
 }
