@@ -21,10 +21,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { killPodProcesses, listPodDirs } from '../src/agent/pods/launch.js';
 import { ImageStore } from '../src/images/store.js';
 import { buildTestImage, writeOciArchive } from '../test/helpers/images.js';
-import { reapRuncPod } from '../test/helpers/pods.js';
+import { reapPods } from '../test/helpers/pods.js';
 import {
   BenchApi,
   type BenchServer,
@@ -104,9 +103,8 @@ async function main(): Promise<void> {
   const agentDir = path.join(root, 'agent');
   onCleanup(() => {
     if (args['keep-agent-log']) fs.copyFileSync(path.join(root, 'agent.log'), args['keep-agent-log']);
-    const pods = path.join(agentDir, 'agent', 'pods');
-    for (const dir of listPodDirs(pods)) killPodProcesses(dir);
-    for (const dir of listPodDirs(pods)) reapRuncPod(dir, path.join(agentDir, 'agent', 'runc'));
+    // Pods, their containers and mounts, and the agent's spare sandbox.
+    reapPods(agentDir);
   });
   const server = await startBenchServer(serverDir, path.join(root, 'server.log'));
   const archive = path.join(root, 'image.tar');

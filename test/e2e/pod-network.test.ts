@@ -5,13 +5,15 @@
  * on the other by that address (busybox wget to busybox httpd), a pod reaches outside the pod
  * network through the masquerade (the server's address), an agent killed with -9 and started
  * again finds the same pods with the same addresses and leaks none (host-local's reservations are
- * exactly the running pods), and a deleted pod gives its address back.
+ * exactly the running pods and the node's one spare sandbox), a new pod takes the spare sandbox
+ * made ahead, and a deleted pod gives its address back.
  *
  * (busybox's `wget -T` crashes in Debian's busybox-static 1.35: timeouts come from `timeout`.)
  *
  * Run: node --import tsx --test test/e2e/pod-network.test.ts
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -93,14 +95,36 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       agents.set(name, agent);
     }
 
-    /** host-local's reservations on a node: the addresses it holds, by owner. */
+    /**
+     * host-local's reservations on a node: the addresses it holds, each by what holds it. host-local
+     * names the CNI container id, which is a sandbox's id: its cached entry says which pod took it
+     * (its uid), or that it is the node's spare (`spare`); anything else is a leak (`unexplained:`).
+     */
     function reservations(node: string): Map<string, string> {
       const dir = path.join(dataDirs.get(node)!, 'agent', 'cni', 'ipam', 'drover');
+      const results = path.join(dataDirs.get(node)!, 'agent', 'cni', 'results');
+      const holders = new Map<string, string>();
+      for (const file of fs.existsSync(results) ? fs.readdirSync(results) : []) {
+        // `.pending`: a sandbox being made (the spare, made again after a pod took the last one).
+        if (!/\.json(\.pending)?$/.test(file)) continue;
+        const entry = JSON.parse(fs.readFileSync(path.join(results, file), 'utf8')) as { uid: string; namespace: string; containerId?: string };
+        if (!holders.has(entry.containerId ?? entry.uid) || entry.namespace) holders.set(entry.containerId ?? entry.uid, entry.namespace ? entry.uid : 'spare');
+      }
       const held = new Map<string, string>();
       for (const file of fs.existsSync(dir) ? fs.readdirSync(dir) : []) {
-        if (/^\d+\.\d+\.\d+\.\d+$/.test(file)) held.set(file, fs.readFileSync(path.join(dir, file), 'utf8').split('\n')[0]!.trim());
+        if (!/^\d+\.\d+\.\d+\.\d+$/.test(file)) continue;
+        const owner = fs.readFileSync(path.join(dir, file), 'utf8').split('\n')[0]!.trim();
+        // An empty file: host-local is writing it now (the spare's ADD), which makes it the spare's.
+        held.set(file, owner === '' ? 'spare' : (holders.get(owner) ?? `unexplained:${owner}`));
       }
       return held;
+    }
+
+    /** The reservations of pods (the node's one spare sandbox left out, after checking there is at most one). */
+    function podReservations(node: string): Map<string, string> {
+      const all = reservations(node);
+      assert.ok([...all.values()].filter((v) => v === 'spare').length <= 1, `at most one spare sandbox on ${node}: ${JSON.stringify([...all])}`);
+      return new Map([...all].filter(([, holder]) => holder !== 'spare'));
     }
 
     before(async () => {
@@ -142,7 +166,55 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
         const prefix = cidr.split('.').slice(0, 3).join('.');
         assert.ok(pod.status?.podIP?.startsWith(`${prefix}.`), `web-${i} has ${pod.status?.podIP}, expected one of ${cidr}`);
         assert.equal(pod.status?.hostIP, net.hosts[i]!.ip);
-        assert.deepEqual([...reservations(node).values()], [pod.metadata.uid], `${node}'s host-local holds exactly web-${i}`);
+        assert.deepEqual([...podReservations(node).values()], [pod.metadata.uid], `${node}'s host-local holds exactly web-${i}`);
+      }
+    });
+
+    it('a pod takes its node’s spare sandbox, wired ahead, and a new spare is made for the next pod', async () => {
+      const results = path.join(dataDirs.get('pn-b')!, 'agent', 'cni', 'results');
+      /** The node's spare sandboxes: complete cache entries no pod holds. */
+      const spares = (): string[] =>
+        fs
+          .readdirSync(results)
+          .filter((f) => f.endsWith('.json'))
+          .map((f) => JSON.parse(fs.readFileSync(path.join(results, f), 'utf8')) as { namespace: string; sandbox?: string })
+          .filter((e) => !e.namespace && e.sandbox)
+          .map((e) => e.sandbox!);
+      const spare = await eventually(() => spares()[0], 'pn-b has a spare sandbox', 60_000);
+      assert.equal((await api('POST', '/api/v1/namespaces/default/pods', webPod('taker', 'pn-b'))).status, 201);
+      const pod = await runningPod('taker');
+      const entry = JSON.parse(fs.readFileSync(path.join(results, `${pod.metadata.uid}.json`), 'utf8')) as { sandbox?: string };
+      assert.equal(entry.sandbox, spare, 'the pod took the spare sandbox made before it');
+      // Its container is in the sandbox's network namespace (the pin's inode is the namespace's).
+      const pin = path.join(dataDirs.get('pn-b')!, 'agent', 'sandboxes', spare, 'ns', 'net');
+      const init = await eventually(() => containerInitPid(dataDirs.get('pn-b')!, pod.metadata.uid, 'web'), 'taker’s container running', 30_000);
+      assert.equal(fs.readlinkSync(`/proc/${init}/ns/net`), `net:[${fs.statSync(pin).ino}]`);
+      await eventually(() => spares().some((id) => id !== spare), 'a new spare sandbox is made', 60_000);
+      assert.equal((await api('DELETE', '/api/v1/namespaces/default/pods/taker')).status, 200);
+      await eventually(async () => (await getPod('taker')) === undefined, 'taker gone', 60_000);
+      assert.ok(!fs.existsSync(path.dirname(path.dirname(pin))), 'the pod’s sandbox is removed with it');
+      assert.deepEqual([...podReservations('pn-b').values()], [(await getPod('web-1'))!.metadata.uid], 'its address is free again');
+    });
+
+    it('the pod network’s files and modes, as docs/security.md lists them', () => {
+      const agentDir = path.join(dataDirs.get('pn-a')!, 'agent');
+      const mode = (rel: string): string => `0${(fs.statSync(path.join(agentDir, rel)).mode & 0o7777).toString(8)}`;
+      // "agent/cni/, cni/results/ and cni/ipam/ are 0700; the cached CNI entries and the conflist 0600."
+      for (const dir of ['cni', 'cni/results', 'cni/ipam']) assert.equal(mode(dir), '0700', dir);
+      assert.equal(mode('cni/10-drover.conflist'), '0600');
+      const entries = fs.readdirSync(path.join(agentDir, 'cni', 'results')).filter((f) => f.endsWith('.json'));
+      assert.ok(entries.length >= 2, `a pod's entry and the spare's: ${entries.join(', ')}`);
+      for (const file of entries) assert.equal(mode(`cni/results/${file}`), '0600', file);
+      // "agent/sandboxes/, each sandbox's directory and its ns/ are 0700, the pins 0600, shm/ (a tmpfs) 1777."
+      const sandboxes = fs.readdirSync(path.join(agentDir, 'sandboxes'));
+      assert.ok(sandboxes.length >= 2, `web-0's sandbox and the spare: ${sandboxes.join(', ')}`);
+      assert.equal(mode('sandboxes'), '0700');
+      for (const id of sandboxes) {
+        assert.equal(mode(`sandboxes/${id}`), '0700', id);
+        assert.equal(mode(`sandboxes/${id}/ns`), '0700', `${id}/ns`);
+        assert.equal(mode(`sandboxes/${id}/shm`), '01777', `${id}/shm`);
+        assert.deepEqual(fs.readdirSync(path.join(agentDir, 'sandboxes', id)).sort(), ['ns', 'shm']);
+        assert.deepEqual(fs.readdirSync(path.join(agentDir, 'sandboxes', id, 'ns')).sort(), ['ipc', 'net', 'uts']);
       }
     });
 
@@ -245,19 +317,31 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       assert.equal(after.metadata.uid, before.metadata.uid);
       assert.equal(await containerInitPid(dataDirs.get('pn-a')!, before.metadata.uid, 'web'), pidBefore, 'the same container, not a new one');
       assert.equal(after.status?.containerStatuses?.[0]?.restartCount ?? 0, before.status?.containerStatuses?.[0]?.restartCount ?? 0, 'the container was not restarted');
-      assert.deepEqual([...reservations('pn-a').entries()], [[before.status!.podIP, before.metadata.uid]]);
+      assert.deepEqual([...podReservations('pn-a').entries()], [[before.status!.podIP, before.metadata.uid]]);
       // The restarted agent rewrote its Service table: the same rules, none twice.
       await eventually(() => agents.get('pn-a')!.output().includes('service rules synced'), 'the Service datapath synced again', 60_000);
       assert.equal(proxyRules(net.hosts[0]!.netns), rulesBefore);
       const b = (await getPod('web-1'))!;
       const out = await execIn(dataDirs.get('pn-b')!, b.metadata.uid, 'web', ['timeout', '5', 'wget', '-qO-', `http://${before.status!.podIP}:8080/`]);
-      assert.match(out.stdout, /hello from web-0/, out.stderr);
+      if (!/hello from web-0/.test(out.stdout)) {
+        // Where the address lives now, and what the restarted agent did with the pod network.
+        const sandboxes = path.join(dataDirs.get('pn-a')!, 'agent', 'sandboxes');
+        const where = fs.readdirSync(sandboxes).map((id) => {
+          try {
+            return `${id}: ${execFileSync('nsenter', [`--net=${path.join(sandboxes, id, 'ns', 'net')}`, 'ip', '-4', '-o', 'addr'], { encoding: 'utf8' }).trim()}`;
+          } catch (error) {
+            return `${id}: ${(error as Error).message}`;
+          }
+        });
+        const said = agents.get('pn-a')!.output().split('\n').filter((l) => /network|CNI|sandbox|release/i.test(l)).slice(-30);
+        assert.fail(`web-1 cannot reach web-0 at ${before.status!.podIP} after the restart: ${out.stderr}\nreservations: ${JSON.stringify([...reservations('pn-a')])}\nsandboxes:\n${where.join('\n')}\nagent:\n${said.join('\n')}`);
+      }
     });
 
     it('a deleted pod gives its address back', async () => {
       assert.equal((await api('DELETE', '/api/v1/namespaces/default/pods/web-1')).status, 200);
       await eventually(async () => (await getPod('web-1')) === undefined, 'web-1 gone', 60_000);
-      assert.deepEqual([...reservations('pn-b').keys()], [], `the address is free again; the agent said:\n${agents.get('pn-b')!.output().split('\n').filter((l) => /network|CNI|release/i.test(l)).join('\n')}`);
+      assert.deepEqual([...podReservations('pn-b').keys()], [], `the address is free again; the agent said:\n${agents.get('pn-b')!.output().split('\n').filter((l) => /network|CNI|release/i.test(l)).join('\n')}`);
     });
   });
 }

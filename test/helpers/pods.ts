@@ -19,6 +19,8 @@ export const LAUNCH_CEILING_MS = 60_000;
  * reap the pods it left: by PID, from the pod directories under the node's data dir.
  */
 export function reapPods(dataDir: string): number {
+  // The agent's sandboxes (pinned namespaces, /dev/shm): its spare and those of its pods.
+  unmountAllUnder(path.join(dataDir, 'agent', 'sandboxes'));
   const podsDir = path.join(dataDir, 'agent', 'pods');
   if (!fs.existsSync(podsDir)) return 0;
   // A supervisor the agent launched a moment before it was killed may not have written its pid

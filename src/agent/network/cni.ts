@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 /**
@@ -89,6 +90,7 @@ export function execPlugin(
   command: 'ADD' | 'DEL' | 'CHECK',
   config: Record<string, unknown> & { type: string },
   target: CniTarget,
+  niceness = 0,
 ): Promise<CniResult | undefined> {
   const binary = findPlugin(binDirs, config.type);
   if (!binary) {
@@ -108,6 +110,14 @@ export function execPlugin(
       },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
+    if (niceness && child.pid) {
+      try {
+        // Work done ahead of need (a spare sandbox) must not take the CPU from a pod starting now.
+        os.setPriority(child.pid, niceness);
+      } catch {
+        // already gone, or not allowed: it runs at the agent's priority
+      }
+    }
     let stdout = '';
     let stderr = '';
     const timer = setTimeout(() => child.kill('SIGKILL'), PLUGIN_TIMEOUT_MS);
@@ -164,10 +174,16 @@ function pluginConfig(
 }
 
 /** ADD every plugin of the list in order; the last result is the network's. */
-export async function addNetworkList(binDirs: readonly string[], list: NetworkConfigList, target: CniTarget, runtimeConfig: Record<string, unknown>): Promise<CniResult> {
-  let result: CniResult | undefined;
+export async function addNetworkList(
+  binDirs: readonly string[],
+  list: NetworkConfigList,
+  target: CniTarget,
+  runtimeConfig: Record<string, unknown>,
+  options: { prevResult?: CniResult; niceness?: number } = {},
+): Promise<CniResult> {
+  let result: CniResult | undefined = options.prevResult;
   for (const plugin of list.plugins) {
-    result = (await execPlugin(binDirs, 'ADD', pluginConfig(list, plugin, runtimeConfig, result), target)) ?? result;
+    result = (await execPlugin(binDirs, 'ADD', pluginConfig(list, plugin, runtimeConfig, result), target, options.niceness)) ?? result;
   }
   if (!result) throw new CniError(list.name, 'ADD', 'no plugin returned a result');
   return result;

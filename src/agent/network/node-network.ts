@@ -103,14 +103,15 @@ export class NodeNetwork {
   async prepare(pod: KubeObject, podDir: string): Promise<{ kind: 'host' } | { kind: 'waiting'; message: string } | { kind: 'attached'; spec: PodNetworkRunSpec }> {
     if (getPath(pod, ['spec', 'hostNetwork']) === true) return { kind: 'host' };
     if (!this.pods) return { kind: 'waiting', message: 'network is not ready: this node’s pod network is not set up yet (waiting for its pod CIDR)' };
-    const { podIp } = await this.pods.attach({
+    const { podIp, sandbox } = await this.pods.attach({
       uid: pod.metadata.uid!,
       namespace: pod.metadata.namespace ?? 'default',
       name: pod.metadata.name!,
       podDir,
       portMappings: hostPortMappings(pod),
     });
-    return { kind: 'attached', spec: { podIp, resolvConf: podResolvConf(pod, this.network.clusterDns, this.network.clusterDomain, this.hostResolv) } };
+    const resolvConf = podResolvConf(pod, this.network.clusterDns, this.network.clusterDomain, this.hostResolv);
+    return { kind: 'attached', spec: { podIp, resolvConf, ...(sandbox ? { sandbox } : {}) } };
   }
 
   /** kubelet's Service variables for a container of `pod` (service-env.ts), from the Services seen now. */
@@ -139,6 +140,7 @@ export class NodeNetwork {
 
   stop(): void {
     this.stopped = true;
+    this.pods?.close();
     clearTimeout(this.syncTimer);
     this.nodes?.stop();
     this.services?.stop();

@@ -4,9 +4,11 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from '../../logging/logger.js';
 import { type Cidr, nodeCidrGateway, type ServiceNetwork } from '../../node-protocol/service-network.js';
+import type { SandboxRunPaths } from '../pods/run-spec.js';
 import { namespacesDir } from '../pods/runtime/names.js';
-import { isNsfs, pinNetworkNamespace } from '../pods/runtime/sandbox.js';
-import { unmount } from '../pods/runtime/host-mounts.js';
+import { isNsfs } from '../pods/runtime/sandbox.js';
+import { mountTable, unmount } from '../pods/runtime/host-mounts.js';
+import { isSandboxId, listSandboxIds, makeSandbox, newSandboxId, removeSandbox, sandboxIntact, sandboxPaths } from './pod-sandbox.js';
 import { Nft } from './nftables.js';
 import { addNetworkList, type CniResult, type CniTarget, DEFAULT_CNI_BIN_DIRS, delNetworkList, type NetworkConfigList, resultIpv4 } from './cni.js';
 
@@ -14,14 +16,18 @@ const execFileAsync = promisify(execFile);
 
 /**
  * The node's pod network, as a CRI runtime and flannel's CNI config give it on K3s: one bridge
- * (`drover0`) holding the node's pod CIDR, each runc pod in a network namespace of its own
- * wired to it by the standard CNI plugins (bridge with host-local IPAM, loopback, portmap for
- * hostPort), pod traffic leaving the cluster masqueraded. The routes to other nodes' pod CIDRs
- * are overlay.ts's.
+ * (`drover0`) holding the node's pod CIDR, each runc pod in a sandbox of its own (its network,
+ * IPC and UTS namespaces: pod-sandbox.ts) wired to it by the standard CNI plugins (bridge with
+ * host-local IPAM, loopback, portmap for hostPort), pod traffic leaving the cluster masqueraded.
+ * The routes to other nodes' pod CIDRs are overlay.ts's.
  *
- * The ADD result of each pod is cached in `<data-dir>/agent/cni/results/<pod uid>.json`: DEL
- * needs it, the pod's address comes from it, and at start the cache is compared with the pods
- * there are, so a pod that went while the agent was down (kill -9) gives its address back.
+ * One sandbox is kept made and wired ahead of need (the spare), at a low CPU priority, and the
+ * next pod takes it: a pod's start then runs no CNI plugin unless it has hostPorts (portmap).
+ *
+ * The ADD result of each pod is cached in `<data-dir>/agent/cni/results/<pod uid>.json` (the
+ * spare's under its sandbox id): DEL needs it, the pod's address comes from it, and at start the
+ * cache is compared with the pods there are, so a pod that went while the agent was down (kill
+ * -9) gives its address back.
  */
 
 export const BRIDGE_NAME = 'drover0';
@@ -47,17 +53,27 @@ export interface PodNetworkOptions {
 }
 
 interface CachedAttachment {
+  /** The pod's uid; for a spare sandbox not taken yet, the sandbox's id. */
   uid: string;
+  /** The pod's namespace and name; empty for a spare. */
   namespace: string;
   name: string;
   netns: string;
+  /** CNI's container id: the sandbox's id. Absent in entries from before agent-made sandboxes: the pod's uid. */
+  containerId?: string;
+  /** The agent-made sandbox (pod-sandbox.ts) holding the namespaces; absent: `netns` pinned in the pod's dir. */
+  sandbox?: string;
   portMappings: PortMapping[];
   result: CniResult;
 }
 
 export interface Attachment {
   podIp: string;
+  sandbox?: SandboxRunPaths;
 }
+
+/** The CPU priority of work done ahead of need (the spare sandbox), below the pods starting now. */
+const SPARE_NICENESS = 10;
 
 function writeSysctl(name: string, value: string): boolean {
   try {
@@ -66,6 +82,13 @@ function writeSysctl(name: string, value: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** Written whole or not at all: a temporary file with the final mode, then renamed. */
+function writeFileAtomic(file: string, content: string): void {
+  const temporary = `${file}.tmp`;
+  fs.writeFileSync(temporary, content, { mode: 0o600 });
+  fs.renameSync(temporary, file);
 }
 
 /** The masquerade rules of the pod network: one table of its own, replaced whole. */
@@ -96,6 +119,10 @@ export class PodNetwork {
   private readonly resultsDir: string;
   private readonly ipamDir: string;
   private readonly list: NetworkConfigList;
+  /** The list without portmap: a sandbox is wired before its pod, and so before its hostPorts, are known. */
+  private readonly bridgeList: NetworkConfigList;
+  private readonly portmapList: NetworkConfigList;
+  private readonly loopbackList: NetworkConfigList = { cniVersion: CNI_VERSION, name: 'loopback', plugins: [{ type: 'loopback' }] };
   /** One CNI operation at a time per pod (the specification forbids parallel ones). */
   private readonly busy = new Map<string, Promise<unknown>>();
   /**
@@ -104,33 +131,35 @@ export class PodNetwork {
    * never read from disk there.
    */
   private readonly addresses = new Map<string, string>();
+  /** The spare sandbox, wired and ready: the next pod takes it. */
+  private spare: CachedAttachment | undefined;
+  /** The spare being made (in the background, at a low CPU priority). */
+  private makingSpare: Promise<void> | undefined;
+  private closed = false;
 
   constructor(private readonly options: PodNetworkOptions) {
     this.binDirs = options.cniBinDirs ?? DEFAULT_CNI_BIN_DIRS;
     this.resultsDir = path.join(options.agentDir, 'cni', 'results');
     this.ipamDir = path.join(options.agentDir, 'cni', 'ipam');
-    this.list = {
-      cniVersion: CNI_VERSION,
-      name: NETWORK_NAME,
-      plugins: [
-        {
-          type: 'bridge',
-          bridge: BRIDGE_NAME,
-          isGateway: true,
-          // Masquerading is ours (masqueradeRules), in a table of our own, not the plugin's iptables.
-          ipMasq: false,
-          hairpinMode: true,
-          mtu: options.mtu,
-          ipam: {
-            type: 'host-local',
-            ranges: [[{ subnet: options.podCidr.text, gateway: nodeCidrGateway(options.podCidr) }]],
-            routes: [{ dst: '0.0.0.0/0' }],
-            dataDir: this.ipamDir,
-          },
-        },
-        { type: 'portmap', capabilities: { portMappings: true }, snat: true },
-      ],
+    const bridge = {
+      type: 'bridge',
+      bridge: BRIDGE_NAME,
+      isGateway: true,
+      // Masquerading is ours (masqueradeRules), in a table of our own, not the plugin's iptables.
+      ipMasq: false,
+      hairpinMode: true,
+      mtu: options.mtu,
+      ipam: {
+        type: 'host-local',
+        ranges: [[{ subnet: options.podCidr.text, gateway: nodeCidrGateway(options.podCidr) }]],
+        routes: [{ dst: '0.0.0.0/0' }],
+        dataDir: this.ipamDir,
+      },
     };
+    const portmap = { type: 'portmap', capabilities: { portMappings: true }, snat: true };
+    this.list = { cniVersion: CNI_VERSION, name: NETWORK_NAME, plugins: [bridge, portmap] };
+    this.bridgeList = { ...this.list, plugins: [bridge] };
+    this.portmapList = { ...this.list, plugins: [portmap] };
   }
 
   get podCidr(): Cidr {
@@ -148,13 +177,18 @@ export class PodNetwork {
       this.options.logger.warn('net.bridge.bridge-nf-call-iptables is not available (module br_netfilter); a pod reaching a Service backed by a pod on the same node may hang');
     }
     for (const file of safeList(this.resultsDir)) {
-      if (!file.endsWith('.json')) continue;
+      if (!file.endsWith('.json') || isSandboxId(file.slice(0, -'.json'.length))) continue;
       const cached = this.readEntry(file.slice(0, -'.json'.length));
       const ip = cached ? resultIpv4(cached.result) : undefined;
       if (cached && ip) this.addresses.set(cached.uid, ip);
     }
     await new Nft().apply(masqueradeRules(this.options.network.clusterCidr.text));
     this.options.logger.info({ podCIDR: this.options.podCidr.text, bridge: BRIDGE_NAME, mtu: this.options.mtu }, 'pod network ready');
+  }
+
+  /** No more spares (the agent stops). What is cached stays for the next start. */
+  close(): void {
+    this.closed = true;
   }
 
   private cacheFile(uid: string): string {
@@ -183,61 +217,129 @@ export class PodNetwork {
     return next;
   }
 
-  private target(cached: Pick<CachedAttachment, 'uid' | 'namespace' | 'name' | 'netns'>, ifName: string): CniTarget {
+  private target(cached: Pick<CachedAttachment, 'uid' | 'namespace' | 'name' | 'netns' | 'containerId'>, ifName: string): CniTarget {
+    const containerId = cached.containerId ?? cached.uid;
     return {
-      containerId: cached.uid,
+      containerId,
       netns: cached.netns,
       ifName,
-      args: { K8S_POD_NAMESPACE: cached.namespace, K8S_POD_NAME: cached.name, K8S_POD_UID: cached.uid, K8S_POD_INFRA_CONTAINER_ID: cached.uid },
+      args: cached.namespace
+        ? { K8S_POD_NAMESPACE: cached.namespace, K8S_POD_NAME: cached.name, K8S_POD_UID: cached.uid, K8S_POD_INFRA_CONTAINER_ID: containerId }
+        : {},
     };
   }
 
+  private sandboxRunPaths(entry: CachedAttachment): SandboxRunPaths | undefined {
+    if (!entry.sandbox) return undefined;
+    const { net, ipc, uts, shm } = sandboxPaths(this.options.agentDir, entry.sandbox);
+    return { net, ipc, uts, shm };
+  }
+
+  /** Whether a cached attachment's namespaces are still there (not after a reboot). */
+  private intact(entry: CachedAttachment): boolean {
+    if (entry.sandbox) return sandboxIntact(sandboxPaths(this.options.agentDir, entry.sandbox), mountTable());
+    return fs.existsSync(entry.netns) && isNsfs(entry.netns);
+  }
+
   /**
-   * The pod's network namespace, wired: found again when the cache and the pinned namespace are
-   * both there (a supervisor restarted), else made anew (what a half-done earlier attempt left is
-   * deleted first: ADD is not idempotent).
+   * The pod's network: found again when its cache entry and namespaces are both there (a
+   * supervisor restarted), else the spare sandbox (made ahead, wired) or a sandbox made now,
+   * given the pod's hostPorts. What a half-done earlier attempt left is released first: ADD is
+   * not idempotent.
    */
   attach(pod: { uid: string; namespace: string; name: string; podDir: string; portMappings: PortMapping[] }): Promise<Attachment> {
     return this.serial(pod.uid, async () => {
       const cached = this.readEntry(pod.uid);
-      const netnsFile = path.join(namespacesDir(pod.podDir), 'net');
-      if (cached && cached.netns === netnsFile && fs.existsSync(netnsFile)) {
+      if (cached && this.intact(cached)) {
         const ip = resultIpv4(cached.result);
-        if (ip && isNsfs(netnsFile)) {
+        if (ip) {
           this.addresses.set(pod.uid, ip);
-          return { podIp: ip };
+          const sandbox = this.sandboxRunPaths(cached);
+          return { podIp: ip, ...(sandbox ? { sandbox } : {}) };
         }
       }
       if (cached) await this.release(cached);
-      const netns = pinNetworkNamespace(pod.podDir);
-      const entry = { uid: pod.uid, namespace: pod.namespace, name: pod.name, netns, portMappings: pod.portMappings };
-      // Written before ADD: a crash in the middle still leaves what DEL needs.
-      const pendingFile = `${this.cacheFile(pod.uid)}.pending`;
-      fs.writeFileSync(pendingFile, JSON.stringify(entry), { mode: 0o600 });
-      try {
-        await addNetworkList(this.binDirs, { cniVersion: CNI_VERSION, name: 'loopback', plugins: [{ type: 'loopback' }] }, this.target(entry, 'lo'), {});
-        const result = await addNetworkList(this.binDirs, this.list, this.target(entry, 'eth0'), { portMappings: pod.portMappings });
-        const ip = resultIpv4(result);
-        if (!ip) throw new Error(`the CNI result has no IPv4 address: ${JSON.stringify(result)}`);
-        fs.writeFileSync(this.cacheFile(pod.uid), JSON.stringify({ ...entry, result }), { mode: 0o600 });
-        fs.rmSync(pendingFile, { force: true });
-        this.addresses.set(pod.uid, ip);
-        this.options.logger.info({ pod: `${pod.namespace}/${pod.name}`, podIP: ip }, 'pod network attached');
-        return { podIp: ip };
-      } catch (error) {
-        await delNetworkList(this.binDirs, this.list, this.target(entry, 'eth0'), { portMappings: pod.portMappings }, undefined).catch(() => undefined);
-        fs.rmSync(pendingFile, { force: true });
-        throw error;
-      }
+      const spare = this.spare;
+      this.spare = undefined;
+      // A spare still being made is not waited for: it is made at a low priority, and a pod must
+      // not wait behind that. This pod makes its own at the agent's; the other stays for the next.
+      const made = spare ?? (await this.makeSandbox(newSandboxId(), 0));
+      this.refill();
+      return this.claim(pod, made);
     });
   }
 
-  /** Give the pod's address back and remove its namespace. Safe to repeat; a pod never attached is a no-op. */
+  /** Keep one sandbox wired and ready, made at a low CPU priority. A failure is logged; the next pod then makes its own. */
+  private refill(): void {
+    if (this.closed || this.spare || this.makingSpare) return;
+    this.makingSpare = this.makeSandbox(newSandboxId(), SPARE_NICENESS)
+      .then(
+        (made) => {
+          this.spare = made;
+        },
+        (error: unknown) => this.options.logger.warn({ err: error }, 'cannot make a spare pod sandbox; the next pod makes its own'),
+      )
+      .finally(() => (this.makingSpare = undefined));
+  }
+
+  /**
+   * A sandbox (pod-sandbox.ts) wired to the pod network: loopback and the bridge with its
+   * address, at the same time (different networks of one container, as containerd's CNI library
+   * runs them). Cached under the sandbox's id until a pod takes it.
+   */
+  private async makeSandbox(id: string, niceness: number): Promise<CachedAttachment> {
+    const paths = sandboxPaths(this.options.agentDir, id);
+    const entry = { uid: id, namespace: '', name: '', netns: paths.net, containerId: id, sandbox: id, portMappings: [] as PortMapping[] };
+    // Written before anything is made: a crash in the middle still leaves what DEL needs.
+    const pendingFile = `${this.cacheFile(id)}.pending`;
+    fs.writeFileSync(pendingFile, JSON.stringify(entry), { mode: 0o600 });
+    try {
+      await makeSandbox(paths, niceness);
+      const [, result] = await Promise.all([
+        addNetworkList(this.binDirs, this.loopbackList, this.target(entry, 'lo'), {}, { niceness }),
+        addNetworkList(this.binDirs, this.bridgeList, this.target(entry, 'eth0'), {}, { niceness }),
+      ]);
+      if (!resultIpv4(result)) throw new Error(`the CNI result has no IPv4 address: ${JSON.stringify(result)}`);
+      const made: CachedAttachment = { ...entry, result };
+      writeFileAtomic(this.cacheFile(id), JSON.stringify(made));
+      fs.rmSync(pendingFile, { force: true });
+      return made;
+    } catch (error) {
+      await delNetworkList(this.binDirs, this.list, this.target(entry, 'eth0'), {}, undefined).catch(() => undefined);
+      removeSandbox(paths);
+      fs.rmSync(pendingFile, { force: true });
+      throw error;
+    }
+  }
+
+  /** The pod takes a made sandbox: its hostPorts mapped (portmap, chained on the bridge's result), its cache entry written. */
+  private async claim(pod: { uid: string; namespace: string; name: string; portMappings: PortMapping[] }, sandbox: CachedAttachment): Promise<Attachment> {
+    const entry: CachedAttachment = { ...sandbox, uid: pod.uid, namespace: pod.namespace, name: pod.name, portMappings: pod.portMappings };
+    if (pod.portMappings.length) {
+      try {
+        entry.result = await addNetworkList(this.binDirs, this.portmapList, this.target(entry, 'eth0'), { portMappings: pod.portMappings }, { prevResult: sandbox.result });
+      } catch (error) {
+        await this.release(sandbox).catch(() => undefined);
+        throw error;
+      }
+    }
+    // The pod's entry first, then the spare's goes: a crash between leaves both, and the start-up
+    // reconcile sees the sandbox is a live pod's (reconcile()).
+    writeFileAtomic(this.cacheFile(pod.uid), JSON.stringify(entry));
+    fs.rmSync(this.cacheFile(sandbox.uid), { force: true });
+    const ip = resultIpv4(entry.result)!;
+    this.addresses.set(pod.uid, ip);
+    this.options.logger.info({ pod: `${pod.namespace}/${pod.name}`, podIP: ip, sandbox: entry.sandbox }, 'pod network attached');
+    return { podIp: ip, sandbox: this.sandboxRunPaths(entry)! };
+  }
+
+  /** Give the pod's address back and remove its namespaces. Safe to repeat; a pod never attached is a no-op. */
   detach(uid: string, podDir: string | undefined): Promise<void> {
     return this.serial(uid, async () => {
       const cached = this.readEntry(uid) ?? this.readEntry(uid, 'pending');
       if (cached) await this.release(cached);
       if (!podDir) return;
+      // A pod attached before agent-made sandboxes has its network namespace pinned in its own dir.
       const netns = path.join(namespacesDir(podDir), 'net');
       if (isNsfs(netns)) unmount(netns);
     });
@@ -248,46 +350,66 @@ export class PodNetwork {
     // then get an empty CNI_NETNS, as the specification allows for DEL, and release the rest.
     const live = isNsfs(cached.netns);
     await delNetworkList(this.binDirs, this.list, { ...this.target(cached, 'eth0'), netns: live ? cached.netns : '' }, { portMappings: cached.portMappings }, cached.result);
+    if (cached.sandbox) removeSandbox(sandboxPaths(this.options.agentDir, cached.sandbox));
     fs.rmSync(this.cacheFile(cached.uid), { force: true });
     fs.rmSync(`${this.cacheFile(cached.uid)}.pending`, { force: true });
     this.addresses.delete(cached.uid);
-    this.options.logger.info({ pod: `${cached.namespace}/${cached.name}`, podIP: cached.result ? resultIpv4(cached.result) : undefined }, 'pod network released');
+    if (cached.namespace) {
+      this.options.logger.info({ pod: `${cached.namespace}/${cached.name}`, podIP: cached.result ? resultIpv4(cached.result) : undefined }, 'pod network released');
+    }
   }
 
   /**
-   * At start: every cached attachment of a pod that is not here any more is released, and every
-   * host-local reservation no attachment explains is removed (what an agent killed between ADD and
-   * its cache write left), so no address leaks.
+   * At start: every cached attachment of a pod that is not here any more is released, and so is
+   * a spare (a new one is made), every sandbox no pod holds is removed, and every host-local
+   * reservation no attachment explains is removed (what an agent killed between ADD and its cache
+   * write left), so no address leaks.
    */
   async reconcile(livePodUids: ReadonlySet<string>): Promise<{ released: number; freed: number }> {
     let released = 0;
     let freed = 0;
-    const known = new Set<string>();
-    for (const file of safeList(this.resultsDir)) {
+    const keptContainerIds = new Set<string>();
+    const keptSandboxes = new Set<string>();
+    const files = safeList(this.resultsDir);
+    for (const file of files) {
       const uid = file.replace(/\.json(\.pending)?$/, '');
-      if (livePodUids.has(uid)) {
-        known.add(uid);
+      if (!livePodUids.has(uid)) continue;
+      const entry = this.readEntry(uid) ?? this.readEntry(uid, 'pending');
+      keptContainerIds.add(entry?.containerId ?? uid);
+      if (entry?.sandbox) keptSandboxes.add(entry.sandbox);
+    }
+    for (const file of files) {
+      if (!/\.json(\.pending)?$/.test(file)) continue;
+      const uid = file.replace(/\.json(\.pending)?$/, '');
+      if (livePodUids.has(uid)) continue;
+      if (keptSandboxes.has(uid)) {
+        // A spare's entry left by a crash in claim(): the sandbox is a live pod's now.
+        fs.rmSync(path.join(this.resultsDir, file), { force: true });
         continue;
       }
       try {
         const entry = this.readEntry(uid) ?? this.readEntry(uid, 'pending');
-        // The pin is `<pod dir>/ns/net`.
-        await this.detach(uid, entry ? path.dirname(path.dirname(entry.netns)) : undefined);
-        released++;
+        // Before agent-made sandboxes, the pin was `<pod dir>/ns/net`.
+        await this.detach(uid, entry && !entry.sandbox ? path.dirname(path.dirname(entry.netns)) : undefined);
+        if (!isSandboxId(uid)) released++;
       } catch (error) {
         this.options.logger.warn({ err: error, uid }, 'cannot release the network of a pod that is gone; will retry at the next start');
       }
+    }
+    for (const id of listSandboxIds(this.options.agentDir)) {
+      if (!keptSandboxes.has(id)) removeSandbox(sandboxPaths(this.options.agentDir, id));
     }
     const rangeDir = path.join(this.ipamDir, NETWORK_NAME);
     for (const file of safeList(rangeDir)) {
       if (!/^\d+\.\d+\.\d+\.\d+$/.test(file)) continue;
       const owner = readFirstLine(path.join(rangeDir, file));
-      if (owner && !known.has(owner) && !livePodUids.has(owner)) {
+      if (owner && !keptContainerIds.has(owner) && !livePodUids.has(owner)) {
         fs.rmSync(path.join(rangeDir, file), { force: true });
         freed++;
       }
     }
     if (released || freed) this.options.logger.info({ released, freed }, 'released the pod network of pods that went while the agent was down');
+    this.refill();
     return { released, freed };
   }
 }

@@ -170,6 +170,20 @@ export interface PodNetworkRunSpec {
   podIp: string;
   /** The pod's /etc/resolv.conf, as its dnsPolicy makes it. */
   resolvConf: string;
+  /**
+   * The sandbox the agent made for the pod (src/agent/network/pod-sandbox.ts): its pinned
+   * namespaces and /dev/shm. Absent (pods from before agent-made sandboxes): the network
+   * namespace is pinned at `<pod dir>/ns/net` and the supervisor makes the rest in the pod's dir.
+   */
+  sandbox?: SandboxRunPaths;
+}
+
+/** Where a pod's containers find their shared namespaces (pinned files) and /dev/shm. */
+export interface SandboxRunPaths {
+  net: string;
+  ipc: string;
+  uts: string;
+  shm: string;
 }
 
 export interface EphemeralContainerRunSpec extends ContainerRunSpec {
@@ -320,6 +334,10 @@ export function validateRunSpec(value: unknown, file: string): PodRunSpec {
     if (!runc) fail('podNetwork needs runtime runc');
     if (!network || typeof network.podIp !== 'string' || !/^\d+\.\d+\.\d+\.\d+$/.test(network.podIp) || typeof network.resolvConf !== 'string') {
       fail('podNetwork must have podIp (IPv4) and resolvConf');
+    }
+    const sandbox = network?.sandbox as Partial<SandboxRunPaths> | null | undefined;
+    if (sandbox !== undefined && (sandbox === null || !(['net', 'ipc', 'uts', 'shm'] as const).every((key) => isAbsolute(sandbox[key])))) {
+      fail('podNetwork.sandbox must name absolute net, ipc, uts and shm paths');
     }
   }
   for (const c of spec.containers ?? []) validateContainerExtras(c, runc, (what) => fail(`container ${c.name}: ${what}`));

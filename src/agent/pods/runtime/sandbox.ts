@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { ContainerMount } from '../run-spec.js';
+import type { ContainerMount, SandboxRunPaths } from '../run-spec.js';
 import { isMountPoint, MountError, mountTable, run, unmount, unmountAllUnder } from './host-mounts.js';
 import { namespacesDir } from './names.js';
 
@@ -12,10 +12,13 @@ import { namespacesDir } from './names.js';
  * System V IPC and the hostname (the pod's name). A per-pod tmpfs is their /dev/shm. Pod files
  * (/etc/hostname, /etc/hosts, /etc/resolv.conf) are written under `<pod dir>/etc/`.
  *
- * With a pod network the agent pins a network namespace at `ns/net` the same way and wires it
- * with CNI before the supervisor starts (src/agent/network/pod-network.ts); the containers join
- * it as they join `ipc`, and the pod files name the pod's address and its cluster DNS. Without
- * one (hostNetwork, or a cluster with `flannel-backend: none`) the containers share the node's.
+ * With a pod network the agent makes the whole sandbox instead, ahead of the pod (network, IPC
+ * and UTS namespaces and /dev/shm, wired with CNI: src/agent/network/pod-sandbox.ts), and the
+ * run spec names its paths (`podNetwork.sandbox`); the containers join them the same way, and the
+ * pod files name the pod's address and its cluster DNS. Without one (hostNetwork, or a cluster
+ * with `flannel-backend: none`) the containers share the node's network and the supervisor makes
+ * the IPC and UTS namespaces here. Pods started before agent-made sandboxes have their network
+ * namespace pinned at `ns/net` by the agent.
  */
 
 export const SHM_DIR = 'shm';
@@ -76,20 +79,35 @@ export function ensureNamespacesDir(podDir: string): string {
   return nsDir;
 }
 
-/** The pod's network namespace, pinned at `<pod dir>/ns/net` (made once; found again after a restart). */
-export function pinNetworkNamespace(podDir: string): string {
-  const file = path.join(ensureNamespacesDir(podDir), 'net');
-  if (!isNsfs(file)) {
-    if (isMountPoint(file)) unmount(file);
-    fs.writeFileSync(file, '', { mode: 0o600 });
-    must(run('unshare', [`--net=${file}`, 'true']), 'creating the pod network namespace');
-  }
-  return file;
-}
-
 export interface SandboxNetwork {
   podIp: string;
   resolvConf: string;
+  /** Namespaces and /dev/shm the agent made ahead (src/agent/network/pod-sandbox.ts); absent: made here, in the pod's dir. */
+  sandbox?: SandboxRunPaths;
+}
+
+/** The pod files every container gets, under `<pod dir>/etc/`. */
+function podFiles(podDir: string, hostname: string, network: SandboxNetwork | undefined): ContainerMount[] {
+  const etc = path.join(podDir, POD_ETC_DIR);
+  fs.mkdirSync(etc, { recursive: true, mode: 0o755 });
+  writeIfChanged(path.join(etc, 'hostname'), `${hostname}\n`);
+  writeIfChanged(path.join(etc, 'hosts'), hostsFile(hostname, network?.podIp));
+  let resolv = network?.resolvConf;
+  if (resolv === undefined) {
+    try {
+      // Host network: the host's resolvers, as kubelet gives hostNetwork pods.
+      resolv = fs.readFileSync('/etc/resolv.conf', 'utf8');
+    } catch {
+      resolv = '';
+    }
+  }
+  writeIfChanged(path.join(etc, 'resolv.conf'), resolv);
+  return ['hostname', 'hosts', 'resolv.conf'].map((name) => ({
+    destination: `/etc/${name}`,
+    source: path.join(etc, name),
+    type: 'bind',
+    readOnly: false,
+  }));
 }
 
 /**
@@ -97,6 +115,15 @@ export interface SandboxNetwork {
  * namespaces. `network`: the pod's own network, whose namespace the agent pinned already.
  */
 export function ensureSandbox(podDir: string, hostname: string, network?: SandboxNetwork): Sandbox {
+  const made = network?.sandbox;
+  if (made) {
+    // The agent's sandbox: nothing to make, only to check (gone after a reboot: the agent makes a new one).
+    const fsType = new Map(mountTable().map((m) => [m.mountPoint, m.fsType]));
+    for (const [file, want] of [[made.net, 'nsfs'], [made.ipc, 'nsfs'], [made.uts, 'nsfs'], [made.shm, 'tmpfs']] as const) {
+      if (fsType.get(path.resolve(file)) !== want) throw new MountError(`the pod sandbox is incomplete: ${file} is not a ${want} mount (the agent makes the sandbox before the pod starts)`);
+    }
+    return { ipc: made.ipc, uts: made.uts, shm: made.shm, network: made.net, files: podFiles(podDir, hostname, network) };
+  }
   const nsDir = ensureNamespacesDir(podDir);
   const ipc = path.join(nsDir, 'ipc');
   const uts = path.join(nsDir, 'uts');
@@ -112,27 +139,7 @@ export function ensureSandbox(podDir: string, hostname: string, network?: Sandbo
   const shm = path.join(podDir, SHM_DIR);
   fs.mkdirSync(shm, { recursive: true, mode: 0o1777 });
   if (!isMountPoint(shm)) must(run('mount', ['-t', 'tmpfs', '-o', `nosuid,nodev,noexec,mode=1777,size=${SHM_SIZE}`, 'shm', shm]), `mounting the pod /dev/shm at ${shm}`);
-  const etc = path.join(podDir, POD_ETC_DIR);
-  fs.mkdirSync(etc, { recursive: true, mode: 0o755 });
-  writeIfChanged(path.join(etc, 'hostname'), `${hostname}\n`);
-  writeIfChanged(path.join(etc, 'hosts'), hostsFile(hostname, network?.podIp));
-  let resolv = network?.resolvConf;
-  if (resolv === undefined) {
-    try {
-      // Host network: the host's resolvers, as kubelet gives hostNetwork pods.
-      resolv = fs.readFileSync('/etc/resolv.conf', 'utf8');
-    } catch {
-      resolv = '';
-    }
-  }
-  writeIfChanged(path.join(etc, 'resolv.conf'), resolv);
-  const files: ContainerMount[] = ['hostname', 'hosts', 'resolv.conf'].map((name) => ({
-    destination: `/etc/${name}`,
-    source: path.join(etc, name),
-    type: 'bind',
-    readOnly: false,
-  }));
-  return { ipc, uts, shm, files, ...(network ? { network: net } : {}) };
+  return { ipc, uts, shm, files: podFiles(podDir, hostname, network), ...(network ? { network: net } : {}) };
 }
 
 /** Unpin the namespaces and unmount the pod's /dev/shm. Safe to call again, and on a pod that never had one. */
