@@ -344,11 +344,25 @@ export class PodManager {
 
   private async startPod(pod: KubeObject, dir: string): Promise<void> {
     const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
-    // Images may take a while (unpacking): say ContainerCreating meanwhile.
-    if (podRuntimeClassName(pod) !== PROCESS_HANDLER && !getPath(pod, ['status', 'containerStatuses'])) await this.report(pod, undefined);
+    // Images may take a while (unpacking): say ContainerCreating meanwhile. Written while the pod
+    // is prepared, and done before its supervisor starts, so it never overtakes a later status.
+    const creating =
+      podRuntimeClassName(pod) !== PROCESS_HANDLER && !getPath(pod, ['status', 'containerStatuses']) ? this.report(pod, undefined) : Promise.resolve();
+    creating.catch(() => undefined);
+    // A runc pod's network is attached while its volumes, token and images are prepared: both
+    // only need the pod, and neither waits for the other.
+    const early = await this.config.resolveRuntime(pod);
+    const network = early.ok && early.runtime === 'runc' ? this.options.network?.() : undefined;
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const wiring = network?.prepare(pod, dir);
+    // Both are awaited below; a rejection must not go unobserved while prepare() runs.
+    wiring?.catch(() => undefined);
     const prepared = await this.config.prepare(pod, dir);
+    await creating;
     if (prepared.kind === 'waiting') {
-      // Not created yet (an object or key it needs is missing): the next pass tries again.
+      // Not created yet (an object or key it needs is missing): the next pass tries again. An
+      // attached network stays, found again then (or released if the pod goes).
+      await wiring?.catch(() => undefined);
       await this.report(pod, undefined, prepared.waiting);
       return;
     }
@@ -358,17 +372,15 @@ export class PodManager {
       prepared.env,
       prepared.runtime === 'runc' ? { runcRoot: this.runcRoot, containers: prepared.containers ?? new Map() } : undefined,
     );
-    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-    const network = prepared.runtime === 'runc' ? this.options.network?.() : undefined;
-    if (network) {
-      const wired = await network.prepare(pod, dir);
+    if (wiring && prepared.runtime === 'runc') {
+      const wired = await wiring;
       if (wired.kind === 'waiting') {
         await this.report(pod, undefined, Object.fromEntries(spec.containers.map((c) => [c.name, { reason: 'ContainerCreating', message: wired.message }])));
         return;
       }
       if (wired.kind === 'attached') {
         spec.podNetwork = wired.spec;
-        withServiceEnv(spec, network.serviceEnv(pod), prepared.env);
+        withServiceEnv(spec, network!.serviceEnv(pod), prepared.env);
       }
     }
     writeRunSpec(dir, spec);
