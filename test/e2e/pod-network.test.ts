@@ -315,7 +315,11 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       }, 'web-0 still runs with its address', 60_000);
       const after = (await getPod('web-0'))!;
       assert.equal(after.metadata.uid, before.metadata.uid);
-      assert.equal(await containerInitPid(dataDirs.get('pn-a')!, before.metadata.uid, 'web'), pidBefore, 'the same container, not a new one');
+      assert.equal(
+        await containerInitPid(dataDirs.get('pn-a')!, before.metadata.uid, 'web'),
+        pidBefore,
+        `the same container, not a new one; the restarted agent said:\n${agents.get('pn-a')!.output().split('\n').slice(-60).join('\n')}`,
+      );
       assert.equal(after.status?.containerStatuses?.[0]?.restartCount ?? 0, before.status?.containerStatuses?.[0]?.restartCount ?? 0, 'the container was not restarted');
       assert.deepEqual([...podReservations('pn-a').entries()], [[before.status!.podIP, before.metadata.uid]]);
       // The restarted agent rewrote its Service table: the same rules, none twice.

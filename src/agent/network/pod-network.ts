@@ -360,10 +360,11 @@ export class PodNetwork {
   }
 
   /**
-   * At start: every cached attachment of a pod that is not here any more is released, and so is
-   * a spare (a new one is made), every sandbox no pod holds is removed, and every host-local
-   * reservation no attachment explains is removed (what an agent killed between ADD and its cache
-   * write left), so no address leaks.
+   * At start: every cached attachment of a pod that is not here any more is released; a spare
+   * left intact is kept as the spare (an agent restarted at once needs no CNI work for it), any
+   * other is released in the background (the start does not wait for its plugins); every sandbox
+   * no pod holds is removed, and every host-local reservation no attachment explains (what an
+   * agent killed between ADD and its cache write left), so no address leaks.
    */
   async reconcile(livePodUids: ReadonlySet<string>): Promise<{ released: number; freed: number }> {
     let released = 0;
@@ -378,6 +379,7 @@ export class PodNetwork {
       keptContainerIds.add(entry?.containerId ?? uid);
       if (entry?.sandbox) keptSandboxes.add(entry.sandbox);
     }
+    const staleSpares: string[] = [];
     for (const file of files) {
       if (!/\.json(\.pending)?$/.test(file)) continue;
       const uid = file.replace(/\.json(\.pending)?$/, '');
@@ -387,11 +389,23 @@ export class PodNetwork {
         fs.rmSync(path.join(this.resultsDir, file), { force: true });
         continue;
       }
+      if (isSandboxId(uid)) {
+        const spare = file.endsWith('.json') ? this.readEntry(uid) : undefined;
+        if (spare && !this.spare && this.intact(spare)) {
+          this.spare = spare;
+          keptContainerIds.add(uid);
+          keptSandboxes.add(uid);
+        } else if (!staleSpares.includes(uid)) {
+          staleSpares.push(uid);
+          keptSandboxes.add(uid);
+        }
+        continue;
+      }
       try {
         const entry = this.readEntry(uid) ?? this.readEntry(uid, 'pending');
         // Before agent-made sandboxes, the pin was `<pod dir>/ns/net`.
         await this.detach(uid, entry && !entry.sandbox ? path.dirname(path.dirname(entry.netns)) : undefined);
-        if (!isSandboxId(uid)) released++;
+        released++;
       } catch (error) {
         this.options.logger.warn({ err: error, uid }, 'cannot release the network of a pod that is gone; will retry at the next start');
       }
@@ -403,12 +417,16 @@ export class PodNetwork {
     for (const file of safeList(rangeDir)) {
       if (!/^\d+\.\d+\.\d+\.\d+$/.test(file)) continue;
       const owner = readFirstLine(path.join(rangeDir, file));
-      if (owner && !keptContainerIds.has(owner) && !livePodUids.has(owner)) {
+      // A stale spare's address goes with its DEL, below.
+      if (owner && !keptContainerIds.has(owner) && !livePodUids.has(owner) && !staleSpares.includes(owner)) {
         fs.rmSync(path.join(rangeDir, file), { force: true });
         freed++;
       }
     }
     if (released || freed) this.options.logger.info({ released, freed }, 'released the pod network of pods that went while the agent was down');
+    for (const id of staleSpares) {
+      void this.detach(id, undefined).catch((error: unknown) => this.options.logger.warn({ err: error, sandbox: id }, 'cannot release a spare sandbox; will retry at the next start'));
+    }
     this.refill();
     return { released, freed };
   }
