@@ -46,12 +46,14 @@ export async function nodeForget(name: string, opts: { kubeconfig?: string }): P
       registrationRemoved: boolean;
       nodeId?: string;
       nodeDeleted: boolean;
+      advertisementDeleted?: boolean;
     };
     client.close();
     process.stdout.write(
       `node ${name} forgotten: ` +
         `${result.registrationRemoved ? `registration of node id ${result.nodeId} removed, its credential revoked on every server` : 'it had no registration'}; ` +
-        `${result.nodeDeleted ? 'Node object deleted' : 'there was no Node object'}.\n` +
+        `${result.nodeDeleted ? 'Node object deleted' : 'there was no Node object'}` +
+        `${result.advertisementDeleted ? '; its embedded-registry advertisement deleted' : ''}.\n` +
         `The next host to register ${name} takes the name; an agent of the old host still running would register it again, so stop it first.\n`,
     );
   } catch (error) {

@@ -14,8 +14,10 @@ import { nodeNameOf } from './node-authorization.js';
 import { ApiError, errors } from '../apiserver/errors.js';
 import { ClientGoneError, decodeBody, readBody, sendError, sendJson } from '../apiserver/http.js';
 import { isJsonObject } from '../apiserver/json.js';
+import type { KubeObject } from '../apiserver/objects.js';
 import { dnsSubdomainProblem } from '../apiserver/validation.js';
-import { type ApiClient, NODES } from '../client/types.js';
+import { type ApiClient, CONFIGMAPS, NODES } from '../client/types.js';
+import { REGISTRY_PEER_LABEL, REGISTRY_PEER_NAMESPACE } from '../node-protocol/registry-peers.js';
 import type { Logger } from '../logging/logger.js';
 import { issueCertificate, type KeyPair } from '../security/pki.js';
 import { type EtcdMembership, MembershipBusy } from './etcd-membership.js';
@@ -245,18 +247,44 @@ async function forgetNode(options: DroverEndpointsOptions, req: IncomingMessage,
   if (!record && !nodeDeleted) {
     throw new ApiError(404, 'NotFound', `node "${nodeName}" has no registration and no Node object`, { name: nodeName, group: '', kind: 'nodes' });
   }
+  const advertisementDeleted = await deleteRegistryAdvertisement(options.client, nodeName);
   const message =
     `Node name ${nodeName} forgotten by ${user.name}: ` +
     `${record ? `its registration (node id ${record.nodeId}) and credential removed` : 'it had no registration'}` +
-    `${nodeDeleted ? ', its Node object deleted' : ''}; the next host to register the name takes it`;
-  options.logger.info({ node: nodeName, nodeId: record?.nodeId, nodeDeleted, by: user.name }, 'node name forgotten');
+    `${nodeDeleted ? ', its Node object deleted' : ''}` +
+    `${advertisementDeleted ? ', its embedded-registry advertisement deleted' : ''}; the next host to register the name takes it`;
+  options.logger.info({ node: nodeName, nodeId: record?.nodeId, nodeDeleted, advertisementDeleted, by: user.name }, 'node name forgotten');
   await options.events.record({ kind: 'Namespace', name: 'kube-system', namespace: 'kube-system' }, 'Normal', 'NodeForgotten', message);
   sendJson(res, 200, {
     node: nodeName,
     registrationRemoved: Boolean(record),
     ...(record ? { nodeId: record.nodeId, registeredAt: record.registeredAt } : {}),
     nodeDeleted,
+    advertisementDeleted,
   });
+}
+
+/**
+ * The forgotten node's embedded-registry advertisement (docs/registry.md): peers ignore it once
+ * the Node is gone, and with the name free it goes too. Only an object labelled as an
+ * advertisement is deleted: a ConfigMap of the same name put there by anyone else stays.
+ */
+async function deleteRegistryAdvertisement(client: ApiClient, nodeName: string): Promise<boolean> {
+  let found: KubeObject | undefined;
+  try {
+    found = await client.get(CONFIGMAPS, REGISTRY_PEER_NAMESPACE, nodeName);
+  } catch (error) {
+    if (error instanceof ApiError && error.code === 404) return false;
+    throw error;
+  }
+  if (!found || found.metadata.labels?.[REGISTRY_PEER_LABEL] !== 'true') return false;
+  try {
+    await client.delete(CONFIGMAPS, REGISTRY_PEER_NAMESPACE, nodeName, { preconditions: { uid: found.metadata.uid! } });
+    return true;
+  } catch (error) {
+    if (error instanceof ApiError && (error.code === 404 || error.code === 409)) return false;
+    throw error;
+  }
 }
 
 /** `drover kubeconfig create`: a user's client certificate from the client CA, for admins only, recorded. */

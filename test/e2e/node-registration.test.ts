@@ -160,8 +160,13 @@ describe('a node name outlives its Node object until drover node forget', () => 
     assert.equal(refused.status, 403, refused.text);
     assert.match(message(refused), TAKEN(name));
 
+    // Its embedded-registry advertisement (docs/registry.md), as its agent would have left it.
+    const advertisement = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, labels: { 'drover.io/registry-peer': 'true' } }, data: { images: '' } };
+    assert.equal((await request(server, 'POST', '/api/v1/namespaces/kube-node-lease/configmaps', { body: advertisement })).status, 201);
     const forgotten = await runDrover(['node', 'forget', name, '--kubeconfig', server.kubeconfig]);
     assert.equal(forgotten.code, 0, forgotten.stderr);
+    assert.match(forgotten.stdout, /; its embedded-registry advertisement deleted\./);
+    assert.equal((await request(server, 'GET', `/api/v1/namespaces/kube-node-lease/configmaps/${name}`)).status, 404, 'the advertisement goes with the name');
     report(t, forgotten.stdout.trim());
     assert.match(
       forgotten.stdout,
@@ -186,8 +191,13 @@ describe('a node name outlives its Node object until drover node forget', () => 
     // A live credential stops working the moment its name is forgotten.
     const spare = credentialOf(await register(server, 'spare', 'spare-password-0123456789'));
     assert.equal(await credentialStatus(server, spare), 200);
+    // A ConfigMap of the same name that is not an advertisement (no label) is not the node's: it stays.
+    const unrelated = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'spare' }, data: { note: 'not an advertisement' } };
+    assert.equal((await request(server, 'POST', '/api/v1/namespaces/kube-node-lease/configmaps', { body: unrelated })).status, 201);
     const noNode = await runDrover(['node', 'forget', 'spare', '--kubeconfig', server.kubeconfig]);
     assert.equal(noNode.code, 0, noNode.stderr);
+    assert.doesNotMatch(noNode.stdout, /advertisement/);
+    assert.equal((await request(server, 'GET', '/api/v1/namespaces/kube-node-lease/configmaps/spare')).status, 200, 'an unlabelled ConfigMap stays');
     assert.match(noNode.stdout, /node spare forgotten: registration of node id [0-9a-f-]+ removed, its credential revoked on every server; there was no Node object/);
     assert.equal(await credentialStatus(server, spare), 401);
   });
