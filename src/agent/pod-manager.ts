@@ -70,6 +70,8 @@ export interface PodManagerOptions {
   network?: () => NodeNetwork | undefined;
 }
 
+/** A start that ended because an input it needs (a token) is still coming: its arrival kicks a pass. */
+const INPUTS_PENDING = 'inputs-pending' as const;
 const RECONCILE_MS = 250;
 const LAUNCH_RETRY_MS = 5000;
 
@@ -95,9 +97,13 @@ export class PodManager {
   /** Supervisors' state.json writes kick a pass (a started container is reported at once). */
   private readonly stateWatch = new RunStateWatch(() => this.kick());
   /** Pods being stopped or started right now (uid → what), so a pass does not do it twice. */
-  private readonly inFlight = new Map<string, Promise<void>>();
+  private readonly inFlight = new Map<string, Promise<unknown>>();
   /** When a pod's supervisor last failed to start: it is tried again only after LAUNCH_RETRY_MS. */
   private readonly launchFailedAt = new Map<string, number>();
+  /** A starting pod's ContainerCreating report still in flight: a later start attempt waits for it, never writes beside it. */
+  private readonly creatingReports = new Map<string, Promise<void>>();
+  /** How many times a pass was asked for (track() tells whether anything happened during a start). */
+  private kicks = 0;
   /** Events already recorded per pod uid (see recordTransitions). */
   private readonly announced = new Map<string, Set<string>>();
   private readonly events: EventRecorder;
@@ -256,6 +262,7 @@ export class PodManager {
   }
 
   private kick(): void {
+    this.kicks++;
     if (!this.running) return;
     clearTimeout(this.timer);
     this.timer = setTimeout(() => this.pass(), 0);
@@ -332,24 +339,42 @@ export class PodManager {
     }
   }
 
-  private track(uid: string, work: Promise<void>): void {
+  /**
+   * Run `work` for the pod, one at a time per pod, and make a pass when it ends. Not when a start
+   * ended waiting for an input (a token) and nothing kicked meanwhile: the input's arrival kicks,
+   * and a pass now would only find it still missing, again and again until it comes.
+   */
+  private track(uid: string, work: Promise<void | typeof INPUTS_PENDING>): void {
+    const kicksBefore = this.kicks;
     this.inFlight.set(uid, work);
     void work
-      .catch((error: unknown) => this.logger.warn({ err: error, uid }, 'pod action failed; will retry'))
-      .finally(() => {
+      .then(
+        (outcome) => outcome === INPUTS_PENDING && this.kicks === kicksBefore,
+        (error: unknown) => {
+          this.logger.warn({ err: error, uid }, 'pod action failed; will retry');
+          return false;
+        },
+      )
+      .then((quiet) => {
         this.inFlight.delete(uid);
-        this.kick();
+        if (!quiet) this.kick();
       });
   }
 
-  private async startPod(pod: KubeObject, dir: string): Promise<void> {
+  private async startPod(pod: KubeObject, dir: string): Promise<void | typeof INPUTS_PENDING> {
     const name = `${pod.metadata.namespace}/${pod.metadata.name}`;
     // Images may take a while (unpacking): say ContainerCreating meanwhile. Written while the pod
     // is prepared, and done before its supervisor starts, so it never overtakes a later status.
-    const creating =
-      podRuntimeClassName(pod) !== PROCESS_HANDLER && !getPath(pod, ['status', 'containerStatuses']) ? this.report(pod, undefined) : Promise.resolve();
-    creating.catch(() => undefined);
-    // A runc pod's network is attached while its volumes, token and images are prepared: both
+    const uid = pod.metadata.uid!;
+    let creating = this.creatingReports.get(uid);
+    if (!creating && podRuntimeClassName(pod) !== PROCESS_HANDLER && !getPath(pod, ['status', 'containerStatuses'])) {
+      const report = this.report(pod, undefined);
+      creating = report;
+      this.creatingReports.set(uid, report);
+      void report.catch(() => undefined).finally(() => this.creatingReports.get(uid) === report && this.creatingReports.delete(uid));
+    }
+    creating?.catch(() => undefined);
+    // A runc pod's network is attached while its volumes, token and image are prepared: both
     // only need the pod, and neither waits for the other.
     const early = await this.config.resolveRuntime(pod);
     const network = early.ok && early.runtime === 'runc' ? this.options.network?.() : undefined;
@@ -358,14 +383,18 @@ export class PodManager {
     // Both are awaited below; a rejection must not go unobserved while prepare() runs.
     wiring?.catch(() => undefined);
     const prepared = await this.config.prepare(pod, dir);
-    await creating;
     if (prepared.kind === 'waiting') {
-      // Not created yet (an object or key it needs is missing): the next pass tries again. An
-      // attached network stays, found again then (or released if the pod goes).
+      // Not created yet: the next pass tries again. An attached network stays, found again then
+      // (or released if the pod goes). With nothing to say but "inputs still coming" (a token
+      // being fetched), the ContainerCreating report in flight says it, and this attempt ends at
+      // once: the pass that the input's arrival starts must not wait for the report.
+      if (creating && Object.keys(prepared.waiting).length === 0) return INPUTS_PENDING;
+      await creating;
       await wiring?.catch(() => undefined);
       await this.report(pod, undefined, prepared.waiting);
       return;
     }
+    await creating;
     const spec = runSpecFor(
       pod,
       this.fencingFile,

@@ -72,8 +72,19 @@ export interface Attachment {
   sandbox?: SandboxRunPaths;
 }
 
-/** The CPU priority of work done ahead of need (the spare sandbox), below the pods starting now. */
+/** The CPU priority of work done ahead of need (the spare sandboxes), below the pods starting now. */
 const SPARE_NICENESS = 10;
+/**
+ * Spare sandboxes kept ready. One: with two, pods started back to back (the pod-start benchmark)
+ * were slower, runc and process pods alike, as the refills took the CPU their starts needed.
+ */
+const SPARES = 1;
+/**
+ * How long after a pod took the spare the next one is begun: the pod's own start (its supervisor,
+ * runc) comes first. Making a sandbox creates a network namespace and runs two Go plugins, which
+ * slowed the runc start beside it by a half on a 2-core machine.
+ */
+const SPARE_REFILL_DELAY_MS = 500;
 
 function writeSysctl(name: string, value: string): boolean {
   try {
@@ -131,10 +142,11 @@ export class PodNetwork {
    * never read from disk there.
    */
   private readonly addresses = new Map<string, string>();
-  /** The spare sandbox, wired and ready: the next pod takes it. */
-  private spare: CachedAttachment | undefined;
-  /** The spare being made (in the background, at a low CPU priority). */
+  /** The spare sandboxes, wired and ready: the next pods take them. */
+  private readonly spares: CachedAttachment[] = [];
+  /** A spare being made (in the background, at a low CPU priority, one at a time), or about to be. */
   private makingSpare: Promise<void> | undefined;
+  private refillTimer: NodeJS.Timeout | undefined;
   private closed = false;
 
   constructor(private readonly options: PodNetworkOptions) {
@@ -189,6 +201,7 @@ export class PodNetwork {
   /** No more spares (the agent stops). What is cached stays for the next start. */
   close(): void {
     this.closed = true;
+    clearTimeout(this.refillTimer);
   }
 
   private cacheFile(uid: string): string {
@@ -259,27 +272,38 @@ export class PodNetwork {
         }
       }
       if (cached) await this.release(cached);
-      const spare = this.spare;
-      this.spare = undefined;
+      const spare = this.spares.shift();
       // A spare still being made is not waited for: it is made at a low priority, and a pod must
       // not wait behind that. This pod makes its own at the agent's; the other stays for the next.
       const made = spare ?? (await this.makeSandbox(newSandboxId(), 0));
-      this.refill();
+      this.refill(SPARE_REFILL_DELAY_MS);
       return this.claim(pod, made);
     });
   }
 
   /** Keep one sandbox wired and ready, made at a low CPU priority. A failure is logged; the next pod then makes its own. */
-  private refill(): void {
-    if (this.closed || this.spare || this.makingSpare) return;
+  private refill(delayMs = 0): void {
+    if (this.closed || this.spares.length >= SPARES || this.makingSpare || this.refillTimer) return;
+    if (delayMs > 0) {
+      this.refillTimer = setTimeout(() => {
+        this.refillTimer = undefined;
+        this.refill();
+      }, delayMs);
+      this.refillTimer.unref();
+      return;
+    }
     this.makingSpare = this.makeSandbox(newSandboxId(), SPARE_NICENESS)
       .then(
         (made) => {
-          this.spare = made;
+          this.spares.push(made);
+          this.makingSpare = undefined;
+          this.refill();
         },
-        (error: unknown) => this.options.logger.warn({ err: error }, 'cannot make a spare pod sandbox; the next pod makes its own'),
-      )
-      .finally(() => (this.makingSpare = undefined));
+        (error: unknown) => {
+          this.makingSpare = undefined;
+          this.options.logger.warn({ err: error }, 'cannot make a spare pod sandbox; the next pod makes its own');
+        },
+      );
   }
 
   /**
@@ -391,8 +415,8 @@ export class PodNetwork {
       }
       if (isSandboxId(uid)) {
         const spare = file.endsWith('.json') ? this.readEntry(uid) : undefined;
-        if (spare && !this.spare && this.intact(spare)) {
-          this.spare = spare;
+        if (spare && this.spares.length < SPARES && this.intact(spare)) {
+          this.spares.push(spare);
           keptContainerIds.add(uid);
           keptSandboxes.add(uid);
         } else if (!staleSpares.includes(uid)) {
