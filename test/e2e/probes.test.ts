@@ -170,9 +170,11 @@ describe('probes with a real agent', { concurrency: false }, () => {
     void exited.then((code) => (exitCode = code));
     try {
       // Running, probed and failing: the pod is not ready, and the rollout is not done.
+      // The first probe may come before httpd listens (a connection refused event, as kubelet's):
+      // wait for the failure of a served request.
       const failed = await eventually(
-        async () => (await listEvents(server)).find((e) => e.reason === 'Unhealthy' && e.object.startsWith('Pod/gated-')),
-        'a readiness failure event',
+        async () => (await listEvents(server)).find((e) => e.reason === 'Unhealthy' && e.object.startsWith('Pod/gated-') && e.message.includes('statuscode')),
+        'a readiness failure event for the 404',
         CEILING_MS,
       );
       assert.equal(failed.message, 'Readiness probe failed: HTTP probe failed with statuscode: 404');
