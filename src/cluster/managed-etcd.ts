@@ -104,14 +104,24 @@ function reapOrphan(pidFile: string, dataDir: string, logger: Logger): void {
   } catch {
     return;
   }
-  // Gone once it has left /proc or is a zombie waiting to be collected (it holds no ports then).
+  // Gone once it has left /proc or every thread of it has exited (the leader a zombie waiting to be
+  // collected). Not when only the leader is a zombie: etcd is multi-threaded, and its other threads
+  // still hold its sockets while they exit, so a member started then found its peer port taken.
   const running = (): boolean => {
+    let tasks: string[];
     try {
-      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-      return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+      tasks = fs.readdirSync(`/proc/${pid}/task`);
     } catch {
       return false;
     }
+    return tasks.some((task) => {
+      try {
+        const stat = fs.readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8');
+        return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+      } catch {
+        return false;
+      }
+    });
   };
   const deadline = Date.now() + 5000;
   while (running() && Date.now() < deadline) spawnSync('sleep', ['0.05']);
