@@ -58,10 +58,32 @@ export function terminalOf(scriptPid: number | undefined): string | undefined {
   return undefined;
 }
 
+/**
+ * The size each terminal is being set to, by one `stty` at a time: stty sets the rows and the
+ * columns with an ioctl each, so two at once (kubectl sends its size plus one, then its size, to
+ * make the shell redraw) could interleave and leave the rows of one and the columns of the other.
+ * Sizes that come while one is applied wait, and only the latest is applied next.
+ */
+const resizing = new Map<string, { next?: { columns: number; rows: number } }>();
+
+function applySize(tty: string, columns: number, rows: number): void {
+  const current = resizing.get(tty);
+  if (current) {
+    current.next = { columns, rows };
+    return;
+  }
+  const entry: { next?: { columns: number; rows: number } } = {};
+  resizing.set(tty, entry);
+  execFile('stty', ['-F', tty, 'cols', String(columns), 'rows', String(rows)], () => {
+    resizing.delete(tty);
+    if (entry.next) applySize(tty, entry.next.columns, entry.next.rows);
+  });
+}
+
 /** Sets the size of the terminal a script process made; false when it has none (yet). */
 export function resizeTerminal(scriptPid: number | undefined, columns: number, rows: number): boolean {
   const tty = terminalOf(scriptPid);
   if (!tty) return false;
-  execFile('stty', ['-F', tty, 'cols', String(columns), 'rows', String(rows)], () => undefined);
+  applySize(tty, columns, rows);
   return true;
 }
