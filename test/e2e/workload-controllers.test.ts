@@ -232,6 +232,8 @@ describe('workload controllers (server process, hand-made nodes, a fake kubelet)
     const from = kubelet.log.length;
     await client.patch(STATEFULSETS, NS, 'db', 'merge', { spec: { replicas: 2 } });
     await eventually(async () => (await pods((p) => p.name.startsWith('db-'))).length === 2, 'db down to 2 pods');
+    // The fake kubelet logs a pod gone when its watch delivers the deletion, which may come after the list above.
+    await eventually(async () => kubelet.log.slice(from).includes('gone:db-2'), 'the fake kubelet saw db-2 go');
     const steps = kubelet.log.slice(from).filter((e) => /^(terminating|gone):db-/.test(e));
     assert.deepEqual(steps, ['terminating:db-4', 'gone:db-4', 'terminating:db-3', 'gone:db-3', 'terminating:db-2', 'gone:db-2']);
     await eventually(async () => {
