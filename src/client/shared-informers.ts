@@ -49,6 +49,11 @@ export class SharedInformers {
     await Promise.all([...this.informers.values()].map((informer) => informer.start()));
   }
 
+  /** Every informer has listed at least once (a failed first list leaves start() resolved but this false). */
+  get hasSynced(): boolean {
+    return [...this.informers.values()].every((informer) => informer.hasSynced);
+  }
+
   stop(): void {
     for (const informer of this.informers.values()) informer.stop();
   }

@@ -82,6 +82,50 @@ export interface DerivedTimings {
   fencingMarginMs: number;
   /** How often the node lifecycle controller recomputes verdicts: a sixteenth of the grace, 50-250 ms. */
   lifecycleTickMs: number;
+  /** The controller lease (`kube-system/drover-controllers`): see `controllerLeaseTimings`. */
+  controllerLease: ControllerLeaseTimings;
+}
+
+/**
+ * The controller lease's timings, all derived from the node grace period, so every server (they
+ * all check the grace against the cluster record at every start) computes the same ones. The
+ * argument is in docs/high-availability.md ("Controllers in HA"); in short:
+ *
+ * - The lifecycle controller already counts a node suspect when no renewal of it has been
+ *   committed for grace/2. A leader is held to the same bound: it stops its controllers once
+ *   grace/2 has passed since it *sent* its last renewal that was committed (`stepDownMs`).
+ * - Another server takes the lease only after it has seen it unchanged for `durationMs`
+ *   (3/4 of the grace) by its own monotonic clock, measured from when it *saw* the change, which
+ *   is after the commit, which is after the send. So the old leader has stopped at least grace/4
+ *   (1 s by default) before anyone else can start, whatever the hosts' wall clocks say.
+ * - The leader renews every grace/8 (4 tries before it must step down); candidates look twice as
+ *   often, so a crashed leader is replaced about 3/4 of a grace after its last renewal, before a
+ *   node that died with it would have been declared lost.
+ * - The duration is kept between 1 s (a garbage-collection pause or an etcd leader election must
+ *   not move the controllers) and 15 s (the fixed value this replaced, Kubernetes' default).
+ */
+export interface ControllerLeaseTimings {
+  /** How long a candidate must see the lease unchanged before it takes it; written as `leaseDurationSeconds` (rounded up). */
+  durationMs: number;
+  /** The leader stops its controllers (and refuses their writes) this long after sending its last committed renewal. */
+  stepDownMs: number;
+  /** How often the leader renews. */
+  renewIntervalMs: number;
+  /** How often a candidate looks at the lease. */
+  retryIntervalMs: number;
+}
+
+export const CONTROLLER_LEASE_MIN_MS = 1000;
+export const CONTROLLER_LEASE_MAX_MS = 15_000;
+
+export function controllerLeaseTimings(graceMs: number): ControllerLeaseTimings {
+  const durationMs = Math.max(CONTROLLER_LEASE_MIN_MS, Math.min(CONTROLLER_LEASE_MAX_MS, (graceMs * 3) / 4));
+  return {
+    durationMs,
+    stepDownMs: (durationMs * 2) / 3,
+    renewIntervalMs: durationMs / 6,
+    retryIntervalMs: durationMs / 12,
+  };
 }
 
 /** See `DerivedTimings.lifecycleTickMs`. */
@@ -102,6 +146,7 @@ export function deriveTimings(cluster: ClusterTimingSettings): DerivedTimings {
     ...fencingThresholds(renew, fencing),
     fencingMarginMs: FENCING_MARGIN_MS,
     lifecycleTickMs: lifecycleTickMs(grace),
+    controllerLease: controllerLeaseTimings(grace),
   };
 }
 

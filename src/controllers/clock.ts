@@ -124,6 +124,15 @@ export class FakeClock implements Clock {
     await settle(settleTurns);
   }
 
+  /**
+   * Move both clocks forward by `ms` without firing any timer, as a process stopped (SIGSTOP, a
+   * long pause) finds time on resuming: whatever it checks first sees the new time, and the timers
+   * now overdue fire at the next `advance()`.
+   */
+  jump(ms: number): void {
+    this.moveTo(this.monotonic + ms);
+  }
+
   /** Step the wall clock alone (an NTP correction, `date -s`): monotonic time and timers are unaffected. */
   stepWall(ms: number): void {
     this.wall += ms;

@@ -1,10 +1,12 @@
 import { SharedInformers } from '../client/shared-informers.js';
 import { type ApiClient, PODS } from '../client/types.js';
+import { type ControllerLeaseTimings, controllerLeaseTimings } from '../config/timings.js';
 import type { Logger } from '../logging/logger.js';
 import { FENCING_MARGIN_MS, fencingThresholds } from '../node-protocol/fencing.js';
 import { type Clock, systemClock } from './clock.js';
 import { EventRecorder } from './events.js';
 import { FailoverController } from './failover.js';
+import { fencedClient } from './fenced-client.js';
 import { LeaderElector } from './leader-election.js';
 import { NodeLifecycleController, type NodeLifecycleOptions } from './node-lifecycle.js';
 import { WorkloadControllers } from './workload-controllers.js';
@@ -15,7 +17,11 @@ import { WorkloadControllers } from './workload-controllers.js';
  * list and one watch per resource for all of them): the node lifecycle controller, the workload
  * controllers, failover, and whatever other leader-only controllers the caller passes in (the
  * cluster layer's node record reconciler, which controllers may not import). Each term of
- * leadership gets fresh controllers and informers; losing the lease stops them all.
+ * leadership gets fresh controllers and informers, started only once every informer has listed
+ * (a new leader acts on what the datastore holds, never on what a previous term cached); losing
+ * the lease stops them all. The controllers write through a fenced client (fenced-client.ts): a
+ * write is refused once the term's deadline has passed by this server's monotonic clock, so a
+ * deposed leader writes nothing after another server could have taken over.
  */
 
 /** A controller that runs only on the leader, started and stopped with each term. */
@@ -32,14 +38,8 @@ export interface ControllerTimings {
   defaultUnavailableTolerationMs: number;
 }
 
-export interface ControllerLease {
-  namespace: string;
-  name: string;
-  leaseDurationMs: number;
-  renewIntervalMs: number;
-}
-
-export const CONTROLLER_LEASE: ControllerLease = { namespace: 'kube-system', name: 'drover-controllers', leaseDurationMs: 15_000, renewIntervalMs: 2000 };
+/** The controller lease's name; its timings follow from the node grace period (`controllerLeaseTimings`). */
+export const CONTROLLER_LEASE = { namespace: 'kube-system', name: 'drover-controllers' } as const;
 
 export interface ControllerManagerOptions {
   client: ApiClient;
@@ -57,7 +57,8 @@ export interface ControllerManagerOptions {
    * before them.
    */
   termControllers?: readonly ((informers: SharedInformers, clock: Clock) => LeaderOnlyController)[];
-  lease?: ControllerLease;
+  /** The controller lease's timings; by default derived from `timings.nodeMonitorGracePeriodMs`. */
+  lease?: ControllerLeaseTimings;
   /** The workload controllers' full resync interval. */
   resyncMs?: number;
   /** The system clock unless a test drives one. */
@@ -79,15 +80,23 @@ export class ControllerManager {
   private readonly lifecycleEvents: EventRecorder;
   private readonly workloadEvents: EventRecorder;
   private term: Term | undefined;
+  /** What the controllers write through: refused outside a term (see fenced-client.ts). */
+  private readonly client: ApiClient;
+  private refusedWrites = 0;
 
   constructor(private readonly options: ControllerManagerOptions) {
-    const { client, logger, identity } = options;
+    const { logger, identity } = options;
     this.clock = options.clock ?? systemClock;
+    this.client = fencedClient(options.client, () => this.mayWrite(), identity, (verb) => {
+      // One line per term is enough to tell what happened; the count says how often.
+      if (this.refusedWrites++ === 0) logger.warn({ verb }, 'refused a controller write: this server no longer holds the controller lease');
+    });
+    const client = this.client;
     this.lifecycleEvents = new EventRecorder(client, 'drover-node-lifecycle', identity, logger, this.clock);
     this.workloadEvents = new EventRecorder(client, 'drover-controller-manager', identity, logger, this.clock);
     this.elector = new LeaderElector(
-      client,
-      { ...(options.lease ?? CONTROLLER_LEASE), identity, clock: this.clock },
+      options.client,
+      { ...CONTROLLER_LEASE, ...(options.lease ?? controllerLeaseTimings(options.timings.nodeMonitorGracePeriodMs)), identity, clock: this.clock },
       {
         onStartedLeading: () =>
           void this.startTerm().catch((error: unknown) => logger.error({ err: error }, 'the controllers failed to start')),
@@ -99,6 +108,20 @@ export class ControllerManager {
 
   get isLeader(): boolean {
     return this.elector.isLeader;
+  }
+
+  /**
+   * Whether a controller write may go out now: a term is running and the elector's deadline has
+   * not passed. Leader-only controllers built outside the manager write through `fencedClient`
+   * with this gate.
+   */
+  mayWrite(): boolean {
+    return this.term !== undefined && this.elector.mayWrite();
+  }
+
+  /** Controller writes refused since this manager started (a deposed leader's attempts). */
+  get refusedWriteCount(): number {
+    return this.refusedWrites;
   }
 
   /** The node lifecycle controller of the current term, if leading (tests drive it). */
@@ -122,7 +145,9 @@ export class ControllerManager {
   }
 
   private async startTerm(): Promise<void> {
-    const { client, logger, timings } = this.options;
+    const { logger, timings } = this.options;
+    const client = this.client;
+    this.refusedWrites = 0;
     const clock = this.clock;
     const informers = new SharedInformers(client, logger);
     // Every controller registers its handlers before the first list, so none misses an event.
@@ -158,6 +183,8 @@ export class ControllerManager {
     this.term = term;
     const current = (): boolean => this.term === term;
     await informers.start();
+    // A list that failed is retried; nothing acts before every informer holds a fresh one.
+    while (!informers.hasSynced && current()) await new Promise((resolve) => setTimeout(resolve, 50));
     if (!current()) return;
     await lifecycle.start();
     for (const extra of this.options.extraControllers ?? []) {

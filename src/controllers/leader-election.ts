@@ -1,6 +1,7 @@
 import { ApiError } from '../apiserver/errors.js';
 import { type KubeObject, kubeMicroTime } from '../apiserver/objects.js';
 import { type ApiClient, LEASES } from '../client/types.js';
+import type { ControllerLeaseTimings } from '../config/timings.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock, type TimerHandle } from './clock.js';
 import { type LeaseSpec, leaseSpec } from './kube-types.js';
@@ -8,17 +9,23 @@ import { type LeaseSpec, leaseSpec } from './kube-types.js';
 /**
  * Exactly one server runs the controllers: the holder of a Lease. Expiry is judged by this
  * server's own monotonic clock (clock.ts) from when it last saw the lease change, never by
- * comparing timestamps written by another host, nor by this host's wall clock, which may be stepped. Writes are compare-and-swap on resourceVersion, so two candidates
- * cannot both take an expired lease; the datastore (SQLite or etcd) does the arbitration.
+ * comparing timestamps written by another host, nor by this host's wall clock, which may be
+ * stepped. Writes are compare-and-swap on resourceVersion, so two candidates cannot both take an
+ * expired lease; the datastore (SQLite or etcd) does the arbitration.
+ *
+ * The leader's term ends by its own clock before anyone else's can begin: it counts from when it
+ * *sent* its last renewal that was committed, a candidate from when it *saw* that renewal, which
+ * is later; the leader stops at `stepDownMs`, a candidate takes over only past `durationMs`
+ * (src/config/timings.ts, `controllerLeaseTimings`). `mayWrite()` is the same deadline read at the
+ * instant of each controller write (fenced-client.ts), so a leader that was paused past it and
+ * resumes writes nothing even before its step-down timer has run.
  */
 
-export interface LeaderElectionOptions {
+export interface LeaderElectionOptions extends ControllerLeaseTimings {
   namespace: string;
   name: string;
   /** Stable across restarts of the same server, so a restarted leader takes its lease straight back. */
   identity: string;
-  leaseDurationMs: number;
-  renewIntervalMs: number;
   /** The system clock unless a test drives one. */
   clock?: Clock;
 }
@@ -31,10 +38,12 @@ export interface LeaderCallbacks {
 export class LeaderElector {
   private leading = false;
   private timer: TimerHandle | undefined;
+  private stepDownTimer: TimerHandle | undefined;
   private stopped = false;
   private observedVersion: string | undefined;
   private observedAt = 0;
-  private lastRenewedAt = 0;
+  /** When the last renewal that was committed was sent (this clock): the term's deadline counts from it. */
+  private lastRenewalSentAt = 0;
   private readonly clock: Clock;
 
   constructor(
@@ -50,6 +59,15 @@ export class LeaderElector {
     return this.leading;
   }
 
+  /**
+   * Whether a controller write may go out now: this server leads and its term's deadline (the last
+   * committed renewal's send time + `stepDownMs`) has not passed by its monotonic clock. Read at
+   * every write, so it does not depend on the step-down timer having fired.
+   */
+  mayWrite(): boolean {
+    return this.leading && this.clock.now() < this.deadline();
+  }
+
   start(): void {
     void this.tick();
   }
@@ -58,8 +76,9 @@ export class LeaderElector {
   async stop(): Promise<void> {
     this.stopped = true;
     this.clock.clearTimeout(this.timer);
+    this.clock.clearTimeout(this.stepDownTimer);
     if (!this.leading) return;
-    this.setLeading(false);
+    this.setLeading(false, 'stopped');
     try {
       const lease = await this.client.get(LEASES, this.options.namespace, this.options.name);
       if (lease && leaseSpec(lease).holderIdentity === this.options.identity) {
@@ -71,16 +90,45 @@ export class LeaderElector {
     }
   }
 
-  private setLeading(leading: boolean): void {
+  private deadline(): number {
+    return this.lastRenewalSentAt + this.options.stepDownMs;
+  }
+
+  private setLeading(leading: boolean, why: string): void {
     if (leading === this.leading) return;
     this.leading = leading;
     if (leading) {
       this.logger.info({ identity: this.options.identity, lease: `${this.options.namespace}/${this.options.name}` }, 'became the controller leader');
       this.callbacks.onStartedLeading();
     } else {
-      this.logger.warn({ identity: this.options.identity }, 'stopped being the controller leader');
+      this.clock.clearTimeout(this.stepDownTimer);
+      this.logger.warn({ identity: this.options.identity, why }, 'stopped being the controller leader');
       this.callbacks.onStoppedLeading();
     }
+  }
+
+  /** A renewal sent at `sentAt` was committed: extend the term, or begin one. */
+  private renewed(sentAt: number): void {
+    // A renewal that took longer than the whole step-down window is no proof of anything now.
+    if (this.clock.now() - sentAt >= this.options.stepDownMs) {
+      this.logger.warn({ tookMs: Math.round(this.clock.now() - sentAt) }, 'a controller lease renewal was committed too late to count');
+      return;
+    }
+    this.lastRenewalSentAt = sentAt;
+    this.setLeading(true, 'renewed');
+    this.clock.clearTimeout(this.stepDownTimer);
+    this.stepDownTimer = this.clock.setTimeout(() => this.checkDeadline(), this.deadline() - this.clock.now());
+  }
+
+  /** Runs at the deadline, whatever the renewal in flight is doing (it may hang on a datastore without quorum). */
+  private checkDeadline(): void {
+    if (!this.leading) return;
+    const left = this.deadline() - this.clock.now();
+    if (left > 0) {
+      this.stepDownTimer = this.clock.setTimeout(() => this.checkDeadline(), left);
+      return;
+    }
+    this.setLeading(false, `no renewal of the controller lease was committed within ${this.options.stepDownMs} ms`);
   }
 
   private async tick(): Promise<void> {
@@ -90,19 +138,20 @@ export class LeaderElector {
     } catch (error) {
       this.logger.debug({ err: error }, 'leader election attempt failed');
     }
-    // A leader that cannot renew for a whole lease duration must assume someone else took over.
-    if (this.leading && this.clock.now() - this.lastRenewedAt > this.options.leaseDurationMs) this.setLeading(false);
+    // Also checked here: a paused process may run this tick before the step-down timer.
+    if (this.leading && this.clock.now() >= this.deadline()) this.checkDeadline();
     if (!this.stopped) {
-      this.timer = this.clock.setTimeout(() => void this.tick(), this.leading ? this.options.renewIntervalMs : this.options.renewIntervalMs / 2);
+      this.timer = this.clock.setTimeout(() => void this.tick(), this.leading ? this.options.renewIntervalMs : this.options.retryIntervalMs);
     }
   }
 
   private async tryAcquireOrRenew(): Promise<void> {
     const { namespace, name, identity } = this.options;
-    const now = this.clock.now();
+    // The send time: the term is counted from it, never from the answer.
+    const sentAt = this.clock.now();
     // Written into the lease for people to read; never compared with anything.
     const wallNow = this.clock.wallNow();
-    const durationSeconds = Math.max(1, Math.ceil(this.options.leaseDurationMs / 1000));
+    const durationSeconds = Math.max(1, Math.ceil(this.options.durationMs / 1000));
     const lease = await this.client.get(LEASES, namespace, name);
     if (!lease) {
       try {
@@ -118,23 +167,25 @@ export class LeaderElector {
             leaseTransitions: 0,
           },
         });
-        this.lastRenewedAt = now;
-        this.setLeading(true);
+        this.renewed(sentAt);
       } catch (error) {
         if (!(error instanceof ApiError && error.code === 409)) throw error;
       }
       return;
     }
     const spec = leaseSpec(lease);
+    const now = this.clock.now();
     if (lease.metadata.resourceVersion !== this.observedVersion) {
       this.observedVersion = lease.metadata.resourceVersion;
       this.observedAt = now;
     }
     const held = spec.holderIdentity === identity;
     const free = !spec.holderIdentity;
-    const expired = now - this.observedAt > (spec.leaseDurationSeconds ?? durationSeconds) * 1000;
+    // The holder's own declared duration, and never less than ours: an older server's longer lease is honoured.
+    const durationMs = Math.max((spec.leaseDurationSeconds ?? durationSeconds) * 1000, this.options.durationMs);
+    const expired = now - this.observedAt > durationMs;
     if (!held && !free && !expired) {
-      this.setLeading(false);
+      this.setLeading(false, `the lease is held by ${spec.holderIdentity}`);
       return;
     }
     const next: LeaseSpec = {
@@ -147,9 +198,12 @@ export class LeaderElector {
     try {
       const updated = await this.client.update(LEASES, namespace, { ...lease, spec: next as KubeObject['spec'] });
       this.observedVersion = updated.metadata.resourceVersion;
-      this.observedAt = now;
-      this.lastRenewedAt = now;
-      this.setLeading(true);
+      this.observedAt = this.clock.now();
+      if (!held && this.leading) {
+        // Our lease was taken and we took it back before our own deadline noticed: a new term.
+        this.setLeading(false, 'the lease changed hands');
+      }
+      this.renewed(sentAt);
     } catch (error) {
       if (error instanceof ApiError && error.code === 409) {
         if (held) this.logger.debug('controller lease renewal raced with another writer');

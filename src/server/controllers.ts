@@ -5,7 +5,9 @@ import { NodeRecordReconciler, unusedRecordTtlMs } from '../cluster/node-record-
 import type { NodeRegistry } from '../cluster/node-registry.js';
 import type { ServerSettings } from '../config/schema.js';
 import type { DerivedTimings } from '../config/timings.js';
+import type { ApiClient } from '../client/types.js';
 import { ControllerManager } from '../controllers/controller-manager.js';
+import { fencedClient } from '../controllers/fenced-client.js';
 import { EndpointsController } from '../controllers/endpoints.js';
 import { NodeIpamController } from '../controllers/node-ipam.js';
 import type { SharedInformers } from '../client/shared-informers.js';
@@ -41,14 +43,18 @@ export interface ControllerDeps {
   serviceAccounts: ServiceAccountSetup;
   /** The CA of the API servers' certificates (`ca.crt` of legacy token Secrets). */
   caCertificatePem: string;
-  /** Keeps the default `kubernetes` Service and its endpoints while this server leads. */
-  kubernetesService?: KubernetesServiceReconciler;
+  /** Keeps the default `kubernetes` Service and its endpoints while this server leads; built on the fenced client. */
+  kubernetesService?: (client: ApiClient) => KubernetesServiceReconciler;
 }
 
 export function startControllers(deps: ControllerDeps): ControllerManager {
   const { client, logger, settings, timings, metrics, etcdAccess, nodeRegistry, leaderIdentity, runsApi, serviceAccounts } = deps;
+  // The leader-only controllers built here write under the same fence as the manager's own: a
+  // write is refused once this server's term is over (src/controllers/fenced-client.ts).
+  let manager: ControllerManager | undefined;
+  const fenced = fencedClient(client, () => manager?.mayWrite() ?? false, leaderIdentity);
   // Revokes the credentials of deleted Nodes and collects never-used registrations (leader only).
-  const records = new NodeRecordReconciler(nodeRegistry, client, logger.child({ controller: 'node-records' }), {
+  const records = new NodeRecordReconciler(nodeRegistry, fenced, logger.child({ controller: 'node-records' }), {
     unusedTtlMs: unusedRecordTtlMs(),
   });
   // While this server holds the controller lease: the node lifecycle, workload and failover
@@ -57,6 +63,7 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
     client,
     logger,
     identity: leaderIdentity,
+    lease: timings.controllerLease,
     timings: {
       nodeLeaseRenewIntervalMs: timings.nodeLeaseRenewIntervalMs,
       nodeMonitorGracePeriodMs: timings.nodeMonitorGracePeriodMs,
@@ -65,15 +72,15 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
     },
     extraControllers: [
       records,
-      new ClusterRoleAggregationController(client, logger.child({ controller: 'clusterrole-aggregation' })),
-      ...(deps.kubernetesService ? [deps.kubernetesService] : []),
+      new ClusterRoleAggregationController(fenced, logger.child({ controller: 'clusterrole-aggregation' })),
+      ...(deps.kubernetesService ? [deps.kubernetesService(fenced)] : []),
     ],
     termControllers: [
-      ...serviceAccountControllers(serviceAccounts, client, logger, deps.caCertificatePem),
-      (informers, clock) => new EndpointsController(client, informers, logger.child({ controller: 'endpoints' }), { clock }),
+      ...serviceAccountControllers(serviceAccounts, fenced, logger, deps.caCertificatePem),
+      (informers, clock) => new EndpointsController(fenced, informers, logger.child({ controller: 'endpoints' }), { clock }),
       ...(settings.flannelBackend === 'none'
         ? []
-        : [(informers: SharedInformers, clock: Clock) => new NodeIpamController(client, informers, logger.child({ controller: 'node-ipam' }), serviceNetworkFromSettings(settings).clusterCidr, clock)]),
+        : [(informers: SharedInformers, clock: Clock) => new NodeIpamController(fenced, informers, logger.child({ controller: 'node-ipam' }), serviceNetworkFromSettings(settings).clusterCidr, clock)]),
     ],
     lifecycle: {
       tickMs: timings.lifecycleTickMs,
@@ -98,6 +105,7 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
         : {}),
     },
   });
+  manager = controllers;
   // An etcd-only server runs no controllers and serves no Kubernetes API.
   if (runsApi) controllers.start();
   return controllers;

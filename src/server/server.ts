@@ -157,7 +157,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       runsApi,
       serviceAccounts,
       caCertificatePem,
-      kubernetesService: new KubernetesServiceReconciler(client, directory, serviceNetworkFromSettings(settings), logger.child({ controller: 'kubernetes-service' }), datastore),
+      kubernetesService: (fenced) => new KubernetesServiceReconciler(fenced, directory, serviceNetworkFromSettings(settings), logger.child({ controller: 'kubernetes-service' }), datastore),
     });
     let embeddedAgent: EmbeddedAgent | undefined;
     if (!settings.disableAgent) {

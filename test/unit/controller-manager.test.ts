@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { LEASES, PODS } from '../../src/client/types.js';
+import { controllerLeaseTimings } from '../../src/config/timings.js';
 import { FakeClock, settle } from '../../src/controllers/clock.js';
 import { CONTROLLER_LEASE, ControllerManager, type LeaderOnlyController } from '../../src/controllers/controller-manager.js';
 import { leaseSpec, podSpec } from '../../src/controllers/kube-types.js';
@@ -14,6 +15,7 @@ import { eventually } from '../helpers/server.js';
  */
 
 const TIMINGS = { nodeLeaseRenewIntervalMs: 1000, nodeMonitorGracePeriodMs: 4000, fencingTimeoutMs: 3000, defaultUnavailableTolerationMs: 0 };
+const LEASE = controllerLeaseTimings(TIMINGS.nodeMonitorGracePeriodMs);
 
 class RecordingController implements LeaderOnlyController {
   log: string[] = [];
@@ -78,13 +80,13 @@ describe('controller manager on a fake clock', () => {
     // Someone else takes the lease (a's renewal was lost): at its next renewal a stops everything.
     const lease = (await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!;
     await api.client.update(LEASES, CONTROLLER_LEASE.namespace, { ...lease, spec: { ...leaseSpec(lease), holderIdentity: 'server-x' } });
-    await advance(clock, CONTROLLER_LEASE.renewIntervalMs, () => node.renew());
+    await advance(clock, LEASE.renewIntervalMs, () => node.renew());
     assert.ok(!a.isLeader && !a.lifecycle, 'a stopped leading');
     assert.deepEqual(extraA.log, ['start', 'stop']);
     assert.ok(!b.isLeader, 'b does not take a lease that is not expired');
 
     // server-x never renews: once the lease has gone unchanged for its duration, one of them takes it.
-    await advance(clock, CONTROLLER_LEASE.leaseDurationMs + CONTROLLER_LEASE.renewIntervalMs, () => node.renew(), 500);
+    await advance(clock, LEASE.durationMs + LEASE.renewIntervalMs, () => node.renew(), LEASE.retryIntervalMs);
     const leaders = [a, b].filter((m) => m.isLeader);
     assert.equal(leaders.length, 1, 'exactly one leader');
     assert.equal(leaseSpec(await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name)).holderIdentity, leaders[0] === a ? 'server-a' : 'server-b');

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
+  controllerLeaseTimings,
   type DerivedTimings,
   deriveTimings,
   lifecycleTickMs,
@@ -33,6 +34,7 @@ describe('deriveTimings', () => {
         peerCutOffMs: 2000,
         controllerSilenceMs: 1500,
         lifecycleTickMs: 250,
+        controllerLease: { durationMs: 3000, stepDownMs: 2000, renewIntervalMs: 500, retryIntervalMs: 250 },
         ...constants,
       },
     },
@@ -50,6 +52,7 @@ describe('deriveTimings', () => {
         peerCutOffMs: 500,
         controllerSilenceMs: 375,
         lifecycleTickMs: 93.75,
+        controllerLease: { durationMs: 1125, stepDownMs: 750, renewIntervalMs: 187.5, retryIntervalMs: 93.75 },
         ...constants,
       },
     },
@@ -67,6 +70,7 @@ describe('deriveTimings', () => {
         peerCutOffMs: 20_000,
         controllerSilenceMs: 19_500,
         lifecycleTickMs: 250,
+        controllerLease: { durationMs: 15_000, stepDownMs: 10_000, renewIntervalMs: 2500, retryIntervalMs: 1250 },
         ...constants,
       },
     },
@@ -84,6 +88,7 @@ describe('deriveTimings', () => {
         peerCutOffMs: 2000,
         controllerSilenceMs: 1500,
         lifecycleTickMs: 250,
+        controllerLease: { durationMs: 3000, stepDownMs: 2000, renewIntervalMs: 500, retryIntervalMs: 250 },
         ...constants,
       },
     },
@@ -101,6 +106,7 @@ describe('deriveTimings', () => {
         peerCutOffMs: 2375,
         controllerSilenceMs: 1875,
         lifecycleTickMs: 250,
+        controllerLease: { durationMs: 3375, stepDownMs: 2250, renewIntervalMs: 562.5, retryIntervalMs: 281.25 },
         ...constants,
       },
     },
@@ -118,6 +124,7 @@ describe('deriveTimings', () => {
         peerCutOffMs: 2000,
         controllerSilenceMs: 1500,
         lifecycleTickMs: 250,
+        controllerLease: { durationMs: 15_000, stepDownMs: 10_000, renewIntervalMs: 2500, retryIntervalMs: 1250 },
         ...constants,
       },
     },
@@ -168,6 +175,23 @@ describe('deriveTimings', () => {
     assert.equal(lifecycleTickMs(1600), 100);
     assert.equal(lifecycleTickMs(4000), 250);
     assert.equal(lifecycleTickMs(60_000), 250);
+  });
+
+  it('the controller lease: a leader steps down before any other server can take over, and a new one is in place within the grace', () => {
+    for (const row of rows) {
+      const lease = deriveTimings({ nodeLeaseRenewIntervalMs: row.renew, nodeMonitorGracePeriodMs: row.grace }).controllerLease;
+      // The leader counts from sending its renewal, a candidate from seeing it: the gap between
+      // step-down and takeover is all margin (a third of the duration, at least 333 ms).
+      assert.ok(lease.durationMs - lease.stepDownMs >= lease.durationMs / 4, row.name);
+      assert.ok(lease.stepDownMs >= 4 * lease.renewIntervalMs, `${row.name}: four renewals may fail before the leader steps down`);
+      assert.ok(lease.retryIntervalMs <= lease.renewIntervalMs / 2, row.name);
+      assert.ok(lease.durationMs >= 1000 && lease.durationMs <= 15_000, row.name);
+      // Where the cap does not bind: a node lost with the leader would not yet be lost when the new leader starts.
+      if (row.grace <= 20_000) assert.ok(lease.durationMs + lease.retryIntervalMs < row.grace, row.name);
+    }
+    // Every server computes the same values from the cluster-wide grace, nothing else.
+    assert.deepEqual(controllerLeaseTimings(4000), deriveTimings({ nodeLeaseRenewIntervalMs: 200, nodeMonitorGracePeriodMs: 4000 }).controllerLease);
+    assert.equal(controllerLeaseTimings(100).durationMs, 1000, 'at least 1 s');
   });
 
   it('the fencing margin is the one node-protocol defines', () => {

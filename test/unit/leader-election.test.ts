@@ -1,0 +1,176 @@
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import type { KubeObject } from '../../src/apiserver/objects.js';
+import { type ApiClient, CONFIGMAPS, LEASES } from '../../src/client/types.js';
+import { controllerLeaseTimings } from '../../src/config/timings.js';
+import { FakeClock } from '../../src/controllers/clock.js';
+import { CONTROLLER_LEASE } from '../../src/controllers/controller-manager.js';
+import { fencedClient, NotLeaderError } from '../../src/controllers/fenced-client.js';
+import { leaseSpec } from '../../src/controllers/kube-types.js';
+import { LeaderElector } from '../../src/controllers/leader-election.js';
+import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
+
+/**
+ * The controller lease's step-down rule on fake clocks: a leader counts its term from when it
+ * *sent* its last committed renewal and stops at `stepDownMs`; a candidate takes over only after
+ * seeing the lease unchanged for `durationMs`. So, with each server on its own clock, the old
+ * leader has stopped (and refuses its controllers' writes) before the new one begins, whether it
+ * was cut off from the datastore or paused outright.
+ */
+
+const LEASE = controllerLeaseTimings(4000);
+
+/** A client whose calls hang while `frozen` (a datastore without quorum, a cut link), then go through. */
+class FreezableClient {
+  frozen = false;
+  private readonly waiting: (() => void)[] = [];
+  constructor(private readonly inner: ApiClient) {}
+
+  private async gate(): Promise<void> {
+    if (this.frozen) await new Promise<void>((resolve) => this.waiting.push(resolve));
+  }
+
+  thaw(): void {
+    this.frozen = false;
+    for (const resolve of this.waiting.splice(0)) resolve();
+  }
+
+  get client(): ApiClient {
+    const inner = this.inner;
+    const gate = (): Promise<void> => this.gate();
+    return {
+      get: async (...args) => (await gate(), inner.get(...args)),
+      list: async (...args) => (await gate(), inner.list(...args)),
+      create: async (...args) => (await gate(), inner.create(...args)),
+      update: async (...args) => (await gate(), inner.update(...args)),
+      patch: async (...args) => (await gate(), inner.patch(...args)),
+      delete: async (...args) => (await gate(), inner.delete(...args)),
+      evict: async (...args) => (await gate(), inner.evict(...args)),
+      requestToken: async (...args) => (await gate(), inner.requestToken(...args)),
+      watch: (...args) => inner.watch(...args),
+    };
+  }
+}
+
+describe('controller lease: the leader steps down before anyone can take over', () => {
+  let api: InProcessApi;
+  const electors: LeaderElector[] = [];
+
+  beforeEach(async () => {
+    api = await inProcessApi();
+  });
+
+  afterEach(async () => {
+    for (const elector of electors.splice(0)) await elector.stop();
+    await api.close();
+  });
+
+  function elector(identity: string, client: ApiClient, clock: FakeClock): LeaderElector {
+    const e = new LeaderElector(client, { ...CONTROLLER_LEASE, ...LEASE, identity, clock }, { onStartedLeading: () => undefined, onStoppedLeading: () => undefined }, api.logger);
+    electors.push(e);
+    return e;
+  }
+
+  /** Both servers' clocks move together, a few milliseconds at a time, the way real time does. */
+  async function both(clocks: FakeClock[], ms: number, each?: () => void, stepMs = 10): Promise<void> {
+    for (let done = 0; done < ms; done += stepMs) {
+      for (const clock of clocks) await clock.advance(stepMs, 3);
+      each?.();
+    }
+  }
+
+  it('a leader cut off from the datastore stops at its deadline; the other server takes over a third of a lease later', async () => {
+    const clockA = new FakeClock();
+    const clockB = new FakeClock({ monotonic: 77_000_000 }); // another host: its own origin
+    const frozen = new FreezableClient(api.client);
+    const a = elector('server-a', frozen.client, clockA);
+    const b = elector('server-b', api.client, clockB);
+    a.start();
+    await both([clockA, clockB], 100);
+    b.start();
+    await both([clockA, clockB], 2000);
+    assert.ok(a.isLeader && a.mayWrite() && !b.isLeader, 'a leads, b waits');
+
+    // a's renewals now hang (they are sent, never committed). Follow both, 10 ms at a time.
+    frozen.frozen = true;
+    const cutAt = clockA.now();
+    let aStoppedAt: number | undefined; // on a's clock
+    let bStartedAtElapsed: number | undefined;
+    let aStoppedAtElapsed: number | undefined;
+    let overlap = false;
+    let elapsed = 0;
+    await both([clockA, clockB], 3 * LEASE.durationMs, () => {
+      elapsed += 10;
+      if (a.mayWrite() && b.isLeader) overlap = true;
+      if (aStoppedAt === undefined && !a.isLeader) [aStoppedAt, aStoppedAtElapsed] = [clockA.now(), elapsed];
+      if (bStartedAtElapsed === undefined && b.isLeader) bStartedAtElapsed = elapsed;
+    });
+    assert.equal(overlap, false, 'a could write while b led');
+    assert.ok(aStoppedAt !== undefined && bStartedAtElapsed !== undefined && aStoppedAtElapsed !== undefined, 'a stepped down and b took over');
+    // a's last committed renewal was sent at most one renew interval before the cut.
+    assert.ok(aStoppedAt - cutAt <= LEASE.stepDownMs + 10, `a stopped ${aStoppedAt - cutAt} ms after the cut (deadline ${LEASE.stepDownMs} ms after its last renewal)`);
+    assert.ok(aStoppedAt - cutAt >= LEASE.stepDownMs - LEASE.renewIntervalMs - 10, `a stopped no earlier than its deadline (${aStoppedAt - cutAt} ms)`);
+    assert.ok(
+      bStartedAtElapsed - aStoppedAtElapsed >= LEASE.durationMs - LEASE.stepDownMs - 10,
+      `b started ${bStartedAtElapsed - aStoppedAtElapsed} ms after a stopped; at least ${LEASE.durationMs - LEASE.stepDownMs} ms expected`,
+    );
+    assert.ok(bStartedAtElapsed <= LEASE.durationMs + 2 * LEASE.retryIntervalMs + 20, `b took over ${bStartedAtElapsed} ms after the cut`);
+
+    // The link comes back: a's hung read answers with b's lease, and a stays a follower.
+    frozen.thaw();
+    await both([clockA, clockB], 2000);
+    assert.ok(!a.isLeader && b.isLeader);
+    assert.equal(leaseSpec((await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!).holderIdentity, 'server-b');
+  });
+
+  it('a leader paused past its lease refuses its writes at the first instant it runs again, before any of its timers', async () => {
+    const clockA = new FakeClock();
+    const clockB = new FakeClock({ monotonic: 5_000_000 });
+    const a = elector('server-a', api.client, clockA);
+    const b = elector('server-b', api.client, clockB);
+    const writes = fencedClient(api.client, () => a.mayWrite(), 'server-a');
+    const configMap = (name: string): KubeObject => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: 'default' }, data: {} });
+    a.start();
+    await both([clockA, clockB], 100);
+    b.start();
+    await both([clockA, clockB], 1000);
+    await writes.create(CONFIGMAPS, 'default', configMap('while-leading'));
+
+    // a is stopped (SIGSTOP): only b's time passes, and b takes over.
+    for (let waited = 0; !b.isLeader; waited += 10) {
+      assert.ok(waited < 2 * LEASE.durationMs, 'b takes over');
+      await clockB.advance(10, 3);
+    }
+    assert.ok(a.isLeader, 'a, stopped, still believes it leads');
+
+    // SIGCONT: a's clock has moved on, none of its timers has run yet.
+    clockA.jump(LEASE.durationMs + 500);
+    assert.equal(a.mayWrite(), false, 'the deadline is read from the clock at the write, not from a timer');
+    await assert.rejects(writes.create(CONFIGMAPS, 'default', configMap('after-pause')), NotLeaderError);
+    assert.equal(await api.client.get(CONFIGMAPS, 'default', 'after-pause'), undefined, 'nothing was written');
+
+    // Then its overdue timers run: it steps down and finds b's lease.
+    await both([clockA, clockB], 1000);
+    assert.ok(!a.isLeader && b.isLeader);
+    assert.ok(await api.client.get(CONFIGMAPS, 'default', 'while-leading'));
+  });
+
+  it('a renewal committed later than the step-down window does not extend the term', async () => {
+    const clock = new FakeClock();
+    const slow = new FreezableClient(api.client);
+    const a = elector('server-a', slow.client, clock);
+    a.start();
+    await clock.advance(100, 3);
+    assert.ok(a.isLeader);
+    slow.frozen = true;
+    await clock.advance(LEASE.stepDownMs + LEASE.renewIntervalMs, 3);
+    assert.ok(!a.isLeader, 'stepped down while its renewal hung');
+    // The hung renewal now commits: it was sent too long ago to prove a term.
+    slow.thaw();
+    await clock.advance(0, 10);
+    assert.ok(!a.isLeader, 'a renewal sent more than stepDownMs ago does not start a term');
+    // Its next renewal, prompt again, does.
+    await clock.advance(LEASE.retryIntervalMs + 10, 10);
+    assert.ok(a.isLeader && a.mayWrite());
+  });
+});
