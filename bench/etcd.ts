@@ -30,7 +30,6 @@
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
@@ -39,6 +38,7 @@ import { Etcd3 } from 'etcd3';
 import { openEtcdDatastore } from '../src/datastore/etcd.js';
 import { openSqliteDatastore } from '../src/datastore/sqlite.js';
 import type { Datastore } from '../src/datastore/types.js';
+import { startEtcd } from './etcd-process.js';
 import {
   benchTempDir,
   captureOutput,
@@ -47,7 +47,6 @@ import {
   DROVER_BIN,
   droverReadyPort,
   fmtInt,
-  freePort,
   heartbeatLoad,
   installCleanup,
   machineInfo,
@@ -100,69 +99,6 @@ function shmDir(): string | undefined {
     // Not available.
   }
   return undefined;
-}
-
-interface EtcdProc {
-  endpoint: string;
-  pid: number;
-  root: string;
-  stop(): Promise<void>;
-}
-
-/** A fresh single-member etcd in a new directory under `parent` (launch as test/helpers/etcd.ts). */
-async function startEtcd(parent: string): Promise<EtcdProc> {
-  const found = spawnSync('sh', ['-c', 'command -v etcd'], { encoding: 'utf8' }).stdout.trim();
-  if (!found) throw new Error('etcd is not installed (Debian: apt-get install etcd-server)');
-  const root = fs.mkdtempSync(path.join(parent, 'drover-bench-etcd-'));
-  const client = `http://127.0.0.1:${await freePort()}`;
-  const peer = `http://127.0.0.1:${await freePort()}`;
-  const child = spawn(
-    found,
-    [
-      '--name', 'n1',
-      '--data-dir', path.join(root, 'data'),
-      '--listen-client-urls', client,
-      '--advertise-client-urls', client,
-      '--listen-peer-urls', peer,
-      '--initial-advertise-peer-urls', peer,
-      '--initial-cluster', `n1=${peer}`,
-      '--initial-cluster-state', 'new',
-      '--initial-cluster-token', 'drover-bench',
-      '--logger=zap',
-      '--log-level=warn',
-      '--heartbeat-interval=10',
-      '--election-timeout=100',
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  track(child);
-  const output = captureOutput(child);
-  const stop = async (): Promise<void> => {
-    await stopChild(child, 'SIGTERM', 10_000);
-    fs.rmSync(root, { recursive: true, force: true });
-  };
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    if (child.exitCode !== null || child.signalCode !== null) {
-      await stop();
-      throw new Error(`etcd exited during startup:\n${output()}`);
-    }
-    const ok = await new Promise<boolean>((resolve) => {
-      const req = http.get(`${client}/health`, { timeout: 1000 }, (res) => {
-        let body = '';
-        res.on('data', (c: Buffer) => (body += c.toString()));
-        res.on('end', () => resolve(res.statusCode === 200 && /"health"\s*:\s*"true"/.test(body)));
-      });
-      req.on('timeout', () => req.destroy());
-      req.on('error', () => resolve(false));
-    });
-    if (ok) return { endpoint: client, pid: child.pid!, root, stop };
-    if (Date.now() > deadline) {
-      await stop();
-      throw new Error(`etcd not healthy after 30 s:\n${output()}`);
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 // ---------------------------------------------------------------------------------------------

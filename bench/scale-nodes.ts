@@ -1,0 +1,186 @@
+/**
+ * The simulated nodes of bench/scale.ts, in a process of their own so that their CPU is not the
+ * server's. Each node is a Node and a Lease in kube-node-lease, and renews its Lease as the agent
+ * does (src/agent/lease-renewal.ts): a blind merge PATCH of the holder, the duration, renewTime and
+ * the health annotation, the next one `renew-ms` after the previous one ended; the first renewals
+ * are spread evenly over one interval.
+ *
+ *   node --import tsx bench/scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index>
+ *
+ * Commands on stdin, one per line; answers on stdout as one JSON line each:
+ *   setup            create the Nodes and Leases → {"ready": true, "ms": …}
+ *   start            begin renewing → {"started": true}
+ *   report           renewals since the last report: count, 2xx, 429, other errors, latencies → {...}
+ *   silence i,j,…    those nodes stop renewing (a host lost) → {"silenced": n, "at": <epoch ms>}
+ *   stop             end → {"stopped": true}, exit
+ */
+import fs from 'node:fs';
+import https from 'node:https';
+import readline from 'node:readline';
+import { performance } from 'node:perf_hooks';
+import { kubeMicroTime } from '../src/apiserver/objects.js';
+import { HEALTH_ANNOTATION, leaseHolderIdentity, NODE_LEASE_NAMESPACE, RELEASED_ANNOTATION } from '../src/node-protocol/names.js';
+import { nodeName, nodeObject, percentile, type PatchTarget, send } from './common.js';
+
+const [url, caFile, tokenFile, countText, renewText, firstText] = process.argv.slice(2);
+if (!url || !caFile || !tokenFile) throw new Error('usage: scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index>');
+const COUNT = Number(countText);
+const RENEW_MS = Number(renewText);
+const FIRST = Number(firstText ?? 0);
+const LEASE_SECONDS = 4;
+/** Requests answered later than this count as failed (the agent's request timeout is of this order). */
+const REQUEST_TIMEOUT_MS = 10_000;
+
+const target: PatchTarget = {
+  port: Number(new URL(url).port),
+  ca: fs.readFileSync(caFile, 'utf8'),
+  token: fs.readFileSync(tokenFile, 'utf8').trim(),
+  agent: new https.Agent({ keepAlive: true, maxSockets: 64, ca: fs.readFileSync(caFile, 'utf8') }),
+};
+
+const HEALTH = JSON.stringify({ ready: true, reason: 'AgentReady', message: 'simulated by bench/scale-nodes.ts' });
+const uids = new Map<number, string>();
+const silenced = new Set<number>();
+let running = false;
+
+interface Window {
+  sent: number;
+  ok: number;
+  tooMany: number;
+  errors: number;
+  latencies: number[];
+  firstError?: string;
+}
+let window: Window = { sent: 0, ok: 0, tooMany: 0, errors: 0, latencies: [] };
+
+function say(message: unknown): void {
+  process.stdout.write(`${JSON.stringify(message)}\n`);
+}
+
+function leaseSpec(index: number): Record<string, unknown> {
+  return {
+    holderIdentity: leaseHolderIdentity(nodeName(index), uids.get(index)!),
+    leaseDurationSeconds: LEASE_SECONDS,
+    renewTime: kubeMicroTime(),
+  };
+}
+
+async function setup(): Promise<void> {
+  const started = performance.now();
+  const indices = Array.from({ length: COUNT }, (_, k) => FIRST + k);
+  for (let k = 0; k < indices.length; k += 50) {
+    await Promise.all(
+      indices.slice(k, k + 50).map(async (index) => {
+        const created = await send(target, 'POST', '/api/v1/nodes', JSON.stringify(nodeObject(index)));
+        if (created.status !== 201) throw new Error(`creating ${nodeName(index)}: ${created.status} ${created.text.slice(0, 300)}`);
+        const uid = (JSON.parse(created.text) as { metadata: { uid: string } }).metadata.uid;
+        uids.set(index, uid);
+        const lease = {
+          apiVersion: 'coordination.k8s.io/v1',
+          kind: 'Lease',
+          metadata: { name: nodeName(index), namespace: NODE_LEASE_NAMESPACE, annotations: { [HEALTH_ANNOTATION]: HEALTH }, ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name: nodeName(index), uid }] },
+          spec: leaseSpec(index),
+        };
+        const leased = await send(target, 'POST', `/apis/coordination.k8s.io/v1/namespaces/${NODE_LEASE_NAMESPACE}/leases`, JSON.stringify(lease));
+        if (leased.status !== 201) throw new Error(`creating the lease of ${nodeName(index)}: ${leased.status} ${leased.text.slice(0, 300)}`);
+      }),
+    );
+  }
+  say({ ready: true, ms: Math.round(performance.now() - started) });
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error instanceof Error ? error : new Error(String(error)));
+      },
+    );
+  });
+}
+
+async function renew(index: number): Promise<void> {
+  const body = JSON.stringify({ metadata: { annotations: { [HEALTH_ANNOTATION]: HEALTH, [RELEASED_ANNOTATION]: null } }, spec: leaseSpec(index) });
+  const path = `/apis/coordination.k8s.io/v1/namespaces/${NODE_LEASE_NAMESPACE}/leases/${nodeName(index)}`;
+  const counted = window;
+  counted.sent++;
+  const t0 = performance.now();
+  try {
+    const res = await withTimeout(send(target, 'PATCH', path, body, 'application/merge-patch+json'), REQUEST_TIMEOUT_MS);
+    counted.latencies.push(performance.now() - t0);
+    if (res.status === 200) counted.ok++;
+    else if (res.status === 429) counted.tooMany++;
+    else {
+      counted.errors++;
+      counted.firstError ??= `${res.status} ${res.text.slice(0, 200)}`;
+    }
+  } catch (error) {
+    counted.errors++;
+    counted.firstError ??= String(error);
+  }
+}
+
+function loop(index: number, delayMs: number): void {
+  setTimeout(() => {
+    if (!running || silenced.has(index)) return;
+    void renew(index).finally(() => loop(index, RENEW_MS));
+  }, delayMs);
+}
+
+function report(): void {
+  const done = window;
+  window = { sent: 0, ok: 0, tooMany: 0, errors: 0, latencies: [] };
+  const sorted = Float64Array.from(done.latencies).sort();
+  say({
+    sent: done.sent,
+    ok: done.ok,
+    tooMany: done.tooMany,
+    errors: done.errors,
+    ...(done.firstError ? { firstError: done.firstError } : {}),
+    p50: sorted.length ? percentile(sorted, 50) : null,
+    p99: sorted.length ? percentile(sorted, 99) : null,
+    max: sorted.length ? sorted[sorted.length - 1] : null,
+  });
+}
+
+const lines = readline.createInterface({ input: process.stdin });
+lines.on('line', (line) => {
+  const [command, argument] = line.trim().split(/\s+/, 2);
+  switch (command) {
+    case 'setup':
+      setup().catch((error: unknown) => {
+        say({ error: String(error) });
+        process.exit(1);
+      });
+      break;
+    case 'start':
+      running = true;
+      for (let k = 0; k < COUNT; k++) loop(FIRST + k, (k * RENEW_MS) / COUNT);
+      say({ started: true });
+      break;
+    case 'report':
+      report();
+      break;
+    case 'silence': {
+      const indices = (argument ?? '').split(',').filter(Boolean).map(Number);
+      for (const index of indices) silenced.add(index);
+      say({ silenced: indices.length, at: Date.now() });
+      break;
+    }
+    case 'stop':
+      running = false;
+      say({ stopped: true });
+      target.agent.destroy();
+      process.exit(0);
+      break;
+    default:
+      say({ error: `unknown command ${line}` });
+  }
+});
+lines.on('close', () => process.exit(0));

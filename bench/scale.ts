@@ -1,0 +1,334 @@
+/**
+ * Scale: N simulated nodes renewing their Leases every second against one real server, on SQLite
+ * and on etcd in the same run; then a minority goes silent, and the bench times how long the
+ * controller takes to call each of them Unavailable, and whether it ever misjudges a healthy one.
+ *
+ *   npm run build && node --import tsx bench/scale.ts [--nodes 2000] [--datastores sqlite,etcd]
+ *        [--silent-percent 5] [--warmup-s 10] [--measure-s 15] [--detect-ceiling-s 20]
+ *        [--renew-ms 1000] [--etcd-data disk|tmpfs]
+ *
+ * Per datastore: one `drover server --disable-agent` (default timings: a 1 s renew interval and
+ * a 4 s grace, so a silent node is Unavailable 4-5 s after its last renewal), on a fresh SQLite
+ * file or a fresh single-member etcd (on disk by default: etcd fsyncs each commit, as it would on
+ * a real host). The nodes live in a second process (bench/scale-nodes.ts) so that their CPU is not
+ * counted as the server's: each is a Node and a Lease, renewed as the agent renews (a blind merge
+ * PATCH, the next one a renew interval after the previous one ended), their phases spread over
+ * one interval. The bench watches the Nodes and reads each one's `drover.io/state` label.
+ *
+ * Phases: all nodes Ready (the controller heard from every one); --warmup-s; --measure-s, over which
+ * it reports renewals per second, their latency (p50, p99, max; a request not answered within 10 s
+ * counts as an error), 429s, errors, and the CPU of the server and of etcd (cores = CPU seconds
+ * per second); then --silent-percent of the nodes (spread over the index range) stop renewing, and
+ * it reports how many the controller called Unavailable within --detect-ceiling-s, and when
+ * (seconds from the silence), and the false verdicts: any state other than Ready on a node that
+ * was never silenced, at any time after all were Ready.
+ *
+ * The baseline is the SQLite run: the etcd figures are also printed as ratios to it (CPU per
+ * renewal, p99). Writes bench/results/scale.json. Every process started here is stopped by PID
+ * and every temp dir removed, also on errors and Ctrl-C.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import https from 'node:https';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { parseArgs } from 'node:util';
+import {
+  BENCH_DIR,
+  BenchApi,
+  benchTempDir,
+  checkBuild,
+  installCleanup,
+  machineInfo,
+  nodeName,
+  onCleanup,
+  printMachine,
+  processCpuSeconds,
+  removeBenchTempDir,
+  round,
+  sleep,
+  startBenchServer,
+  stopChild,
+  track,
+  writeResult,
+} from './common.js';
+import { type EtcdProc, startEtcd } from './etcd-process.js';
+
+const { values: args } = parseArgs({
+  options: {
+    nodes: { type: 'string', default: '2000' },
+    datastores: { type: 'string', default: 'sqlite,etcd' },
+    'silent-percent': { type: 'string', default: '5' },
+    'warmup-s': { type: 'string', default: '10' },
+    'measure-s': { type: 'string', default: '15' },
+    'detect-ceiling-s': { type: 'string', default: '20' },
+    'renew-ms': { type: 'string', default: '1000' },
+    'etcd-data': { type: 'string', default: 'disk' },
+  },
+});
+const NODES = Number(args.nodes);
+const DATASTORES = args.datastores!.split(',').map((d) => d.trim());
+const SILENT_PERCENT = Number(args['silent-percent']);
+const WARMUP_S = Number(args['warmup-s']);
+const MEASURE_S = Number(args['measure-s']);
+const DETECT_CEILING_S = Number(args['detect-ceiling-s']);
+const RENEW_MS = Number(args['renew-ms']);
+for (const [name, value] of Object.entries({ nodes: NODES, 'silent-percent': SILENT_PERCENT, 'warmup-s': WARMUP_S, 'measure-s': MEASURE_S, 'detect-ceiling-s': DETECT_CEILING_S, 'renew-ms': RENEW_MS })) {
+  if (!Number.isFinite(value) || value < 0) throw new Error(`--${name} takes a non-negative number`);
+}
+for (const d of DATASTORES) if (d !== 'sqlite' && d !== 'etcd') throw new Error(`--datastores takes sqlite and/or etcd, not ${d}`);
+if (args['etcd-data'] !== 'disk' && args['etcd-data'] !== 'tmpfs') throw new Error('--etcd-data takes disk or tmpfs');
+const STATE_LABEL = 'drover.io/state';
+
+interface RenewalReport {
+  sent: number;
+  ok: number;
+  tooMany: number;
+  errors: number;
+  firstError?: string;
+  p50: number | null;
+  p99: number | null;
+  max: number | null;
+}
+
+/** The simulated nodes' process: one command at a time, each answered by one JSON line. */
+class SimulatedNodes {
+  private readonly answers: ((line: Record<string, unknown>) => void)[] = [];
+  private constructor(readonly child: ChildProcess) {
+    readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+      const answer = JSON.parse(line) as Record<string, unknown>;
+      this.answers.shift()?.(answer);
+    });
+  }
+
+  static spawn(url: string, caFile: string, tokenFile: string, count: number, logFile: string): SimulatedNodes {
+    const log = fs.openSync(logFile, 'a');
+    try {
+      const child = track(
+        spawn(process.execPath, ['--import', 'tsx', path.join(BENCH_DIR, 'scale-nodes.ts'), url, caFile, tokenFile, String(count), String(RENEW_MS), '0'], {
+          stdio: ['pipe', 'pipe', log],
+        }),
+      );
+      return new SimulatedNodes(child);
+    } finally {
+      fs.closeSync(log);
+    }
+  }
+
+  ask(command: string, timeoutMs = 600_000): Promise<Record<string, unknown>> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the simulated nodes did not answer ${command.split(' ')[0]} within ${timeoutMs} ms`)), timeoutMs);
+      this.answers.push((answer) => {
+        clearTimeout(timer);
+        if (typeof answer.error === 'string') reject(new Error(`simulated nodes: ${answer.error}`));
+        else resolve(answer);
+      });
+      this.child.stdin!.write(`${command}\n`);
+    });
+  }
+}
+
+interface NodeSummary {
+  metadata: { name: string; resourceVersion?: string; labels?: Record<string, string> };
+}
+
+/** Each node's state label as a watch on the Nodes delivers it, with the time of every change. */
+class NodeStates {
+  readonly state = new Map<string, string>();
+  readonly changes: { node: string; state: string; at: number }[] = [];
+  private request: ReturnType<typeof https.get> | undefined;
+
+  private stopped = false;
+
+  /** A list, then a watch from its revision; when the server ends the watch, a new one from the last event seen (as an informer does). */
+  async start(api: BenchApi, url: string, token: string, ca: string): Promise<void> {
+    const list = await api.json<{ metadata: { resourceVersion: string }; items: NodeSummary[] }>('GET', '/api/v1/nodes');
+    for (const node of list.items) this.note(node.metadata.name, node.metadata.labels?.[STATE_LABEL] ?? '');
+    this.watch(url, token, ca, list.metadata.resourceVersion, api);
+  }
+
+  private watch(url: string, token: string, ca: string, from: string, api: BenchApi): void {
+    let resourceVersion = from;
+    let restarted = false;
+    const restart = (): void => {
+      if (restarted || this.stopped) return;
+      restarted = true;
+      // Watched from the last event; a 410 (history compacted) would show as a watch that ends at once, so re-list then.
+      setTimeout(() => this.watch(url, token, ca, resourceVersion, api), 100).unref();
+    };
+    this.request = https.get(`${url}/api/v1/nodes?watch=1&resourceVersion=${resourceVersion}`, { ca, headers: { Authorization: `Bearer ${token}` } }, (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        if (!this.stopped) void this.start(api, url, token, ca).catch(restart);
+        return;
+      }
+      const lines = readline.createInterface({ input: res });
+      lines.on('line', (line) => {
+        const event = JSON.parse(line) as { type: string; object: NodeSummary };
+        if (event.type === 'ERROR') return;
+        resourceVersion = event.object.metadata.resourceVersion ?? resourceVersion;
+        if (event.type === 'ADDED' || event.type === 'MODIFIED') this.note(event.object.metadata.name, event.object.metadata.labels?.[STATE_LABEL] ?? '');
+      });
+      lines.on('error', restart);
+      lines.on('close', restart);
+      res.on('error', restart);
+    });
+    this.request.on('error', restart);
+  }
+
+  private note(node: string, state: string): void {
+    if (this.state.get(node) === state) return;
+    this.state.set(node, state);
+    this.changes.push({ node, state, at: Date.now() });
+  }
+
+  count(state: string): number {
+    let n = 0;
+    for (const value of this.state.values()) if (value === state) n++;
+    return n;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.request?.destroy();
+  }
+}
+
+async function until(what: string, ceilingMs: number, check: () => boolean): Promise<void> {
+  const deadline = Date.now() + ceilingMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ceilingMs / 1000} s`);
+    await sleep(100);
+  }
+}
+
+function cpu(pid: number | undefined): number {
+  return pid === undefined ? NaN : processCpuSeconds(pid);
+}
+
+async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unknown>> {
+  const dir = benchTempDir(`drover-bench-scale-${datastore}-`);
+  let etcd: EtcdProc | undefined;
+  if (datastore === 'etcd') {
+    etcd = await startEtcd(args['etcd-data'] === 'tmpfs' && fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir());
+    onCleanup(() => fs.rmSync(etcd!.root, { recursive: true, force: true }));
+  }
+  const flags = etcd ? ['--datastore-endpoint', `etcd://${etcd.endpoint.replace(/^http:\/\//, '')}`] : [];
+  const server = await startBenchServer(path.join(dir, 'server'), path.join(dir, 'server.log'), flags);
+  const api = new BenchApi(server);
+  const caFile = path.join(dir, 'ca.crt');
+  const tokenFile = path.join(dir, 'admin.token');
+  fs.writeFileSync(caFile, server.caPem);
+  fs.writeFileSync(tokenFile, server.adminToken, { mode: 0o600 });
+  const nodes = SimulatedNodes.spawn(server.url, caFile, tokenFile, NODES, path.join(dir, 'nodes.log'));
+  const states = new NodeStates();
+  try {
+    const setup = await nodes.ask('setup');
+    console.log(`  ${datastore}: ${NODES} Nodes and Leases created in ${String(setup.ms)} ms`);
+    await states.start(api, server.url, server.adminToken, server.caPem);
+    await nodes.ask('start');
+    await until(`all ${NODES} nodes Ready`, 60_000 + NODES * 20, () => states.count('Ready') === NODES);
+    const allReadyAt = Date.now();
+    console.log(`  ${datastore}: all nodes Ready; warming up ${WARMUP_S} s`);
+    await sleep(WARMUP_S * 1000);
+    await nodes.ask('report');
+    const cpu0 = { server: cpu(server.child.pid), etcd: cpu(etcd?.pid), at: performance.now() };
+    await sleep(MEASURE_S * 1000);
+    const steady = (await nodes.ask('report')) as unknown as RenewalReport;
+    const seconds = (performance.now() - cpu0.at) / 1000;
+    const serverCores = (cpu(server.child.pid) - cpu0.server) / seconds;
+    const etcdCores = etcd ? (cpu(etcd.pid) - cpu0.etcd) / seconds : undefined;
+
+    const silentCount = Math.round((NODES * SILENT_PERCENT) / 100);
+    const silent = Array.from({ length: silentCount }, (_, k) => Math.floor((k * NODES) / silentCount));
+    const silentNames = new Set(silent.map(nodeName));
+    const silenced = await nodes.ask(`silence ${silent.join(',')}`);
+    const silencedAt = Number(silenced.at);
+    const detected = (): number => [...silentNames].filter((name) => states.state.get(name) === 'Unavailable').length;
+    await until('every silent node Unavailable', DETECT_CEILING_S * 1000, () => detected() === silentCount).catch(() => undefined);
+    const during = (await nodes.ask('report')) as unknown as RenewalReport;
+    const detectionS = [...silentNames]
+      .map((name) => states.changes.find((c) => c.node === name && c.state === 'Unavailable' && c.at >= silencedAt))
+      .filter((c) => c !== undefined)
+      .map((c) => (c.at - silencedAt) / 1000)
+      .sort((a, b) => a - b);
+    const falseVerdicts = states.changes.filter((c) => c.at >= allReadyAt && !silentNames.has(c.node) && c.state !== 'Ready');
+    return {
+      datastore,
+      ...(etcd ? { etcdData: args['etcd-data'] } : {}),
+      nodes: NODES,
+      renewalsPerSecond: round(steady.ok / seconds, 1),
+      renewalP50Ms: steady.p50 === null ? null : round(steady.p50, 1),
+      renewalP99Ms: steady.p99 === null ? null : round(steady.p99, 1),
+      renewalMaxMs: steady.max === null ? null : round(steady.max, 1),
+      tooMany: steady.tooMany,
+      errors: steady.errors,
+      ...(steady.firstError ? { firstError: steady.firstError } : {}),
+      serverCores: round(serverCores, 2),
+      ...(etcdCores !== undefined ? { etcdCores: round(etcdCores, 2) } : {}),
+      serverCpuPerRenewalUs: round((serverCores * 1e6) / Math.max(1, steady.ok / seconds), 0),
+      silenced: silentCount,
+      detected: detectionS.length,
+      detectionP50S: detectionS.length ? round(detectionS[Math.floor(detectionS.length / 2)]!, 2) : null,
+      detectionMaxS: detectionS.length ? round(detectionS[detectionS.length - 1]!, 2) : null,
+      falseVerdicts: falseVerdicts.length,
+      ...(falseVerdicts.length ? { firstFalseVerdicts: falseVerdicts.slice(0, 5) } : {}),
+      duringDetection: { renewalP99Ms: during.p99 === null ? null : round(during.p99, 1), tooMany: during.tooMany, errors: during.errors },
+    };
+  } finally {
+    states.stop();
+    await nodes.ask('stop', 10_000).catch(() => undefined);
+    await stopChild(nodes.child, 'SIGTERM', 5000);
+    api.destroy();
+    await stopChild(server.child, 'SIGTERM', 15_000);
+    await etcd?.stop();
+    removeBenchTempDir(dir);
+  }
+}
+
+function describe(r: Record<string, unknown>): string {
+  const detection = r.detected === r.silenced ? `${String(r.detected)}/${String(r.silenced)} detected, p50 ${String(r.detectionP50S)} s, max ${String(r.detectionMaxS)} s` : `only ${String(r.detected)}/${String(r.silenced)} detected within ${DETECT_CEILING_S} s`;
+  return [
+    `${String(r.datastore)}${r.etcdData ? ` (${String(r.etcdData)})` : ''}: ${String(r.renewalsPerSecond)} renewals/s, p50 ${String(r.renewalP50Ms)} ms, p99 ${String(r.renewalP99Ms)} ms, max ${String(r.renewalMaxMs)} ms, 429s ${String(r.tooMany)}, errors ${String(r.errors)}`,
+    `    server ${String(r.serverCores)} cores (${String(r.serverCpuPerRenewalUs)} µs per renewal)${r.etcdCores !== undefined ? `, etcd ${String(r.etcdCores)} cores` : ''}`,
+    `    ${detection}; false verdicts ${String(r.falseVerdicts)}`,
+  ].join('\n');
+}
+
+async function main(): Promise<void> {
+  checkBuild();
+  installCleanup();
+  const machine = machineInfo();
+  printMachine(machine);
+  const runs: Record<string, unknown>[] = [];
+  for (const datastore of DATASTORES as ('sqlite' | 'etcd')[]) {
+    const result = await runOne(datastore);
+    runs.push(result);
+    console.log(describe(result));
+  }
+  const base = runs.find((r) => r.datastore === 'sqlite');
+  const ratios = base
+    ? runs
+        .filter((r) => r !== base)
+        .map((r) => ({
+          datastore: r.datastore,
+          cpuPerRenewalVsSqlite: round(Number(r.serverCpuPerRenewalUs) / Number(base.serverCpuPerRenewalUs), 2),
+          p99VsSqlite: round(Number(r.renewalP99Ms) / Number(base.renewalP99Ms), 2),
+        }))
+    : [];
+  for (const ratio of ratios) console.log(`${String(ratio.datastore)} / sqlite: server CPU per renewal ${ratio.cpuPerRenewalVsSqlite}×, renewal p99 ${ratio.p99VsSqlite}×`);
+  const file = writeResult('scale', {
+    benchmark: 'scale',
+    machine,
+    options: { nodes: NODES, datastores: DATASTORES, silentPercent: SILENT_PERCENT, warmupS: WARMUP_S, measureS: MEASURE_S, detectCeilingS: DETECT_CEILING_S, renewMs: RENEW_MS, etcdData: args['etcd-data'] },
+    runs,
+    ratios,
+  });
+  console.log(`wrote ${file}`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
