@@ -327,11 +327,31 @@ export class EncryptingDatastore implements Datastore {
 
   async update(key: string, value: Buffer, expectedModRevision: number): Promise<KeyValue> {
     const stored = this.seal(key, value);
-    return this.remember(await this.track(this.inner.update(key, stored, expectedModRevision)), stored, value);
+    try {
+      return this.remember(await this.track(this.inner.update(key, stored, expectedModRevision)), stored, value);
+    } catch (error) {
+      throw this.openConflict(error);
+    }
   }
 
   async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
-    return this.open(await this.inner.delete(key, expectedModRevision), true);
+    try {
+      return this.open(await this.inner.delete(key, expectedModRevision), true);
+    } catch (error) {
+      throw this.openConflict(error);
+    }
+  }
+
+  /** A conflict's current value is stored bytes: hand it on as plaintext, or not at all if it cannot be. */
+  private openConflict(error: unknown): unknown {
+    if (!(error instanceof ConflictError) || !error.current) return error;
+    let current: KeyValue | undefined;
+    try {
+      current = this.open(error.current);
+    } catch {
+      // The retry then reads the key itself, and fails with the decryption's own clear error.
+    }
+    return new ConflictError(error.key, error.expectedModRevision, error.actualModRevision, current);
   }
 
   /**

@@ -341,7 +341,7 @@ export class EtcdDatastore implements Datastore {
   ): Error {
     const current = responses[0]?.response_range?.kvs?.[0];
     if (!current) return new KeyNotFoundError(key);
-    return new ConflictError(key, expected ?? 0, num(current.mod_revision));
+    return new ConflictError(key, expected ?? 0, num(current.mod_revision), this.toKeyValue(current));
   }
 
   async compact(revision: number): Promise<void> {

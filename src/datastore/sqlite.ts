@@ -351,7 +351,7 @@ export class SqliteDatastore implements Datastore {
       const existing = this.lookup(key);
       if (!existing) throw new KeyNotFoundError(key);
       if (existing.revision !== expectedModRevision) {
-        throw new ConflictError(key, expectedModRevision, existing.revision);
+        throw new ConflictError(key, expectedModRevision, existing.revision, { ...toKeyValue(existing), value: Buffer.from(existing.value) });
       }
       const revision = this.revision + 1;
       this.stmts.insert.run(revision, key, existing.create_revision, existing.revision, 0, value);
@@ -375,7 +375,7 @@ export class SqliteDatastore implements Datastore {
       const existing = this.lookup(key);
       if (!existing) throw new KeyNotFoundError(key);
       if (expectedModRevision !== undefined && existing.revision !== expectedModRevision) {
-        throw new ConflictError(key, expectedModRevision, existing.revision);
+        throw new ConflictError(key, expectedModRevision, existing.revision, { ...toKeyValue(existing), value: Buffer.from(existing.value) });
       }
       const revision = this.revision + 1;
       this.stmts.insert.run(revision, key, existing.create_revision, existing.revision, 1, Buffer.alloc(0));

@@ -83,7 +83,8 @@ export interface Datastore {
   create(key: string, value: Buffer): Promise<KeyValue>;
   /**
    * Compare-and-swap: write only if the key's modRevision is `expectedModRevision`.
-   * {@link ConflictError} when it is not, {@link KeyNotFoundError} when the key is gone.
+   * {@link ConflictError} when it is not (carrying the value it found, so a retry needs no
+   * read), {@link KeyNotFoundError} when the key is gone.
    */
   update(key: string, value: Buffer, expectedModRevision: number): Promise<KeyValue>;
   /**
@@ -123,6 +124,11 @@ export class ConflictError extends DatastoreError {
     readonly key: string,
     readonly expectedModRevision: number,
     readonly actualModRevision: number,
+    /**
+     * The key's value as the failed compare found it, read in the same transaction: a writer
+     * retrying its compare-and-swap starts from it without another read (both backends set it).
+     */
+    readonly current?: KeyValue,
   ) {
     super(
       `key ${key} was modified concurrently: expected revision ${expectedModRevision}, found ${actualModRevision}`,

@@ -528,6 +528,9 @@ export function runDatastoreConformance(backendName: string, open: OpenDatastore
         assert.equal(err.key, '/u/k');
         assert.equal(err.expectedModRevision, v1.modRevision);
         assert.equal(err.actualModRevision, v2.modRevision);
+        // The conflict carries the value it found, read in the same step (a retry needs no read).
+        assert.ok(err.current, 'a conflict carries the current value');
+        assert.deepEqual(kvView(err.current), kvView(v2));
         // Revision from the future.
         const err2 = await expectError(store.update('/u/k', buf('future'), v2.modRevision + 5), ConflictError);
         assert.equal(err2.expectedModRevision, v2.modRevision + 5);
@@ -572,6 +575,7 @@ export function runDatastoreConformance(backendName: string, open: OpenDatastore
         assert.equal(err.key, '/d/k');
         assert.equal(err.expectedModRevision, c.modRevision);
         assert.equal(err.actualModRevision, u.modRevision);
+        assert.deepEqual(err.current && kvView(err.current), kvView(u));
         assert.deepEqual(kvView((await store.get('/d/k'))!), kvView(u), 'failed delete removed the key');
 
         const d = await store.delete('/d/k', u.modRevision);
