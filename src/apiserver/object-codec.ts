@@ -11,6 +11,15 @@ import type { KubeObject } from './objects.js';
  * write need not parse the value again.
  */
 
+/** A stored object as known to this server: the shared parsed object, its stored bytes, its revision. */
+export interface KnownObject {
+  modRevision: number;
+  /** Shared: never mutated by anyone who reads it. */
+  obj: KubeObject;
+  /** The stored bytes (plaintext) of `obj`, without resourceVersion. */
+  value: Buffer;
+}
+
 /** Recently written objects kept parsed. */
 const RECENT_OBJECTS = 4096;
 
@@ -20,19 +29,33 @@ export class ObjectCodec {
    * that does not mutate what it gets reads from here (guaranteedUpdate's `current`, watch
    * delivery). Not used for kinds served through a conversion.
    */
-  private readonly recent = new Map<string, { revision: number; obj: KubeObject }>();
+  private readonly recent = new Map<string, KnownObject>();
 
-  remember(def: ResourceDefinition, key: string, obj: KubeObject): void {
+  /** `value`: the stored bytes of `obj` (what encode made), so a later copy is a parse, not a clone. */
+  remember(def: ResourceDefinition, key: string, obj: KubeObject, value: Buffer): void {
     if (def.conversion) return;
     if (this.recent.size >= RECENT_OBJECTS) this.recent.clear();
-    this.recent.set(key, { revision: Number(obj.metadata.resourceVersion), obj });
+    this.recent.set(key, { modRevision: Number(obj.metadata.resourceVersion), obj, value });
+  }
+
+  /**
+   * The last object this codec remembered for the key, whatever its revision: possibly stale (a
+   * write through another server), so only a compare-and-swap may rely on it.
+   */
+  lastKnown(def: ResourceDefinition, key: string): KnownObject | undefined {
+    return def.conversion ? undefined : this.recent.get(key);
+  }
+
+  /** The key was deleted (or its write failed to say what is stored): forget what was remembered. */
+  forget(key: string): void {
+    this.recent.delete(key);
   }
 
   /** The object as stored at this kv's revision, parsed once and shared (do not mutate). */
   decodeShared(def: ResourceDefinition, kv: KeyValue): KubeObject {
     if (!def.conversion) {
       const hit = this.recent.get(kv.key);
-      if (hit && hit.revision === kv.modRevision) return hit.obj;
+      if (hit && hit.modRevision === kv.modRevision) return hit.obj;
     }
     return this.decode(def, kv);
   }

@@ -2,6 +2,7 @@ import type { DependentsChoice } from './deletion.js';
 import type { ApiError } from './errors.js';
 import type { KubeObject } from './objects.js';
 import type { FieldSelector, LabelSelector } from './selectors.js';
+import type { ReadRevision } from './watch-cache/read-plan.js';
 
 /**
  * The options and results of the ObjectStore (src/apiserver/storage.ts). They know nothing of
@@ -17,8 +18,10 @@ export interface Selection {
 export interface ListOptions extends Selection {
   limit?: number;
   continueToken?: string;
-  /** Exact revision to read (`resourceVersionMatch=Exact`). */
+  /** Exact revision to read (`resourceVersionMatch=Exact`); the same as `read: { kind: 'exact' }`. */
   exactRevision?: number;
+  /** Which state to read (resourceVersion and resourceVersionMatch); the latest when absent. */
+  read?: ReadRevision;
 }
 
 export interface ListResult {

@@ -6,15 +6,16 @@ import {
   FutureRevisionError,
   KeyExistsError,
   KeyNotFoundError,
+  type KeyValue,
   type Watch,
 } from '../datastore/types.js';
 import { DecryptionError } from '../datastore/encryption.js';
-import { decodeContinue, encodeContinue } from './continue-token.js';
+import { type ContinueToken, decodeContinue, encodeContinue } from './continue-token.js';
 import { apiVersionOf, type KindStore, type ResourceDefinition } from './definition.js';
 import { ApiError, errors } from './errors.js';
 import { jsonEqual } from './json.js';
 import { type KubeObject, kubeTime } from './objects.js';
-import { ObjectCodec } from './object-codec.js';
+import { type KnownObject, ObjectCodec } from './object-codec.js';
 import { matchesSelection } from './selection.js';
 import type {
   DeleteOptions,
@@ -29,6 +30,9 @@ import type {
   WriteOptions,
 } from './storage-types.js';
 import { validateObjectMeta } from './validation.js';
+import { WatchCaches } from './watch-cache/caches.js';
+import { planRead, type ReadRevision } from './watch-cache/read-plan.js';
+import type { ResourceCache } from './watch-cache/resource-cache.js';
 import { deliverWatchEvent } from './watch-events.js';
 import { checkPreconditions, deletionPlan, prepareForUpdate, sameContent, shouldDeleteOnWrite } from './write-rules.js';
 
@@ -45,6 +49,11 @@ const REGISTRY_PREFIX = '/registry/';
  * writers racing on one object one wins per batch; the bound must exceed realistic contention.
  */
 const MAX_UPDATE_ATTEMPTS = 100;
+/**
+ * How long a read waits for the watch cache to catch up before it is served from the datastore
+ * instead (kube-apiserver waits 3 s for its consistent reads from cache).
+ */
+const CACHE_WAIT_MS = 3000;
 const NAME_SUFFIX_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
 
 export function generateNameSuffix(): string {
@@ -53,14 +62,36 @@ export function generateNameSuffix(): string {
   return suffix;
 }
 
+/** An object as stored at a revision; `fresh` when just read from the datastore, not a remembered guess. */
+interface StoredObject extends KnownObject {
+  fresh: boolean;
+}
+
 /** A write this store made: the datastore key and the revision it got (a delete's revision for a delete). */
 export type WriteListener = (key: string, revision: number) => void;
 
 export class ObjectStore implements KindStore {
   private readonly codec = new ObjectCodec();
   private readonly writeListeners: WriteListener[] = [];
+  /** The watch caches of the resources listed so far (one per definition). */
+  private readonly caches: WatchCaches;
 
-  constructor(readonly datastore: Datastore) {}
+  constructor(
+    readonly datastore: Datastore,
+    options: { watchCache?: boolean } = {},
+  ) {
+    this.caches = new WatchCaches(datastore, this.codec, (def) => this.keyPrefix(def), options.watchCache ?? true);
+  }
+
+  /** The watch cache of a resource, when one is serving (for tests and diagnostics). */
+  watchCache(def: ResourceDefinition): ResourceCache | undefined {
+    return this.caches.existing(def);
+  }
+
+  /** End every watch cache (the datastore is about to close; a later read starts them again). */
+  stopWatchCaches(): void {
+    this.caches.stopAll();
+  }
 
   /**
    * Call `listener` after each write of this store commits, before the writer is answered: for
@@ -90,15 +121,61 @@ export class ObjectStore implements KindStore {
     return this.codec.decode(def, kv);
   }
 
+  /**
+   * A list, from the watch cache where that gives what the request asked for (see
+   * ./watch-cache/read-plan.ts for the rules), else from the datastore.
+   */
   async list(def: ResourceDefinition, namespace: string | undefined, options: ListOptions): Promise<ListResult> {
     const prefix = this.keyPrefix(def, namespace);
-    let revision = options.exactRevision;
-    let start: string | undefined;
-    if (options.continueToken) {
-      const token = decodeContinue(options.continueToken, prefix);
-      revision = token.rv;
-      start = token.start;
+    const read: ReadRevision = options.read ?? (options.exactRevision !== undefined ? { kind: 'exact', revision: options.exactRevision } : { kind: 'latest' });
+    const token = options.continueToken ? decodeContinue(options.continueToken, prefix) : undefined;
+    const cache = this.caches.cacheFor(def);
+    const plan = planRead(read, cache, token?.rv);
+    if (cache && plan.from !== 'store') {
+      const ready =
+        plan.from === 'cache' ||
+        (plan.from === 'cache-after-progress' ? await cache.waitForProgress(CACHE_WAIT_MS) : await cache.waitFor(plan.revision, CACHE_WAIT_MS));
+      if (ready && cache.ready) return this.listFromCache(cache, def, prefix, options, token?.start);
     }
+    const result = await this.listFromStore(def, prefix, options, plan.from === 'store' ? plan.revision : undefined, token);
+    if (read.kind === 'notOlderThan' && Number(result.resourceVersion) < read.revision) {
+      throw errors.tooLargeResourceVersion(read.revision, Number(result.resourceVersion));
+    }
+    return result;
+  }
+
+  private listFromCache(cache: ResourceCache, def: ResourceDefinition, prefix: string, options: ListOptions, after?: string): ListResult {
+    const limit = options.limit && options.limit > 0 ? options.limit : 0;
+    const revision = cache.revision;
+    const items: KubeObject[] = [];
+    let lastKey: string | undefined;
+    let more = false;
+    for (const key of cache.keysFrom(prefix, after)) {
+      const item = cache.get(key)!;
+      // Selectors judge the shared object: only what matches is copied for the caller.
+      if (!matchesSelection(def, item.obj, options)) continue;
+      if (limit && items.length >= limit) {
+        more = true;
+        break;
+      }
+      items.push(this.codec.decode(def, { key, value: item.value, modRevision: item.modRevision, createRevision: 0 }));
+      lastKey = key;
+    }
+    const resourceVersion = String(revision);
+    return more && lastKey !== undefined
+      ? { items, resourceVersion, continueToken: encodeContinue({ rv: revision, start: lastKey }) }
+      : { items, resourceVersion };
+  }
+
+  private async listFromStore(
+    def: ResourceDefinition,
+    prefix: string,
+    options: ListOptions,
+    atRevision: number | undefined,
+    token: ContinueToken | undefined,
+  ): Promise<ListResult> {
+    const revision = token?.rv ?? atRevision;
+    let start = token?.start;
     const limit = options.limit && options.limit > 0 ? options.limit : 0;
     const items: KubeObject[] = [];
     let more = false;
@@ -230,6 +307,13 @@ export class ObjectStore implements KindStore {
    * receives a private copy of the current object without its resourceVersion; if the result has
    * one (a PUT body, a patch that names it), that is a precondition: a mismatch is a 409, not a
    * retry.
+   *
+   * One round trip in the usual case: the update starts from the object as this server last knew
+   * it (its own last write of it, or the watch cache), and writes with the compare-and-swap at
+   * once. When that was stale, the conflict carries the stored value (read in the same
+   * transaction), and the update is made again from it. A known object is only a guess: nothing
+   * that depends on the stored object being current (a no-op answered without writing, a dry
+   * run, a resourceVersion precondition that fails) is decided on it without a fresh read.
    */
   async guaranteedUpdate(
     def: ResourceDefinition,
@@ -239,28 +323,28 @@ export class ObjectStore implements KindStore {
     options: UpdateOptions = {},
   ): Promise<KubeObject> {
     const key = this.key(def, namespace, name);
+    let stored: StoredObject | undefined = this.lastKnown(def, key);
     for (let attempt = 0; attempt < MAX_UPDATE_ATTEMPTS; attempt++) {
-      const kv = await this.datastore.get(key);
-      if (!kv) throw errors.notFound(def, name);
-      const current = this.codec.decodeShared(def, kv);
-      // The copy carries no resourceVersion, so one present afterwards was asked for by the client.
-      const copy = this.codec.decode(def, kv);
-      delete copy.metadata.resourceVersion;
-      const proposed = await update(copy);
-      const wantedVersion = proposed.metadata.resourceVersion;
-      if (wantedVersion !== undefined && wantedVersion !== '' && wantedVersion !== current.metadata.resourceVersion) {
-        throw errors.modified(def, name);
+      if (!stored) stored = await this.readStored(def, key, name);
+      const { obj: current, modRevision, fresh } = stored;
+      let prepared: { next: KubeObject; nextValue: Buffer; unchanged: boolean; wantedVersion: string | undefined };
+      try {
+        prepared = await this.prepareUpdate(def, name, key, stored, update, options);
+      } catch (error) {
+        // Every refusal (a precondition, admission, validation) is judged on the stored object, not on a guess.
+        if (!fresh) {
+          stored = undefined;
+          continue;
+        }
+        throw error;
       }
-      const next = prepareForUpdate(def, current, proposed, options);
-      // A status write keeps the stored metadata and spec, which were valid when written.
-      if (options.subresource === 'status') this.validateStatus(def, next);
-      else this.validate(def, next, current, options.subresource);
-      const nextValue = this.codec.encode(def, next);
-      // Byte-equal is the common no-op; otherwise compare as data, since key order means nothing.
-      const unchanged =
-        nextValue.equals(kv.value) ||
-        (options.subresource === 'status' ? jsonEqual(current.status, next.status) : sameContent(current, next));
+      const { next, nextValue, unchanged, wantedVersion } = prepared;
       if (unchanged || options.dryRun) {
+        if (!fresh) {
+          // "Nothing to change" and a dry run's answer are only true of the stored object.
+          stored = undefined;
+          continue;
+        }
         next.metadata.resourceVersion = current.metadata.resourceVersion;
         return unchanged ? current : next;
       }
@@ -268,26 +352,81 @@ export class ObjectStore implements KindStore {
         if (shouldDeleteOnWrite(next)) {
           // The last finalizer is gone from an object that was asked to go away, and no grace
           // period holds it (a pod still being stopped by its node stays until that node is done).
-          const deleted = await this.datastore.delete(key, kv.modRevision);
+          const deleted = await this.datastore.delete(key, modRevision);
+          this.codec.forget(key);
           this.wrote(key, deleted.modRevision);
           next.metadata.resourceVersion = String(deleted.modRevision);
           return next;
         }
-        const written = await this.datastore.update(key, nextValue, kv.modRevision);
+        const written = await this.datastore.update(key, nextValue, modRevision);
         this.wrote(key, written.modRevision);
         next.metadata.resourceVersion = String(written.modRevision);
-        this.codec.remember(def, key, next);
+        this.codec.remember(def, key, next, nextValue);
         return next;
       } catch (error) {
         if (error instanceof ConflictError) {
-          if (wantedVersion) throw errors.modified(def, name);
+          // With a guess, a precondition that matched the guess is judged again on the stored object.
+          if (wantedVersion && fresh) throw errors.modified(def, name);
+          stored = error.current ? this.storedFrom(def, error.current) : undefined;
           continue;
         }
-        if (error instanceof KeyNotFoundError) throw errors.notFound(def, name);
+        if (error instanceof KeyNotFoundError) {
+          this.codec.forget(key);
+          throw errors.notFound(def, name);
+        }
         throw error;
       }
     }
     throw errors.conflict(def, name, 'too many concurrent writers; try again');
+  }
+
+  /** One attempt's object to write, made from `stored` by the caller's update function and the kind's rules. */
+  private async prepareUpdate(
+    def: ResourceDefinition,
+    name: string,
+    key: string,
+    stored: StoredObject,
+    update: UpdateFn,
+    options: UpdateOptions,
+  ): Promise<{ next: KubeObject; nextValue: Buffer; unchanged: boolean; wantedVersion: string | undefined }> {
+    const { obj: current, value, modRevision } = stored;
+    // The copy carries no resourceVersion, so one present afterwards was asked for by the client.
+    const copy = this.codec.decode(def, { key, value, modRevision, createRevision: 0 });
+    delete copy.metadata.resourceVersion;
+    const proposed = await update(copy);
+    const wantedVersion = proposed.metadata.resourceVersion;
+    if (wantedVersion !== undefined && wantedVersion !== '' && wantedVersion !== current.metadata.resourceVersion) {
+      throw errors.modified(def, name);
+    }
+    const next = prepareForUpdate(def, current, proposed, options);
+    // A status write keeps the stored metadata and spec, which were valid when written.
+    if (options.subresource === 'status') this.validateStatus(def, next);
+    else this.validate(def, next, current, options.subresource);
+    const nextValue = this.codec.encode(def, next);
+    // Byte-equal is the common no-op; otherwise compare as data, since key order means nothing.
+    const unchanged =
+      nextValue.equals(value) ||
+      (options.subresource === 'status' ? jsonEqual(current.status, next.status) : sameContent(current, next));
+    return { next, nextValue, unchanged, wantedVersion };
+  }
+
+  /** What this server last knew of a key's object (possibly stale): the watch cache's, else its own last write. */
+  private lastKnown(def: ResourceDefinition, key: string): StoredObject | undefined {
+    // The newer of the two: the cache may not have this server's own last write yet.
+    const cached = this.caches.existing(def)?.get(key);
+    const written = this.codec.lastKnown(def, key);
+    const known = cached && written ? (cached.modRevision >= written.modRevision ? cached : written) : (cached ?? written);
+    return known && { ...known, fresh: false };
+  }
+
+  private async readStored(def: ResourceDefinition, key: string, name: string): Promise<StoredObject> {
+    const kv = await this.datastore.get(key);
+    if (!kv) throw errors.notFound(def, name);
+    return this.storedFrom(def, kv);
+  }
+
+  private storedFrom(def: ResourceDefinition, kv: KeyValue): StoredObject {
+    return { obj: this.codec.decodeShared(def, kv), value: kv.value, modRevision: kv.modRevision, fresh: true };
   }
 
   async delete(

@@ -11,6 +11,7 @@ import { matchesSelection, parseSelection } from '../selection.js';
 import type { RbacSource } from '../rbac/types.js';
 import type { ObjectStore } from '../storage.js';
 import type { DeleteOptions, DeleteResult, ListResult, ObjectWatch, Preconditions, WatchSink } from '../storage-types.js';
+import { listReadRevision } from '../watch-cache/read-plan.js';
 import { checkPreconditions } from '../write-rules.js';
 import { asKubeObject, type Change, checkTypeMeta, pruneUnknownFields, type RequestContext, type WriteResult } from './context.js';
 
@@ -52,7 +53,7 @@ export interface ListRequest {
   limit?: number;
   continueToken?: string;
   resourceVersion?: string;
-  /** `Exact` reads at `resourceVersion`; `NotOlderThan` (or nothing) reads the latest. */
+  /** `Exact` reads at `resourceVersion`; `NotOlderThan` (or nothing, with a resourceVersion) a state not older than it. */
   resourceVersionMatch?: string;
 }
 
@@ -103,16 +104,12 @@ export class ResourceVerbs {
   list(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, request: ListRequest = {}): Promise<ListResult> {
     if (def.reads) return listRead(def, def.reads, namespace, request);
     storedKind(def);
-    const match = request.resourceVersionMatch ?? '';
-    if (match !== '' && match !== 'Exact' && match !== 'NotOlderThan') {
-      throw errors.badRequest(`invalid resourceVersionMatch "${match}": supported values: "Exact", "NotOlderThan"`);
-    }
-    const exact = match === 'Exact' && request.resourceVersion !== undefined ? Number(request.resourceVersion) : undefined;
+    const read = listReadRevision(request.resourceVersion, request.resourceVersionMatch, Boolean(request.continueToken));
     return this.store.list(def, namespace, {
       ...parseSelection(def, request.labelSelector, request.fieldSelector),
       ...(request.limit ? { limit: request.limit } : {}),
       ...(request.continueToken ? { continueToken: request.continueToken } : {}),
-      ...(exact !== undefined ? { exactRevision: exact } : {}),
+      read,
     });
   }
 
