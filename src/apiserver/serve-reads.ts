@@ -62,7 +62,7 @@ export async function serveGet(call: HttpCall): Promise<void> {
   // past authorization is a 405 without a read: a missing pod gets it too, not a 404.
   if (request.subresource === 'eviction') throw errors.methodNotAllowed();
   const negotiated = negotiate(req.headers.accept);
-  const obj = await verbs.get(ctx, request.def, request.namespace, request.name!);
+  const obj = await verbs.get(ctx, request.def, request.namespace, request.name!, resourceVersionParam(url.searchParams));
   respondObject(res, 200, negotiated, request.def, obj, includeObjectParam(url.searchParams.get('includeObject')));
 }
 

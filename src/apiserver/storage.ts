@@ -115,10 +115,41 @@ export class ObjectStore implements KindStore {
     return `${this.keyPrefix(def, def.namespaced ? namespace : undefined)}${name}`;
   }
 
-  async get(def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject> {
-    const kv = await this.datastore.get(this.key(def, namespace, name));
+  /**
+   * One object. The latest (`read` absent or `latest`) is read from the datastore, as
+   * kube-apiserver reads a get without resourceVersion from etcd; `any` and `notOlderThan` are
+   * served from the watch cache when it has (or, within a bounded wait, reaches) that state.
+   */
+  async get(def: ResourceDefinition, namespace: string | undefined, name: string, read?: ReadRevision): Promise<KubeObject> {
+    const key = this.key(def, namespace, name);
+    if (read && read.kind !== 'latest' && read.kind !== 'exact') {
+      const cache = this.caches.cacheFor(def);
+      const plan = planRead(read, cache);
+      if (cache && plan.from !== 'store' && (plan.from === 'cache' || (plan.from === 'cache-after' && (await cache.waitFor(plan.revision, CACHE_WAIT_MS))))) {
+        const item = cache.get(key);
+        if (cache.ready) {
+          if (!item) throw errors.notFound(def, name);
+          return this.codec.decode(def, { key, value: item.value, modRevision: item.modRevision, createRevision: 0 });
+        }
+      }
+    }
+    const kv = await this.datastore.get(key);
     if (!kv) throw errors.notFound(def, name);
-    return this.codec.decode(def, kv);
+    const obj = this.codec.decode(def, kv);
+    if (read?.kind === 'notOlderThan' && kv.modRevision < read.revision) {
+      const current = await this.datastore.currentRevision();
+      if (current < read.revision) throw errors.tooLargeResourceVersion(read.revision, current);
+    }
+    return obj;
+  }
+
+  /**
+   * The object as the watch cache holds it now, shared (never to be mutated), or undefined when
+   * the cache has no such object or is not serving (it starts one): for checks that can take a
+   * recent state and read the datastore when it does not settle the question.
+   */
+  peekCached(def: ResourceDefinition, namespace: string | undefined, name: string): KubeObject | undefined {
+    return this.caches.cacheFor(def)?.get(this.key(def, namespace, name))?.obj;
   }
 
   /**

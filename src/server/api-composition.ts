@@ -175,7 +175,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
       // system:masters (the admin) is allowed everything before any rule is read.
       authorizer: new NodeAuthorizer(new RbacAuthorizer(rbac), nodeGraph),
       rbac,
-      admission: new NodeRestrictionAdmission(client),
+      admission: new NodeRestrictionAdmission(client, (name) => store.peekCached(registry.lookup('', 'v1', 'nodes')!, undefined, name)),
       tokens: serviceAccounts.tokens,
       defaultRuntimeClass: settings.defaultRuntimeClass,
       serviceNetwork,

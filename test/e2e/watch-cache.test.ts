@@ -219,10 +219,16 @@ describe('watch cache in-process: served from memory, 410 from compacted history
     const cache = await waitForReady(() => store.watchCache(def));
     assert.ok(cache.size >= 4);
     const realList = datastore.list.bind(datastore);
+    const realGet = datastore.get.bind(datastore);
     let storeLists = 0;
+    let storeGets = 0;
     datastore.list = (...args) => {
       storeLists++;
       return realList(...args);
+    };
+    datastore.get = (...args) => {
+      storeGets++;
+      return realGet(...args);
     };
     try {
       const rv = (await ok<Obj>(target, 'POST', cms('mem'), configMap('m-new'), 201)).metadata.resourceVersion;
@@ -235,11 +241,20 @@ describe('watch cache in-process: served from memory, 410 from compacted history
       const next = await ok<List>(target, 'GET', `${cms('mem')}?${q({ limit: '2', continue: page.metadata.continue! })}`);
       assert.deepEqual(names(next), ['m-2', 'm-3']);
       assert.equal(storeLists, 0, 'no list reached the datastore');
+      // Gets: "0" and NotOlderThan from the cache; unset (the latest) from the datastore, as kube-apiserver.
+      const gets = storeGets;
+      assert.equal((await ok<Obj>(target, 'GET', `${cms('mem')}/m-new?resourceVersion=0`)).metadata.resourceVersion, rv);
+      assert.equal((await ok<Obj>(target, 'GET', `${cms('mem')}/m-new?resourceVersion=${rv}`)).metadata.resourceVersion, rv);
+      await failure(target, 'GET', `${cms('mem')}/absent?resourceVersion=0`, 404);
+      assert.equal(storeGets, gets, 'no get reached the datastore');
+      await ok<Obj>(target, 'GET', `${cms('mem')}/m-new`);
+      assert.equal(storeGets, gets + 1);
       // Exact is history: it is read from the datastore.
       await ok<List>(target, 'GET', `${cms('mem')}?${q({ resourceVersion: rv, resourceVersionMatch: 'Exact' })}`);
       assert.equal(storeLists, 1);
     } finally {
       datastore.list = realList;
+      datastore.get = realGet;
     }
   });
 

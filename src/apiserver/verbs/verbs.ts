@@ -11,7 +11,7 @@ import { matchesSelection, parseSelection } from '../selection.js';
 import type { RbacSource } from '../rbac/types.js';
 import type { ObjectStore } from '../storage.js';
 import type { DeleteOptions, DeleteResult, ListResult, ObjectWatch, Preconditions, WatchSink } from '../storage-types.js';
-import { listReadRevision } from '../watch-cache/read-plan.js';
+import { getReadRevision, listReadRevision } from '../watch-cache/read-plan.js';
 import { checkPreconditions } from '../write-rules.js';
 import { asKubeObject, type Change, checkTypeMeta, pruneUnknownFields, type RequestContext, type WriteResult } from './context.js';
 
@@ -95,10 +95,11 @@ export class ResourceVerbs {
   // -------------------------------------------------------------------------------------------
   // Reads
 
-  get(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, name: string): Promise<KubeObject> {
+  /** `resourceVersion`: unset reads the latest, "0" any recent state, N one not older than N (read-plan.ts). */
+  get(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, name: string, resourceVersion?: string): Promise<KubeObject> {
     if (def.reads) return def.reads.get(namespace, name);
     storedKind(def);
-    return this.store.get(def, namespace, name);
+    return this.store.get(def, namespace, name, getReadRevision(resourceVersion));
   }
 
   list(_ctx: RequestContext, def: ResourceDefinition, namespace: string | undefined, request: ListRequest = {}): Promise<ListResult> {
