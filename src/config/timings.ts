@@ -92,8 +92,9 @@ export interface DerivedTimings {
  * argument is in docs/high-availability.md ("Controllers in HA"); in short:
  *
  * - The lifecycle controller already counts a node suspect when no renewal of it has been
- *   committed for grace/2. A leader is held to the same bound: it stops its controllers once
- *   grace/2 has passed since it *sent* its last renewal that was committed (`stepDownMs`).
+ *   committed for grace/2. A leader is held to the same bound: its controllers' writes are
+ *   refused once grace/2 has passed since it *sent* its last renewal that was committed
+ *   (`stepDownMs`).
  * - Another server takes the lease only after it has seen it unchanged for `durationMs`
  *   (3/4 of the grace) by its own monotonic clock, measured from when it *saw* the change, which
  *   is after the commit, which is after the send. So the old leader has stopped at least grace/4
@@ -101,14 +102,21 @@ export interface DerivedTimings {
  * - The leader renews every grace/8 (4 tries before it must step down); candidates look twice as
  *   often, so a crashed leader is replaced about 3/4 of a grace after its last renewal, before a
  *   node that died with it would have been declared lost.
+ * - A leader fenced that way keeps its term (informers, controllers) while nobody else can have
+ *   led: a renewal of its own lease, unchanged by anyone, lifts the fence (an etcd leader
+ *   election stalls every write for a few seconds, and throwing the term away would cost every
+ *   node a fresh grace). It gives the term up on seeing another holder, or once `abandonMs`
+ *   (twice the duration) has passed without a committed renewal.
  * - The duration is kept between 1 s (a garbage-collection pause or an etcd leader election must
  *   not move the controllers) and 15 s (the fixed value this replaced, Kubernetes' default).
  */
 export interface ControllerLeaseTimings {
   /** How long a candidate must see the lease unchanged before it takes it; written as `leaseDurationSeconds` (rounded up). */
   durationMs: number;
-  /** The leader stops its controllers (and refuses their writes) this long after sending its last committed renewal. */
+  /** The leader refuses its controllers' writes from this long after sending its last committed renewal. */
   stepDownMs: number;
+  /** ... and gives up its term (stops its controllers and informers) from this long after it, if it has not renewed meanwhile. */
+  abandonMs: number;
   /** How often the leader renews. */
   renewIntervalMs: number;
   /** How often a candidate looks at the lease. */
@@ -123,6 +131,7 @@ export function controllerLeaseTimings(graceMs: number): ControllerLeaseTimings 
   return {
     durationMs,
     stepDownMs: (durationMs * 2) / 3,
+    abandonMs: durationMs * 2,
     renewIntervalMs: durationMs / 6,
     retryIntervalMs: durationMs / 12,
   };

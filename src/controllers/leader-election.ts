@@ -13,12 +13,17 @@ import { type LeaseSpec, leaseSpec } from './kube-types.js';
  * stepped. Writes are compare-and-swap on resourceVersion, so two candidates cannot both take an
  * expired lease; the datastore (SQLite or etcd) does the arbitration.
  *
- * The leader's term ends by its own clock before anyone else's can begin: it counts from when it
+ * The leader stops writing by its own clock before anyone else can begin: it counts from when it
  * *sent* its last renewal that was committed, a candidate from when it *saw* that renewal, which
- * is later; the leader stops at `stepDownMs`, a candidate takes over only past `durationMs`
- * (src/config/timings.ts, `controllerLeaseTimings`). `mayWrite()` is the same deadline read at the
- * instant of each controller write (fenced-client.ts), so a leader that was paused past it and
- * resumes writes nothing even before its step-down timer has run.
+ * is later; the leader's writes are refused from `stepDownMs` on, a candidate takes over only past
+ * `durationMs` (src/config/timings.ts, `controllerLeaseTimings`). `mayWrite()` is that deadline
+ * read at the instant of each controller write (fenced-client.ts), so a leader that was paused
+ * past it and resumes writes nothing, timers or not.
+ *
+ * Past the deadline the term is *suspended*, not ended: a later renewal of a lease still held by
+ * this server (nobody else can have led meanwhile: taking the lease means writing one's own name
+ * into it) lifts the fence and the term goes on with its informers and controllers. The term ends
+ * when another holder is seen, or `abandonMs` after the last committed renewal's send.
  */
 
 export interface LeaderElectionOptions extends ControllerLeaseTimings {
@@ -37,6 +42,7 @@ export interface LeaderCallbacks {
 
 export class LeaderElector {
   private leading = false;
+  private suspended = false;
   private timer: TimerHandle | undefined;
   private stepDownTimer: TimerHandle | undefined;
   private stopped = false;
@@ -97,6 +103,7 @@ export class LeaderElector {
   private setLeading(leading: boolean, why: string): void {
     if (leading === this.leading) return;
     this.leading = leading;
+    this.suspended = false;
     if (leading) {
       this.logger.info({ identity: this.options.identity, lease: `${this.options.namespace}/${this.options.name}` }, 'became the controller leader');
       this.callbacks.onStartedLeading();
@@ -115,20 +122,36 @@ export class LeaderElector {
       return;
     }
     this.lastRenewalSentAt = sentAt;
+    if (this.suspended) {
+      this.suspended = false;
+      this.logger.info({ identity: this.options.identity }, 'the controller lease was renewed again: controller writes resume');
+    }
     this.setLeading(true, 'renewed');
     this.clock.clearTimeout(this.stepDownTimer);
     this.stepDownTimer = this.clock.setTimeout(() => this.checkDeadline(), this.deadline() - this.clock.now());
   }
 
-  /** Runs at the deadline, whatever the renewal in flight is doing (it may hang on a datastore without quorum). */
+  /**
+   * Runs at the deadline (writes are fenced from then on: this only says so) and at the abandon
+   * time, whatever the renewal in flight is doing (it may hang on a datastore without quorum).
+   */
   private checkDeadline(): void {
     if (!this.leading) return;
-    const left = this.deadline() - this.clock.now();
-    if (left > 0) {
-      this.stepDownTimer = this.clock.setTimeout(() => this.checkDeadline(), left);
+    const now = this.clock.now();
+    const abandonAt = this.lastRenewalSentAt + this.options.abandonMs;
+    if (now >= abandonAt) {
+      this.setLeading(false, `no renewal of the controller lease was committed within ${this.options.abandonMs} ms`);
       return;
     }
-    this.setLeading(false, `no renewal of the controller lease was committed within ${this.options.stepDownMs} ms`);
+    if (now >= this.deadline() && !this.suspended) {
+      this.suspended = true;
+      this.logger.warn(
+        { identity: this.options.identity },
+        `no renewal of the controller lease was committed within ${this.options.stepDownMs} ms: controller writes are refused until one is`,
+      );
+    }
+    const next = now < this.deadline() ? this.deadline() : abandonAt;
+    this.stepDownTimer = this.clock.setTimeout(() => this.checkDeadline(), next - now);
   }
 
   private async tick(): Promise<void> {
@@ -139,7 +162,10 @@ export class LeaderElector {
       this.logger.debug({ err: error }, 'leader election attempt failed');
     }
     // Also checked here: a paused process may run this tick before the step-down timer.
-    if (this.leading && this.clock.now() >= this.deadline()) this.checkDeadline();
+    if (this.leading && this.clock.now() >= this.deadline()) {
+      this.clock.clearTimeout(this.stepDownTimer);
+      this.checkDeadline();
+    }
     if (!this.stopped) {
       this.timer = this.clock.setTimeout(() => void this.tick(), this.leading ? this.options.renewIntervalMs : this.options.retryIntervalMs);
     }

@@ -71,9 +71,9 @@ describe('controller leader failover, three all-in-one servers on managed etcd',
         }
       }
     }
-    if (run.failed) {
+    if (run.failed || process.env.DROVER_KEEP_LOGS) {
       const logs = dumpLogs('leader-failover', members);
-      // The dump's own dir goes with the suite's temp dirs: keep a copy where asked.
+      // The dump's own dir goes with the suite's temp dirs: keep a copy where asked (always, then).
       if (process.env.DROVER_KEEP_LOGS) fs.copyFileSync(logs, process.env.DROVER_KEEP_LOGS);
       process.stderr.write(`leader-failover: logs of the failed run in ${process.env.DROVER_KEEP_LOGS ?? logs}\n`);
     }

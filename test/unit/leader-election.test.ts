@@ -12,10 +12,11 @@ import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
 
 /**
  * The controller lease's step-down rule on fake clocks: a leader counts its term from when it
- * *sent* its last committed renewal and stops at `stepDownMs`; a candidate takes over only after
- * seeing the lease unchanged for `durationMs`. So, with each server on its own clock, the old
- * leader has stopped (and refuses its controllers' writes) before the new one begins, whether it
- * was cut off from the datastore or paused outright.
+ * *sent* its last committed renewal and refuses its controllers' writes from `stepDownMs` on; a
+ * candidate takes over only after seeing the lease unchanged for `durationMs`. So, with each
+ * server on its own clock, the old leader has stopped writing before the new one begins, whether
+ * it was cut off from the datastore or paused outright. A stall that nobody else used keeps the
+ * term; a longer one (`abandonMs`), or another holder seen, ends it.
  */
 
 const LEASE = controllerLeaseTimings(4000);
@@ -65,8 +66,18 @@ describe('controller lease: the leader steps down before anyone can take over', 
     await api.close();
   });
 
+  /** Each elector's term starts and ends, in order. */
+  const terms = new Map<string, string[]>();
+
   function elector(identity: string, client: ApiClient, clock: FakeClock): LeaderElector {
-    const e = new LeaderElector(client, { ...CONTROLLER_LEASE, ...LEASE, identity, clock }, { onStartedLeading: () => undefined, onStoppedLeading: () => undefined }, api.logger);
+    const log: string[] = [];
+    terms.set(identity, log);
+    const e = new LeaderElector(
+      client,
+      { ...CONTROLLER_LEASE, ...LEASE, identity, clock },
+      { onStartedLeading: () => log.push('start'), onStoppedLeading: () => log.push('stop') },
+      api.logger,
+    );
     electors.push(e);
     return e;
   }
@@ -79,7 +90,7 @@ describe('controller lease: the leader steps down before anyone can take over', 
     }
   }
 
-  it('a leader cut off from the datastore stops at its deadline; the other server takes over a third of a lease later', async () => {
+  it('a leader cut off from the datastore stops writing at its deadline, the other server takes over a third of a lease later, and the cut-off one gives its term up', async () => {
     const clockA = new FakeClock();
     const clockB = new FakeClock({ monotonic: 77_000_000 }); // another host: its own origin
     const frozen = new FreezableClient(api.client);
@@ -94,7 +105,8 @@ describe('controller lease: the leader steps down before anyone can take over', 
     // a's renewals now hang (they are sent, never committed). Follow both, 10 ms at a time.
     frozen.frozen = true;
     const cutAt = clockA.now();
-    let aStoppedAt: number | undefined; // on a's clock
+    let aStoppedAt: number | undefined; // on a's clock: its writes are refused from then on
+    let aEndedAt: number | undefined; // its term given up
     let bStartedAtElapsed: number | undefined;
     let aStoppedAtElapsed: number | undefined;
     let overlap = false;
@@ -102,11 +114,15 @@ describe('controller lease: the leader steps down before anyone can take over', 
     await both([clockA, clockB], 3 * LEASE.durationMs, () => {
       elapsed += 10;
       if (a.mayWrite() && b.isLeader) overlap = true;
-      if (aStoppedAt === undefined && !a.isLeader) [aStoppedAt, aStoppedAtElapsed] = [clockA.now(), elapsed];
+      if (aStoppedAt === undefined && !a.mayWrite()) [aStoppedAt, aStoppedAtElapsed] = [clockA.now(), elapsed];
+      if (aEndedAt === undefined && !a.isLeader) aEndedAt = clockA.now();
       if (bStartedAtElapsed === undefined && b.isLeader) bStartedAtElapsed = elapsed;
     });
     assert.equal(overlap, false, 'a could write while b led');
-    assert.ok(aStoppedAt !== undefined && bStartedAtElapsed !== undefined && aStoppedAtElapsed !== undefined, 'a stepped down and b took over');
+    assert.ok(aStoppedAt !== undefined && bStartedAtElapsed !== undefined && aStoppedAtElapsed !== undefined, 'a stopped writing and b took over');
+    // Its renewals hang, so it cannot see b: it gives its term up by its clock alone.
+    assert.ok(aEndedAt !== undefined && aEndedAt - cutAt <= LEASE.abandonMs + 10, `a gave its term up ${aEndedAt === undefined ? 'never' : `${aEndedAt - cutAt} ms`} after the cut`);
+    assert.deepEqual(terms.get('server-a'), ['start', 'stop']);
     // a's last committed renewal was sent at most one renew interval before the cut.
     assert.ok(aStoppedAt - cutAt <= LEASE.stepDownMs + 10, `a stopped ${aStoppedAt - cutAt} ms after the cut (deadline ${LEASE.stepDownMs} ms after its last renewal)`);
     assert.ok(aStoppedAt - cutAt >= LEASE.stepDownMs - LEASE.renewIntervalMs - 10, `a stopped no earlier than its deadline (${aStoppedAt - cutAt} ms)`);
@@ -149,28 +165,46 @@ describe('controller lease: the leader steps down before anyone can take over', 
     await assert.rejects(writes.create(CONFIGMAPS, 'default', configMap('after-pause')), NotLeaderError);
     assert.equal(await api.client.get(CONFIGMAPS, 'default', 'after-pause'), undefined, 'nothing was written');
 
-    // Then its overdue timers run: it steps down and finds b's lease.
+    // Then its overdue timers run: it finds b's lease and ends its term.
     await both([clockA, clockB], 1000);
     assert.ok(!a.isLeader && b.isLeader);
+    assert.deepEqual(terms.get('server-a'), ['start', 'stop']);
     assert.ok(await api.client.get(CONFIGMAPS, 'default', 'while-leading'));
   });
 
-  it('a renewal committed later than the step-down window does not extend the term', async () => {
+  it('a stall shorter than abandonMs suspends the writes, not the term: a prompt renewal of the unchanged lease lifts the fence', async () => {
     const clock = new FakeClock();
     const slow = new FreezableClient(api.client);
     const a = elector('server-a', slow.client, clock);
     a.start();
     await clock.advance(100, 3);
-    assert.ok(a.isLeader);
-    slow.frozen = true;
+    assert.ok(a.isLeader && a.mayWrite());
+    slow.frozen = true; // an etcd leader election: every write waits
     await clock.advance(LEASE.stepDownMs + LEASE.renewIntervalMs, 3);
-    assert.ok(!a.isLeader, 'stepped down while its renewal hung');
-    // The hung renewal now commits: it was sent too long ago to prove a term.
+    assert.ok(!a.mayWrite(), 'writes refused while no renewal is committed');
+    assert.ok(a.isLeader, 'the term is kept: nobody else can have led yet');
+    // The hung renewal now commits: it was sent too long ago to lift the fence.
     slow.thaw();
     await clock.advance(0, 10);
-    assert.ok(!a.isLeader, 'a renewal sent more than stepDownMs ago does not start a term');
-    // Its next renewal, prompt again, does.
-    await clock.advance(LEASE.retryIntervalMs + 10, 10);
+    assert.ok(!a.mayWrite(), 'a renewal sent more than stepDownMs ago proves nothing about now');
+    // Its next renewal, prompt again, does; the term is the same one.
+    await clock.advance(LEASE.renewIntervalMs + 10, 10);
     assert.ok(a.isLeader && a.mayWrite());
+    assert.deepEqual(terms.get('server-a'), ['start']);
+  });
+
+  it('a stall longer than abandonMs ends the term; the next renewal starts a new one', async () => {
+    const clock = new FakeClock();
+    const slow = new FreezableClient(api.client);
+    const a = elector('server-a', slow.client, clock);
+    a.start();
+    await clock.advance(100, 3);
+    slow.frozen = true;
+    await clock.advance(LEASE.abandonMs + 10, 3);
+    assert.ok(!a.isLeader && !a.mayWrite());
+    slow.thaw();
+    for (let i = 0; i < 20 && !a.mayWrite(); i++) await clock.advance(LEASE.retryIntervalMs, 20);
+    assert.ok(a.isLeader && a.mayWrite(), `leading ${a.isLeader}, terms ${terms.get('server-a')?.join(',')}`);
+    assert.deepEqual(terms.get('server-a'), ['start', 'stop', 'start']);
   });
 });
