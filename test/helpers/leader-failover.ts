@@ -156,6 +156,11 @@ async function settledPods(via: ApiTarget, replicas: number): Promise<{ web: Pod
   return good(web, replicas) && good(solo, 1) ? { web, solo } : undefined;
 }
 
+/** Waits until the workloads are settled (exactly the desired pods, all Running and Ready, none terminating). */
+export async function waitSettled(via: ApiTarget, replicas: number, ceilingMs = 90_000): Promise<void> {
+  await eventually(() => settledPods(via, replicas), 'the workloads settled', ceilingMs, 200);
+}
+
 /**
  * Puts the singleton and at least one web pod on `victim` (cordoning the other nodes while their
  * misplaced pods are replaced), and waits until everything is settled again.
