@@ -81,8 +81,9 @@ export class ResourceCache {
       }
       if (this.failed) return; // stopped meanwhile
       this.appliedThrough = revision;
-      this.changedAt = 0;
-      for (const item of this.items.values()) this.changedAt = Math.max(this.changedAt, item.modRevision);
+      // What changed before the fill (a delete leaves no item behind) is unknown: count the fill
+      // itself as the last change, so no continue token from before it is served from here.
+      this.changedAt = revision;
       this.watch = this.datastore.watch(this.prefix, revision + 1, {
         onEvents: (events) => this.apply(events),
         onProgress: (through) => this.progressed(through),
