@@ -78,7 +78,7 @@ const TABLE = [
     commands: ['server'],
     scope: 'cluster',
     default: DEFAULT_NODE_MONITOR_GRACE_PERIOD_MS,
-    why: 'the controller leader uses it to mark nodes Unavailable; a different value on another server would change verdicts when leadership moves',
+    why: 'the controller leader uses it to mark nodes Unavailable, and every server derives the controller lease from it (duration 3/4 of it, step-down at half of it); a different value on another server would change verdicts when leadership moves, and let two servers disagree on when the lease has expired',
   },
   {
     name: 'fencing-timeout',
