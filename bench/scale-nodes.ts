@@ -35,7 +35,9 @@ const target: PatchTarget = {
   port: Number(new URL(url).port),
   ca: fs.readFileSync(caFile, 'utf8'),
   token: fs.readFileSync(tokenFile, 'utf8').trim(),
-  agent: new https.Agent({ keepAlive: true, maxSockets: 64, ca: fs.readFileSync(caFile, 'utf8') }),
+  // A connection per node at most, as each agent has its own: a shared pool would queue renewals
+  // here, where the server cannot see them.
+  agent: new https.Agent({ keepAlive: true, maxSockets: Math.max(64, COUNT), ca: fs.readFileSync(caFile, 'utf8') }),
 };
 
 const HEALTH = JSON.stringify({ ready: true, reason: 'AgentReady', message: 'simulated by bench/scale-nodes.ts' });

@@ -228,7 +228,12 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
     console.log(`  ${datastore}: ${NODES} Nodes and Leases created in ${String(setup.ms)} ms`);
     await states.start(api, server.url, server.adminToken, server.caPem);
     await nodes.ask('start');
-    await until(`all ${NODES} nodes Ready`, 60_000 + NODES * 20, () => states.count('Ready') === NODES);
+    await until(`all ${NODES} nodes Ready`, 60_000 + NODES * 20, () => states.count('Ready') === NODES).catch(async (error: unknown) => {
+      const counts: Record<string, number> = {};
+      for (const value of states.state.values()) counts[value || '(none)'] = (counts[value || '(none)'] ?? 0) + 1;
+      const renewals = await nodes.ask('report');
+      throw new Error(`${(error as Error).message}; states ${JSON.stringify(counts)}; renewals meanwhile ${JSON.stringify(renewals)}`);
+    });
     const allReadyAt = Date.now();
     console.log(`  ${datastore}: all nodes Ready; warming up ${WARMUP_S} s`);
     await sleep(WARMUP_S * 1000);

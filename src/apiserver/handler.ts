@@ -50,6 +50,7 @@ import { STREAM_SUBRESOURCES } from './streaming/options.js';
 import type { Duplex } from 'node:stream';
 import type { VersionInfo } from '../version.js';
 import { DISCOVERY_CACHE_CONTROL, JWKS_CONTENT_TYPE, JWKS_PATH, OPENID_CONFIGURATION_PATH } from '../security/service-account-tokens.js';
+import { type RenewalTracker, renewedLease } from './renewal-tracker.js';
 
 export type { PodLogParams } from './definition.js';
 
@@ -111,6 +112,8 @@ export interface HandlerOptions {
   longRunning?: LongRunningLimits;
   /** Bytes of events a watch's client may leave unread (beyond its initial list) before the watch is cut. */
   watchUnreadBytes?: number;
+  /** Told when a node lease renewal arrives and when it is answered (renewal-tracker.ts). */
+  renewals?: Pick<RenewalTracker, 'arrived'>;
 }
 
 const PUBLIC_PATHS = new Set(['/healthz', '/livez', '/readyz', '/version', '/cacerts']);
@@ -145,6 +148,8 @@ export class ApiHandler {
   /** Entry point for node:http(s). Never throws: every failure becomes a Status response. */
   handle = (req: IncomingMessage, res: ServerResponse): void => {
     const started = process.hrtime.bigint();
+    const renewed = this.options.renewals && renewedLease(req.method, req.url);
+    if (renewed) res.once('close', this.options.renewals!.arrived(renewed));
     res.on('finish', () => {
       const metrics = this.options.metrics;
       if (metrics) {

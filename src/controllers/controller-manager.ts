@@ -48,7 +48,7 @@ export interface ControllerManagerOptions {
   identity: string;
   timings: ControllerTimings;
   /** Metrics and deletion hooks of the node lifecycle controller. */
-  lifecycle?: Pick<NodeLifecycleOptions, 'onUnavailable' | 'onNodeDeleted' | 'onClockOffset' | 'tickMs'>;
+  lifecycle?: Pick<NodeLifecycleOptions, 'onUnavailable' | 'onNodeDeleted' | 'onClockOffset' | 'tickMs' | 'renewals'>;
   /** Started after the node lifecycle controller, stopped before it. */
   extraControllers?: readonly LeaderOnlyController[];
   /**

@@ -82,11 +82,34 @@ export interface NodeLifecycleOptions {
   /** The system clock unless a test drives one. */
   clock?: Clock;
   /**
+   * Node lease renewals still on their way to this controller through this server
+   * (src/apiserver/renewal-tracker.ts): silence is judged only up to the oldest of them, so a slow
+   * server or datastore cannot make a renewing node look silent.
+   */
+  renewals?: RenewalsOnTheirWay;
+  /**
    * The leader's shared informers, which their owner (the controller manager) starts and stops.
    * Without them the controller keeps its own, started and stopped with it.
    */
   informers?: SharedInformers;
 }
+
+/** What the controller needs of the API server's account of renewals on their way (RenewalTracker). */
+export interface RenewalsOnTheirWay {
+  observing(on: boolean): void;
+  observed(name: string, revision: number): void;
+  /** How long the oldest renewal not yet seen by this controller has been on its way (0: none). */
+  unobservedForMs(): number;
+}
+
+/**
+ * How far behind its renewals the controller's view may be before it says so: an event and a log
+ * line, and its verdicts held as in a disruption (no node is called Unavailable on a view it cannot
+ * trust). Half the grace: the point at which a silent node turns suspect.
+ */
+const BEHIND_FRACTION_OF_GRACE = 0.5;
+/** Verdicts written at once in a tick (each is two Node patches). */
+const VERDICT_WRITERS = 16;
 
 const CONDITION_STATUS: Record<NodeState, 'True' | 'False' | 'Unknown'> = {
   Ready: 'True',
@@ -136,6 +159,8 @@ export class NodeLifecycleController implements NodeHealthView {
   private lastTick = 0;
   private running = false;
   private disruption: DisruptionMode = {};
+  /** The controller's view is behind the renewals by more than it trusts (an overloaded server): since when. */
+  private behindSince: number | undefined;
   /** After a pause of this process, renewals that waited in its queues arrive late: no offset samples until then. */
   private offsetSamplesFrom = 0;
 
@@ -171,6 +196,8 @@ export class NodeLifecycleController implements NodeHealthView {
     this.running = true;
     this.tracked.clear();
     this.disruption = {};
+    this.behindSince = undefined;
+    this.options.renewals?.observing(true);
     if (this.ownsInformers) {
       // Informers cannot start twice: a restart (leadership regained) follows new ones.
       this.informers = new SharedInformers(this.client, this.logger);
@@ -214,6 +241,7 @@ export class NodeLifecycleController implements NodeHealthView {
 
   stop(): void {
     this.running = false;
+    this.options.renewals?.observing(false);
     this.clock.clearTimeout(this.timer);
     if (this.ownsInformers) this.informers.stop();
     // Only the leader measures offsets: a server that stops leading stops reporting them.
@@ -284,6 +312,7 @@ export class NodeLifecycleController implements NodeHealthView {
   private onLease(type: string, lease: KubeObject): void {
     if (type === 'DELETED' || !this.running) return;
     const name = lease.metadata.name!;
+    this.options.renewals?.observed(name, Number(lease.metadata.resourceVersion));
     const tracked = this.tracked.get(name);
     if (!tracked) return;
     const spec = leaseSpec(lease);
@@ -346,8 +375,14 @@ export class NodeLifecycleController implements NodeHealthView {
         this.offsetSamplesFrom = now + grace;
       }
       this.lastTick = now;
+      // Silence is judged up to the oldest renewal still on its way to this controller: the node
+      // sent it, the server has not shown it yet. Without that, a server that falls behind (too
+      // much load, a slow datastore) makes the nodes it is slow for look silent.
+      const behindMs = this.options.renewals?.unobservedForMs() ?? 0;
+      const judgedAt = now - behindMs;
+      const behind = this.noteBehind(behindMs, now, grace);
       let observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
-      const stale = observations.filter(([, , o]) => isStale(o, now, grace)).length;
+      const stale = observations.filter(([, , o]) => isStale(o, judgedAt, grace)).length;
       const step = reduceDisruption(this.disruption, { now, gracePeriodMs: grace, staleCount: stale, nodeCount: observations.length });
       this.disruption = step.mode;
       if (step.transition === 'entered') {
@@ -365,7 +400,7 @@ export class NodeLifecycleController implements NodeHealthView {
         // and failed over within the tick. Give the nodes still silent a fresh grace instead,
         // as Kubernetes resets its probe timestamps when it leaves its disruption mode; they
         // stay Unknown until a renewal is seen (node-state.ts, awaitingRenewal).
-        const silent = observations.filter(([, , o]) => isStale(o, now, grace)).map(([name, t]) => {
+        const silent = observations.filter(([, , o]) => isStale(o, judgedAt, grace)).map(([name, t]) => {
           t.observedAt = now;
           t.awaitingRenewal = true;
           recordObservation(t, now);
@@ -376,15 +411,45 @@ export class NodeLifecycleController implements NodeHealthView {
       } else if (step.transition === 'ended-expired') {
         this.logger.info('node renewals are back to normal; disruption mode over');
       }
-      const disruption = step.holdVerdicts;
-      for (const [name, tracked, observation] of observations) {
-        const verdict = classifyNode(observation, { now, gracePeriodMs: grace, disruption });
-        if (verdict) await this.apply(name, tracked, verdict, now);
-        await this.reportClock(name, tracked);
-      }
+      const disruption = step.holdVerdicts || behind;
+      // Several writers at once: one at a time, a tick that must write many verdicts (a new
+      // leader, hundreds of nodes joining) waited a round trip per node, behind the renewals, and
+      // a node lost meanwhile was called so only seconds later.
+      let next = 0;
+      const writer = async (): Promise<void> => {
+        while (next < observations.length) {
+          const [name, tracked, observation] = observations[next++]!;
+          const verdict = classifyNode(observation, { now: judgedAt, gracePeriodMs: grace, disruption });
+          if (verdict) await this.apply(name, tracked, verdict, now);
+          await this.reportClock(name, tracked);
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(VERDICT_WRITERS, observations.length) }, writer));
     } finally {
       this.reconciling = false;
     }
+  }
+
+  /**
+   * Whether the view is too far behind the renewals to judge on (more than half the grace): said
+   * once per episode, as a log line and a ControlPlaneDisruption event, and when it ends.
+   */
+  private noteBehind(behindMs: number, now: number, grace: number): boolean {
+    const behind = behindMs > grace * BEHIND_FRACTION_OF_GRACE;
+    if (behind && this.behindSince === undefined) {
+      this.behindSince = now;
+      this.logger.warn({ behindMs: Math.round(behindMs) }, 'node lease renewals reach this controller late; judging silence only up to the oldest one on its way, and holding verdicts');
+      void this.events.record(
+        { kind: 'Namespace', name: NODE_LEASE_NAMESPACE, namespace: NODE_LEASE_NAMESPACE },
+        'Warning',
+        'ControlPlaneDisruption',
+        `Node lease renewals reach the controller up to ${(behindMs / 1000).toFixed(1)}s late (the API server or its datastore is behind): no node is marked Unavailable while this lasts.`,
+      );
+    } else if (!behind && this.behindSince !== undefined) {
+      this.logger.info({ lastedMs: Math.round(now - this.behindSince) }, 'node lease renewals reach this controller in time again');
+      this.behindSince = undefined;
+    }
+    return behind;
   }
 
   /** Writes one condition of a Node's status (strategic merge: the other conditions stay). */

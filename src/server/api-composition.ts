@@ -38,6 +38,8 @@ import { podLogProxy } from './pod-logs.js';
 import { resourceMetricsSource } from './resource-metrics.js';
 import { podStreamProxy } from './pod-streams.js';
 import { type ServiceAccountSetup, setUpServiceAccounts } from './service-accounts.js';
+import { RenewalTracker } from '../apiserver/renewal-tracker.js';
+import { NODE_LEASE_NAMESPACE } from '../node-protocol/names.js';
 
 /**
  * The API server and what it serves, not yet listening: the object store and resources, the
@@ -84,11 +86,16 @@ export interface ApiComposition {
   directory: ApiServerDirectory;
   /** The server CA's certificate, for kubeconfigs. */
   caCertificatePem: string;
+  /** Node lease renewals on their way through this server to the node lifecycle controller. */
+  renewals: RenewalTracker;
 }
 
 export async function composeApi(input: ApiCompositionInput): Promise<ApiComposition> {
   const { settings, datastore, identity, logger } = input;
   const store = new ObjectStore(datastore);
+  // Renewals from their arrival until the controller has seen them (this server's share of how
+  // late the controller's view may be): the handler reports arrivals, the store commits.
+  const renewals = new RenewalTracker();
   const serviceNetwork = serviceNetworkFromSettings(settings);
   // metrics.k8s.io is read from the agents (resource-metrics.ts), once this server can reach them.
   let metrics: MetricsSource | undefined;
@@ -131,6 +138,10 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
     },
     logger,
     issuer: settings.serviceAccountIssuer,
+  });
+  const leasePrefix = store.keyPrefix(registry.lookup('coordination.k8s.io', 'v1', 'leases')!, NODE_LEASE_NAMESPACE);
+  store.onWrite((key, revision) => {
+    if (key.startsWith(leasePrefix)) renewals.committed(key.slice(leasePrefix.length), revision);
   });
   const directory = new ApiServerDirectory(datastore, logger);
   const events = new EventRecorder(client, 'drover-node-lifecycle', input.leaderIdentity, logger);
@@ -181,6 +192,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
       serviceNetwork,
       issuerDiscovery: serviceAccounts.discovery,
       ...(input.metrics ? { metrics: input.metrics } : {}),
+      renewals,
       kubernetesApi: input.runsApi,
       podLogs: podLogProxy({
         client,
@@ -243,7 +255,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
     { ...tls.serving, clientCaPem: identity.clientCa.certificatePem },
     { headerMs: settings.httpsHeaderTimeoutMs, requestMs: settings.httpsRequestTimeoutMs, idleMs: settings.httpsIdleTimeoutMs },
   );
-  return { api, client, nodeRegistry, nodeGraph, rbac, crds, serviceAccounts, directory, caCertificatePem: tls.ca.certificatePem };
+  return { api, client, nodeRegistry, nodeGraph, rbac, crds, serviceAccounts, directory, caCertificatePem: tls.ca.certificatePem, renewals };
 }
 
 async function ensureBuiltInNamespaces(store: ObjectStore, registry: ResourceRegistry): Promise<void> {

@@ -20,6 +20,7 @@ import type { ServerMetrics } from '../metrics/metrics.js';
 import { ETCD_ROLE_LABEL } from '../node-protocol/names.js';
 import type { EtcdAccess } from './managed-datastore.js';
 import { type ServiceAccountSetup, serviceAccountControllers } from './service-accounts.js';
+import type { RenewalsOnTheirWay } from '../controllers/node-lifecycle.js';
 
 /**
  * The controllers this server runs while it holds the controller lease (the ControllerManager:
@@ -28,6 +29,8 @@ import { type ServiceAccountSetup, serviceAccountControllers } from './service-a
  */
 
 export interface ControllerDeps {
+  /** Node lease renewals on their way through this server: the lifecycle controller judges silence up to the oldest. */
+  renewals: RenewalsOnTheirWay;
   client: LocalClient;
   logger: Logger;
   settings: ServerSettings;
@@ -84,6 +87,7 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
     ],
     lifecycle: {
       tickMs: timings.lifecycleTickMs,
+      renewals: deps.renewals,
       ...(metrics
         ? {
             onUnavailable: (seconds: number) => metrics.detection.observe(seconds),

@@ -118,7 +118,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     const { datastore } = selected;
 
     const leaderIdentity = memberName;
-    const { api, client, nodeRegistry, nodeGraph, rbac, crds, serviceAccounts, directory, caCertificatePem } = await composeApi({
+    const { api, client, nodeRegistry, nodeGraph, rbac, crds, serviceAccounts, directory, caCertificatePem, renewals } = await composeApi({
       settings,
       timings,
       datastore,
@@ -157,6 +157,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       runsApi,
       serviceAccounts,
       caCertificatePem,
+      renewals,
       kubernetesService: (fenced) => new KubernetesServiceReconciler(fenced, directory, serviceNetworkFromSettings(settings), logger.child({ controller: 'kubernetes-service' }), datastore),
     });
     let embeddedAgent: EmbeddedAgent | undefined;

@@ -6,6 +6,7 @@ import { FakeClock } from '../../src/controllers/clock.js';
 import { EventRecorder } from '../../src/controllers/events.js';
 import { type NodeCondition, nodeCondition } from '../../src/controllers/kube-types.js';
 import { NodeLifecycleController } from '../../src/controllers/node-lifecycle.js';
+import { RenewalTracker } from '../../src/apiserver/renewal-tracker.js';
 import { UNREACHABLE_TAINT } from '../../src/node-protocol/names.js';
 import { advance, type InProcessApi, inProcessApi, InProcessNode } from '../helpers/in-process.js';
 import { eventually } from '../helpers/server.js';
@@ -128,6 +129,33 @@ describe('node lifecycle controller on a fake clock', () => {
     await advance(clock, 1000, renewAlive);
     await eventually(async () => (await c.state()) === 'Unavailable', 'c Unavailable after its fresh grace', 5000, 5);
     assert.equal(await d.state(), 'Ready');
+  });
+
+  it('a renewal still on its way through the server holds the judgement at its arrival; the view that far behind says so, and once it is dropped the silent node is judged', async () => {
+    lifecycle.stop();
+    const renewals = new RenewalTracker(() => clock.now(), { eventLoopDelay: false });
+    const events = new EventRecorder(api.client, 'drover-node-lifecycle', 'test', api.logger, clock);
+    lifecycle = new NodeLifecycleController(api.client, events, api.logger, { gracePeriodMs: GRACE_MS, clock, renewals });
+    const [slow, alive] = await startWith(['slow', 'alive']);
+    await advance(clock, 500, () => alive!.renew().then(() => slow!.renew()));
+    await eventually(async () => (await slow!.state()) === 'Ready', 'slow Ready while it renews', 5000, 5);
+
+    // slow's next renewal reaches the server and stays there (a datastore that does not answer):
+    // nothing said by slow is missing from the controller's view only because of the server.
+    const answered = renewals.arrived('slow');
+    assert.equal(renewals.size, 1);
+    await advance(clock, 2 * GRACE_MS, () => alive!.renew());
+    assert.equal(await slow!.state(), 'Ready', 'judged at the stuck renewal’s arrival, slow has not been silent');
+    const { items } = await api.client.list(EVENTS, 'kube-node-lease');
+    assert.ok(items.some((e) => e.reason === 'ControlPlaneDisruption' && /reach the controller up to/.test(String(e.message))), 'the view behind by more than half the grace is reported');
+    assert.equal(await alive!.state(), 'Ready');
+
+    // The renewal fails (never committed): it is dropped, and slow's silence is judged in full.
+    answered();
+    assert.equal(renewals.size, 0);
+    await advance(clock, 500, () => alive!.renew());
+    await eventually(async () => (await slow!.state()) === 'Unavailable', 'slow Unavailable once nothing of it is on its way', 5000, 5);
+    assert.equal(await alive!.state(), 'Ready');
   });
 
   it('disruption mode holds verdicts for at most ten graces', async () => {
