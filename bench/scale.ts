@@ -33,7 +33,6 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
-import { parseArgs } from 'node:util';
 import {
   BENCH_DIR,
   BenchApi,
@@ -43,6 +42,7 @@ import {
   machineInfo,
   nodeName,
   onCleanup,
+  parseBenchArgs,
   printMachine,
   processCpuSeconds,
   removeBenchTempDir,
@@ -55,28 +55,24 @@ import {
 } from './common.js';
 import { type EtcdProc, startEtcd } from './etcd-process.js';
 
-const { values: args } = parseArgs({
-  options: {
-    nodes: { type: 'string', default: '2000' },
-    datastores: { type: 'string', default: 'sqlite,etcd' },
-    'silent-percent': { type: 'string', default: '5' },
-    'warmup-s': { type: 'string', default: '10' },
-    'measure-s': { type: 'string', default: '15' },
-    'detect-ceiling-s': { type: 'string', default: '20' },
-    'renew-ms': { type: 'string', default: '1000' },
-    'etcd-data': { type: 'string', default: 'disk' },
+const { n, flags: args } = parseBenchArgs(
+  {
+    nodes: { default: 2000, min: 1 },
+    'silent-percent': { default: 5, min: 0 },
+    'warmup-s': { default: 10, min: 0 },
+    'measure-s': { default: 15, min: 1 },
+    'detect-ceiling-s': { default: 20, min: 1 },
+    'renew-ms': { default: 1000, min: 100 },
   },
-});
-const NODES = Number(args.nodes);
-const DATASTORES = args.datastores!.split(',').map((d) => d.trim());
-const SILENT_PERCENT = Number(args['silent-percent']);
-const WARMUP_S = Number(args['warmup-s']);
-const MEASURE_S = Number(args['measure-s']);
-const DETECT_CEILING_S = Number(args['detect-ceiling-s']);
-const RENEW_MS = Number(args['renew-ms']);
-for (const [name, value] of Object.entries({ nodes: NODES, 'silent-percent': SILENT_PERCENT, 'warmup-s': WARMUP_S, 'measure-s': MEASURE_S, 'detect-ceiling-s': DETECT_CEILING_S, 'renew-ms': RENEW_MS })) {
-  if (!Number.isFinite(value) || value < 0) throw new Error(`--${name} takes a non-negative number`);
-}
+  { flags: { datastores: { type: 'string', default: 'sqlite,etcd' }, 'etcd-data': { type: 'string', default: 'disk' } } },
+);
+const NODES = n.nodes;
+const DATASTORES = String(args.datastores).split(',').map((d) => d.trim());
+const SILENT_PERCENT = n['silent-percent'];
+const WARMUP_S = n['warmup-s'];
+const MEASURE_S = n['measure-s'];
+const DETECT_CEILING_S = n['detect-ceiling-s'];
+const RENEW_MS = n['renew-ms'];
 for (const d of DATASTORES) if (d !== 'sqlite' && d !== 'etcd') throw new Error(`--datastores takes sqlite and/or etcd, not ${d}`);
 if (args['etcd-data'] !== 'disk' && args['etcd-data'] !== 'tmpfs') throw new Error('--etcd-data takes disk or tmpfs');
 const STATE_LABEL = 'drover.io/state';
