@@ -32,6 +32,21 @@ export interface ListResult {
 
 export interface WriteOptions {
   dryRun?: boolean;
+  /**
+   * Who writes, for metadata.managedFields (src/apiserver/patch/tracking.ts). Without it the
+   * stored entries are kept as they are (the store's own bookkeeping writes: finalizers, deletion).
+   */
+  fieldManager?: FieldManagerOptions;
+}
+
+export interface FieldManagerOptions {
+  manager: string;
+  /** The apiVersion the writer used. */
+  apiVersion: string;
+  /** The subresource written through (status, scale, ephemeralcontainers), for the entry. */
+  subresource?: string;
+  /** A server-side apply: the object carries the managedFields the apply computed. */
+  applied?: boolean;
 }
 
 export interface UpdateOptions extends WriteOptions {
@@ -80,4 +95,5 @@ export interface ObjectWatch {
 }
 
 /** What a caller's update function may answer: the new object, or "nothing to change". */
-export type UpdateFn = (current: KubeObject) => KubeObject | Promise<KubeObject>;
+/** `storedVersion`: the resourceVersion the copy was read at (the copy itself carries none). */
+export type UpdateFn = (current: KubeObject, storedVersion: string) => KubeObject | Promise<KubeObject>;

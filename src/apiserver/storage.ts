@@ -424,7 +424,7 @@ export class ObjectStore implements KindStore {
     // The copy carries no resourceVersion, so one present afterwards was asked for by the client.
     const copy = this.codec.decode(def, { key, value, modRevision, createRevision: 0 });
     delete copy.metadata.resourceVersion;
-    const proposed = await update(copy);
+    const proposed = await update(copy, String(current.metadata.resourceVersion ?? modRevision));
     const wantedVersion = proposed.metadata.resourceVersion;
     if (wantedVersion !== undefined && wantedVersion !== '' && wantedVersion !== current.metadata.resourceVersion) {
       throw errors.modified(def, name);
