@@ -434,7 +434,14 @@ export class ApiHandler {
       throw errors.forbidden(refusal.message, def, refusal.name || undefined);
     }
     checkWriteOptions(verb, url.searchParams);
-    const ctx: RequestContext = { user, dryRun: url.searchParams.getAll('dryRun').includes('All') };
+    const fieldManager = url.searchParams.get('fieldManager');
+    const ctx: RequestContext = {
+      user,
+      dryRun: url.searchParams.getAll('dryRun').includes('All'),
+      userAgent: req.headers['user-agent'] ?? '',
+      ...(fieldManager ? { fieldManager } : {}),
+      ...(url.searchParams.has('force') ? { force: queryBool(url.searchParams, 'force') } : {}),
+    };
     const call: HttpCall = { verbs: this.verbs, ctx, req, res, url, request };
     if (request.subresource === 'scale') return serveScale(call, verb);
     // Reached here without an Upgrade header (upgrades go through handleUpgrade): as kube-apiserver.

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import fs from 'node:fs';
+import { builtInDefinitions } from './builtin-definitions.js';
 import { apiVersionOf, type ResourceDefinition } from './definition.js';
 import { encodeOpenApiV2 } from './extensions/openapi-v2-protobuf.js';
 import type { ResourceRegistry } from './resources.js';
@@ -23,28 +23,9 @@ interface GroupVersionDoc {
   body: string;
 }
 
-interface Definitions {
-  /** `group/version/Kind` → schema name. */
-  kinds: Record<string, string>;
-  schemas: Record<string, Schema>;
-}
-
 const V3_REF = '#/components/schemas/';
 const V2_REF = '#/definitions/';
 const OBJECT_META = 'io.k8s.v1.ObjectMeta';
-
-let definitions: Definitions | undefined;
-
-/** The generated built-in schemas (none if the file is missing: explain then fails, nothing else does). */
-function builtInDefinitions(): Definitions {
-  if (definitions) return definitions;
-  try {
-    definitions = JSON.parse(fs.readFileSync(new URL('../../schemas/kubernetes-definitions.json', import.meta.url), 'utf8')) as Definitions;
-  } catch {
-    definitions = { kinds: {}, schemas: {} };
-  }
-  return definitions;
-}
 
 const FIELD_VALIDATION_PARAM = {
   name: 'fieldValidation',

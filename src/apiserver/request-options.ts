@@ -5,7 +5,7 @@ import { decodeBody, mediaType, parseJson, readBody } from './http.js';
 import { isJsonObject, type JsonObject } from './json.js';
 import { checkDecoded, duplicateJsonKey, integerParam, MAX_FIELD_MANAGER_LENGTH, MAX_INT32 } from './limits.js';
 import type { KubeObject } from './objects.js';
-import { PATCH_CONTENT_TYPES, type PatchType, patchTypeFromContentType } from './patch/index.js';
+import { PATCH_CONTENT_TYPES, type PatchRequestType, patchTypeFromContentType } from './patch/index.js';
 import { decodeKubernetesProtobuf } from './protobuf.js';
 import type { DeleteOptions, Preconditions } from './storage-types.js';
 import { asKubeObject, type FieldValidation } from './verbs/context.js';
@@ -71,7 +71,7 @@ export async function readObject(req: IncomingMessage, mode: FieldValidation): P
   return obj;
 }
 
-export function patchTypeOf(req: IncomingMessage): PatchType {
+export function patchTypeOf(req: IncomingMessage): PatchRequestType {
   const contentType = mediaType(req.headers['content-type']);
   const patchType = patchTypeFromContentType(contentType);
   if (!patchType) throw errors.unsupportedMediaType(contentType, PATCH_CONTENT_TYPES);
@@ -84,6 +84,31 @@ export function parsePatch(body: Buffer, mode: FieldValidation = 'Warn'): unknow
   checkDecoded(patch, 'the patch');
   if (mode === 'Strict') refuseDuplicateKeys(text);
   return patch;
+}
+
+/**
+ * A server-side apply's body: YAML (JSON, which kubectl sends, is read as JSON first: the YAML
+ * parser is far slower), and it must be an object.
+ */
+export function parseApplyBody(body: Buffer, mode: FieldValidation = 'Warn'): KubeObject {
+  const text = body.toString('utf8');
+  let config: unknown;
+  if (text.trimStart().startsWith('{')) {
+    try {
+      config = JSON.parse(text);
+      checkDecoded(config, 'the applied configuration');
+      if (mode === 'Strict') refuseDuplicateKeys(text);
+    } catch (error) {
+      if (!(error instanceof SyntaxError)) throw error;
+      config = undefined;
+    }
+  }
+  config ??= decodeBody(body, 'application/yaml');
+  if (!isJsonObject(config)) {
+    const what = config === null ? 'nothing' : Array.isArray(config) ? 'a list' : `a ${typeof config}`;
+    throw errors.badRequest(`error decoding YAML: the applied configuration must be an object (a Kubernetes object with apiVersion, kind and metadata), got ${what}`);
+  }
+  return asKubeObject(config, 'the applied configuration');
 }
 
 /** A DELETE's body, a v1 DeleteOptions (JSON, or the protobuf kubectl's typed DELETEs send); anything else counts as none. */

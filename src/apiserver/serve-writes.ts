@@ -9,6 +9,7 @@ import {
   deleteOptionsOf,
   fieldValidationParam,
   gracePeriodOf,
+  parseApplyBody,
   parsePatch,
   patchTypeOf,
   preconditionsOf,
@@ -18,6 +19,7 @@ import {
 } from './request-options.js';
 import { type HttpCall, listKind, respondObject } from './serve-reads.js';
 import { isJsonObject } from './json.js';
+import { PATCH_CONTENT_TYPES } from './patch/index.js';
 import { asKubeObject, type Change } from './verbs/context.js';
 
 /**
@@ -77,8 +79,17 @@ export async function servePatch(call: HttpCall): Promise<void> {
   const negotiated = negotiate(req.headers.accept);
   const patchType = patchTypeOf(req);
   const fieldValidation = fieldValidationParam(url.searchParams.get('fieldValidation'));
-  const patch = parsePatch(await readBody(req), fieldValidation);
   const subresource = writeSubresource(request.subresource);
+  if (patchType === 'apply') {
+    const config = parseApplyBody(await readBody(req), fieldValidation);
+    const { object, unknownFields, created } = await verbs.apply({ ...ctx, fieldValidation }, request.def, request.namespace, request.name!, config, subresource);
+    respondObject(res, created ? 201 : 200, negotiated, request.def, object, 'Metadata', warningHeader(unknownFields));
+    return;
+  }
+  if (ctx.force !== undefined) {
+    throw errors.invalid('PatchOptions', '', 'meta.k8s.io', [{ reason: 'FieldValueForbidden', message: 'Forbidden: may not be specified for non-apply patch', field: 'force' }]);
+  }
+  const patch = parsePatch(await readBody(req), fieldValidation);
   const { object, unknownFields } = await verbs.patch(
     { ...ctx, fieldValidation },
     request.def,
@@ -163,9 +174,11 @@ export async function serveScale(call: HttpCall, verb: string): Promise<void> {
   }
   if (verb !== 'update' && verb !== 'patch') throw errors.methodNotAllowed();
   const body = await readBody(req);
+  const patchType = verb === 'patch' ? patchTypeOf(req) : undefined;
+  if (patchType === 'apply') throw errors.unsupportedMediaType('application/apply-patch+yaml', PATCH_CONTENT_TYPES.filter((t) => !t.startsWith('application/apply')));
   const change: Change =
-    verb === 'patch'
-      ? { type: 'patch', patchType: patchTypeOf(req), patch: parsePatch(body) }
+    patchType
+      ? { type: 'patch', patchType, patch: parsePatch(body) }
       : { type: 'update', object: asKubeObject(decodeBody(body, req.headers['content-type']), 'the request body') };
   sendJson(res, 200, await verbs.updateScale(ctx, def, request.namespace, name, change));
 }

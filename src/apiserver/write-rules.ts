@@ -3,6 +3,7 @@ import { finalizersForDeletion } from './deletion.js';
 import { errors } from './errors.js';
 import { jsonEqual } from './json.js';
 import { type KubeObject, kubeTime } from './objects.js';
+import { recordUpdateOf } from './patch/tracking.js';
 import type { DeleteOptions, Preconditions, UpdateOptions } from './storage-types.js';
 
 /**
@@ -56,6 +57,8 @@ export function prepareForUpdate(
   proposed: KubeObject,
   options: UpdateOptions,
 ): KubeObject {
+  // What the write says of managedFields, before the rules below replace the metadata.
+  const sentManagedFields: unknown = proposed.metadata?.managedFields;
   let next: KubeObject;
   if (options.subresource === 'ephemeralcontainers') {
     // Only spec.ephemeralContainers comes from the caller; the kind's validateUpdate judges it.
@@ -85,6 +88,7 @@ export function prepareForUpdate(
   if (options.subresource !== 'status' && !jsonEqual(next, current, NOT_SPEC)) {
     next.metadata.generation = (current.metadata.generation ?? 1) + 1;
   }
+  recordUpdateOf(def, current, next, sentManagedFields, options.fieldManager, options.subresource);
   return next;
 }
 

@@ -213,9 +213,9 @@ describe('patchTypeFromContentType', () => {
     assert.equal(patchTypeFromContentType(' Application/Strategic-Merge-Patch+JSON ;charset=UTF-8'), 'strategic');
   });
 
-  it('rejects server-side apply and anything else (the server answers 415)', () => {
-    assert.equal(patchTypeFromContentType('application/apply-patch+yaml'), undefined);
-    assert.equal(patchTypeFromContentType('application/apply-patch+yaml; charset=utf-8'), undefined);
+  it('maps server-side apply to apply, and rejects anything else (the server answers 415)', () => {
+    assert.equal(patchTypeFromContentType('application/apply-patch+yaml'), 'apply');
+    assert.equal(patchTypeFromContentType('application/apply-patch+yaml; charset=utf-8'), 'apply');
     assert.equal(patchTypeFromContentType('application/json'), undefined);
     assert.equal(patchTypeFromContentType('text/plain'), undefined);
     assert.equal(patchTypeFromContentType(''), undefined);

@@ -9,24 +9,30 @@ export { applyJsonPatch } from './json-patch.js';
 export { PatchError, mergePatch } from './merge.js';
 export { childMeta, patchMetaForKind, type PatchMeta, type PatchStrategy } from './patch-meta.js';
 export { strategicMergePatch } from './strategic.js';
+export { applyConfiguration, LAST_APPLIED_ANNOTATION } from './apply.js';
+export { kindSchema } from './kind-schemas.js';
+export { encodeEntries, storedEntries } from './managed-fields.js';
 
 export type PatchType = 'json' | 'merge' | 'strategic';
 
-const PATCH_TYPES: Readonly<Record<string, PatchType>> = {
+/** What a PATCH's Content-Type asks for: one of the patches, or a server-side apply. */
+export type PatchRequestType = PatchType | 'apply';
+
+const PATCH_TYPES: Readonly<Record<string, PatchRequestType>> = {
   'application/json-patch+json': 'json',
   'application/merge-patch+json': 'merge',
   'application/strategic-merge-patch+json': 'strategic',
+  'application/apply-patch+yaml': 'apply',
 };
 
 /** The Content-Types a PATCH may carry, as a 415 lists them. */
 export const PATCH_CONTENT_TYPES: readonly string[] = Object.keys(PATCH_TYPES);
 
 /**
- * The patch type of a PATCH request's Content-Type, or `undefined` for anything else, which
- * the server answers with 415. That includes server-side apply (`application/apply-patch+yaml`),
- * which Drover does not implement.
+ * The patch type of a PATCH request's Content-Type (`apply` for server-side apply), or
+ * `undefined` for anything else, which the server answers with 415.
  */
-export function patchTypeFromContentType(contentType: string): PatchType | undefined {
+export function patchTypeFromContentType(contentType: string): PatchRequestType | undefined {
   const mediaType = contentType.split(';', 1)[0].trim().toLowerCase();
   return Object.hasOwn(PATCH_TYPES, mediaType) ? PATCH_TYPES[mediaType] : undefined;
 }

@@ -22,6 +22,26 @@ export interface RequestContext {
   user?: UserInfo;
   dryRun?: boolean;
   fieldValidation?: FieldValidation;
+  /** The `fieldManager` query parameter, when given. */
+  fieldManager?: string;
+  /** An HTTP request's User-Agent ('' when it sent none); in-process callers have none. */
+  userAgent?: string;
+  /** `force=true`: a server-side apply takes the fields it conflicts over. */
+  force?: boolean;
+}
+
+/** The manager in-process writers (the controllers, the node registry) record their writes as, as K3s records its embedded controllers as `k3s`. */
+export const IN_PROCESS_MANAGER = 'drover';
+
+/**
+ * The field manager a write is recorded as, as kube-apiserver picks it: the `fieldManager`
+ * parameter, else the User-Agent up to its first `/` (`kubectl/v1.32.0 (linux/amd64)` is
+ * `kubectl`), cut to the 128 characters a manager may have.
+ */
+export function fieldManagerOf(ctx: RequestContext): string {
+  if (ctx.fieldManager) return ctx.fieldManager;
+  if (ctx.userAgent === undefined) return IN_PROCESS_MANAGER;
+  return ctx.userAgent.split('/', 1)[0].slice(0, 128);
 }
 
 /** A write's outcome: the object as stored (or as it would be, in a dry run) and its warnings. */

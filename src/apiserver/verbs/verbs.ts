@@ -1,19 +1,29 @@
 import type { Logger } from '../../logging/logger.js';
 import type { ServiceNetwork } from '../../node-protocol/service-network.js';
 import type { Admission, Authorizer } from '../auth.js';
-import type { CallerWrite, KindContext, LogQuery, PodLogParams, ReadStrategy, ResourceDefinition, TokenIssuer, WriteSubresource } from '../definition.js';
+import {
+  apiVersionOf,
+  type CallerWrite,
+  type KindContext,
+  type LogQuery,
+  type PodLogParams,
+  type ReadStrategy,
+  type ResourceDefinition,
+  type TokenIssuer,
+  type WriteSubresource,
+} from '../definition.js';
 import { ApiError, errors } from '../errors.js';
 import type { JsonObject } from '../json.js';
-import type { KubeObject } from '../objects.js';
-import { applyPatch, PatchError, type PatchType } from '../patch/index.js';
+import { type KubeObject, kubeTime } from '../objects.js';
+import { applyConfiguration, applyPatch, encodeEntries, kindSchema, PatchError, type PatchType, storedEntries } from '../patch/index.js';
 import type { ResourceRegistry } from '../resources.js';
 import { matchesSelection, parseSelection } from '../selection.js';
 import type { RbacSource } from '../rbac/types.js';
 import type { ObjectStore } from '../storage.js';
-import type { DeleteOptions, DeleteResult, ListResult, ObjectWatch, Preconditions, WatchSink } from '../storage-types.js';
+import type { DeleteOptions, DeleteResult, FieldManagerOptions, ListResult, ObjectWatch, Preconditions, WatchSink } from '../storage-types.js';
 import { getReadRevision, listReadRevision } from '../watch-cache/read-plan.js';
 import { checkPreconditions } from '../write-rules.js';
-import { asKubeObject, type Change, checkTypeMeta, pruneUnknownFields, type RequestContext, type WriteResult } from './context.js';
+import { asKubeObject, type Change, checkTypeMeta, fieldManagerOf, pruneUnknownFields, type RequestContext, type WriteResult } from './context.js';
 
 /**
  * The verb layer: get, list, watch, create, update, patch, delete and deletecollection, and the
@@ -141,6 +151,16 @@ export class ResourceVerbs {
     if (def.respondToCreate) {
       return { object: await def.respondToCreate(this.kindContext, { user: ctx.user, namespace, object: obj }), unknownFields };
     }
+    return { object: await this.createObject(ctx, def, namespace, obj, tracking(ctx, def)), unknownFields };
+  }
+
+  private async createObject(
+    ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    obj: KubeObject,
+    fieldManager: FieldManagerOptions,
+  ): Promise<KubeObject> {
     if (def.namespaced) {
       if (!namespace) throw errors.methodNotAllowed();
       const bodyNamespace = obj.metadata.namespace;
@@ -151,8 +171,7 @@ export class ResourceVerbs {
     await this.admit(ctx, 'create', { def, namespace }, obj);
     await this.authorizeWrite(ctx, def, { verb: 'create', namespace, object: obj });
     await def.admitCreate?.(this.kindContext, obj, namespace);
-    const object = await this.store.create(def, namespace, obj, { dryRun: ctx.dryRun === true });
-    return { object, unknownFields };
+    return this.store.create(def, namespace, obj, { dryRun: ctx.dryRun === true, fieldManager });
   }
 
   /** PUT: the whole object, or with subresource `status` only its status. */
@@ -187,7 +206,7 @@ export class ResourceVerbs {
         if (!subresource) await def.admitUpdate?.(this.kindContext, obj, current);
         return obj;
       },
-      { dryRun: ctx.dryRun === true, ...(subresource ? { subresource } : {}) },
+      { dryRun: ctx.dryRun === true, fieldManager: tracking(ctx, def, subresource), ...(subresource ? { subresource } : {}) },
     );
     return { object, unknownFields };
   }
@@ -211,14 +230,19 @@ export class ResourceVerbs {
       def,
       namespace,
       name,
-      async (current) => {
+      async (current, storedVersion) => {
         const currentUid = current.metadata.uid;
+        // A JSON patch may test or replace /metadata/resourceVersion (kubectl's managedFields
+        // migration replaces it as a precondition): it sees the stored one, and one it leaves as
+        // it was is no precondition (a conflict then retries; one it set stays and is checked).
+        if (patchType === 'json') current.metadata.resourceVersion = storedVersion;
         // The patch consumes `current`; admission judges the stored object as it was.
         const stored = admission ? admissionSnapshot(current) : undefined;
         const old = callerChecked ? structuredClone(current) : undefined;
         const before = !subresource && def.admitUpdate ? structuredClone(current) : undefined;
         // `current` is this attempt's private copy: the patch may work in it directly.
         const patched = asKubeObject(applyPatchAsApi(patchType, current, patch, def.kind, true), 'the patched object');
+        if (patchType === 'json' && patched.metadata.resourceVersion === storedVersion) delete patched.metadata.resourceVersion;
         checkTypeMeta(def, patched);
         if (patched.metadata.name !== name) {
           throw errors.badRequest(`the name of the object (${String(patched.metadata.name)}) does not match the name on the URL (${name})`);
@@ -232,9 +256,90 @@ export class ResourceVerbs {
         if (before) await def.admitUpdate?.(this.kindContext, patched, before);
         return patched;
       },
-      { dryRun: ctx.dryRun === true, ...(subresource ? { subresource } : {}) },
+      { dryRun: ctx.dryRun === true, fieldManager: tracking(ctx, def, subresource), ...(subresource ? { subresource } : {}) },
     );
     return { object, unknownFields };
+  }
+
+  /**
+   * PATCH with `application/apply-patch+yaml`: server-side apply of `config` by the request's
+   * field manager (src/apiserver/patch/apply.ts); an object that does not exist is created from
+   * it, as kube-apiserver does (`created`: answer 201). Admission and the kind's checks see the
+   * result as for any patch.
+   */
+  async apply(
+    ctx: RequestContext,
+    def: ResourceDefinition,
+    namespace: string | undefined,
+    name: string,
+    config: KubeObject,
+    subresource?: WriteSubresource,
+  ): Promise<WriteResult & { created: boolean }> {
+    storedKind(def);
+    const manager = ctx.fieldManager;
+    if (!manager) {
+      throw errors.invalid('PatchOptions', '', 'meta.k8s.io', [{ reason: 'FieldValueRequired', message: 'Required value: is required for apply patch', field: 'fieldManager' }]);
+    }
+    if (subresource === 'ephemeralcontainers') throw errors.badRequest('server-side apply is not supported for pods/ephemeralcontainers; use a patch');
+    if (config.apiVersion !== apiVersionOf(def) || config.kind !== def.kind) {
+      const [group, version] = typeof config.apiVersion === 'string' && config.apiVersion.includes('/') ? config.apiVersion.split('/', 2) : ['', config.apiVersion ?? ''];
+      throw errors.badRequest(`invalid object type: ${group}/${String(version)}, Kind=${String(config.kind ?? '')}`);
+    }
+    if (config.metadata.managedFields !== undefined) throw errors.badRequest('metadata.managedFields must be nil');
+    if (config.metadata.name !== undefined && config.metadata.name !== name) {
+      throw errors.badRequest(`the name of the object (${String(config.metadata.name)}) does not match the name on the URL (${name})`);
+    }
+    if (def.namespaced && config.metadata.namespace && config.metadata.namespace !== namespace) {
+      throw errors.badRequest('the namespace of the provided object does not match the namespace sent on the request');
+    }
+    const unknownFields = pruneUnknownFields(def, config, ctx.fieldValidation);
+    const fieldManager: FieldManagerOptions = { ...tracking(ctx, def, subresource), applied: true };
+    const { resolver, schema } = kindSchema(def);
+    const applyTo = (live: KubeObject | undefined): KubeObject => {
+      const result = applyAsApi(() =>
+        applyConfiguration({
+          resolver,
+          schema,
+          live: live as unknown as JsonObject | undefined,
+          config: config as unknown as JsonObject,
+          entries: storedEntries(live?.metadata.managedFields),
+          who: fieldManager,
+          force: ctx.force === true,
+          time: kubeTime(),
+          ...(!subresource && def.subresources.includes('status') ? { resetFields: ['status'] } : {}),
+        }),
+      );
+      const next = asKubeObject(result.object, 'the applied object');
+      const encoded = encodeEntries(result.entries);
+      if (encoded) next.metadata.managedFields = encoded;
+      else delete next.metadata.managedFields;
+      return next;
+    };
+    const target = { def, namespace, name, ...(subresource ? { subresource } : {}) };
+    try {
+      const object = await this.store.guaranteedUpdate(
+        def,
+        namespace,
+        name,
+        async (current) => {
+          const next = applyTo(current);
+          checkTypeMeta(def, next);
+          await this.admit(ctx, 'patch', target, next, current);
+          await this.authorizeWrite(ctx, def, { verb: 'patch', namespace, name, object: next, oldObject: current });
+          if (!subresource) await def.admitUpdate?.(this.kindContext, next, current);
+          return next;
+        },
+        { dryRun: ctx.dryRun === true, fieldManager, ...(subresource ? { subresource } : {}) },
+      );
+      return { object, unknownFields, created: false };
+    } catch (error) {
+      // Only the object missing makes an apply a create (not its namespace, nor a subresource).
+      if (!(error instanceof ApiError && error.code === 404 && error.details?.name === name) || subresource) throw error;
+    }
+    const created = applyTo(undefined);
+    created.metadata.name = name;
+    delete created.metadata.resourceVersion;
+    return { object: await this.createObject(ctx, def, namespace, created, fieldManager), unknownFields, created: true };
   }
 
   /**
@@ -352,7 +457,7 @@ export class ResourceVerbs {
         await this.admit(ctx, change.type, { def, namespace, name, subresource: 'scale' }, next);
         return next;
       },
-      { dryRun: ctx.dryRun === true },
+      { dryRun: ctx.dryRun === true, fieldManager: { ...tracking(ctx, def, 'scale'), apiVersion: 'autoscaling/v1' } },
     );
     return hook.view(updated);
   }
@@ -434,6 +539,21 @@ export class ResourceVerbs {
       ...(target.namespace ? { namespace: target.namespace } : {}),
       ...(target.name ? { name: target.name } : {}),
     });
+  }
+}
+
+/** Who a write is recorded as in managedFields. */
+function tracking(ctx: RequestContext, def: ResourceDefinition, subresource?: string): FieldManagerOptions {
+  return { manager: fieldManagerOf(ctx), apiVersion: apiVersionOf(def), ...(subresource ? { subresource } : {}) };
+}
+
+/** A server-side apply's own errors (a list item without its key, say) as API errors. */
+function applyAsApi<T>(run: () => T): T {
+  try {
+    return run();
+  } catch (error) {
+    if (error instanceof PatchError) throw error.status === 422 ? new ApiError(422, 'Invalid', error.message) : errors.badRequest(error.message);
+    throw error;
   }
 }
 
