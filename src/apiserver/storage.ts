@@ -34,6 +34,7 @@ import { WatchCaches } from './watch-cache/caches.js';
 import { planRead, type ReadRevision } from './watch-cache/read-plan.js';
 import type { ResourceCache } from './watch-cache/resource-cache.js';
 import { deliverWatchEvent } from './watch-events.js';
+import { recordCreate } from './patch/tracking.js';
 import { checkPreconditions, deletionPlan, prepareForUpdate, sameContent, shouldDeleteOnWrite } from './write-rules.js';
 
 /**
@@ -271,6 +272,7 @@ export class ObjectStore implements KindStore {
   ): Promise<KubeObject> {
     const obj = input;
     const meta = obj.metadata;
+    const sentManagedFields: unknown = meta.managedFields;
     obj.apiVersion = apiVersionOf(def);
     obj.kind = def.kind;
     if (def.namespaced) meta.namespace = namespace;
@@ -286,6 +288,8 @@ export class ObjectStore implements KindStore {
     }
     def.prepareForCreate?.(obj);
     def.applyDefaults?.(obj);
+    if (options.fieldManager?.applied) meta.managedFields = sentManagedFields as KubeObject['metadata']['managedFields'];
+    recordCreate(def, obj, sentManagedFields, options.fieldManager);
     this.validate(def, obj);
     if (def.namespaced) await this.requireActiveNamespace(namespace!);
     if (options.dryRun) return obj;
