@@ -47,6 +47,11 @@ export interface FieldManagerOptions {
   subresource?: string;
   /** A server-side apply: the object carries the managedFields the apply computed. */
   applied?: boolean;
+  /**
+   * The fields a status write's strategic merge patch can change (a FieldSet of
+   * src/apiserver/patch/fields-v1.ts), when the patch removes nothing: the heartbeat's short cut.
+   */
+  patchFields?: object;
 }
 
 export interface UpdateOptions extends WriteOptions {

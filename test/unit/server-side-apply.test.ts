@@ -4,7 +4,8 @@ import { ApiError } from '../../src/apiserver/errors.js';
 import type { JsonObject } from '../../src/apiserver/json.js';
 import { applyConfiguration, mergeValue, removeFields } from '../../src/apiserver/patch/apply.js';
 import { SchemaResolver } from '../../src/apiserver/patch/apply-schema.js';
-import { compareObjects, configFieldSet } from '../../src/apiserver/patch/field-sets.js';
+import { compareObjects, configFieldSet, strategicPatchFields } from '../../src/apiserver/patch/field-sets.js';
+import { patchMetaForKind } from '../../src/apiserver/patch/patch-meta.js';
 import { decodeFieldsV1, encodeFieldsV1, FieldSet, FieldsV1Error, pathString } from '../../src/apiserver/patch/fields-v1.js';
 import { kindSchema } from '../../src/apiserver/patch/kind-schemas.js';
 import { clientEntries, encodeEntries, type ManagedEntry, recordUpdate, storedEntries, touchOnly } from '../../src/apiserver/patch/managed-fields.js';
@@ -257,6 +258,16 @@ describe('Update bookkeeping', () => {
     assert.equal(touchOnly(stored, b.changed, b.removed, { ...who, manager: 'other' }, 't'), undefined, 'another writer takes the general path');
     const nothing = compareObjects(NODE.resolver, NODE.schema, status('t1'), status('t1'));
     assert.equal(touchOnly(stored, nothing.changed, nothing.removed, who, 't'), stored);
+  });
+
+  it('a status heartbeat\'s strategic patch names the fields it can change; one that may remove something names none', () => {
+    const meta = patchMetaForKind('Node');
+    const heartbeat = { status: { '$setElementOrder/conditions': [{ type: 'Ready' }], conditions: [{ type: 'Ready', lastHeartbeatTime: 't' }] } };
+    const fields = strategicPatchFields(NODE.resolver, NODE.schema, meta, heartbeat)!;
+    assert.deepEqual(fields.paths().map(pathString), ['.status.conditions[type="Ready"].lastHeartbeatTime']);
+    assert.equal(strategicPatchFields(NODE.resolver, NODE.schema, meta, { status: { phase: null } }), undefined, 'a null removes');
+    assert.equal(strategicPatchFields(NODE.resolver, NODE.schema, meta, { spec: { taints: [{ key: 'a' }] } }), undefined, 'a replaced list');
+    assert.equal(strategicPatchFields(NODE.resolver, NODE.schema, meta, { status: { $patch: 'replace' } }), undefined, 'a directive');
   });
 
   it('managedFields a client sends: an empty list resets, a malformed one is a 422 naming the field', () => {

@@ -2,6 +2,7 @@ import { isJsonObject, jsonEqual, type JsonObject, type JsonValue } from '../jso
 import type { FieldSchema, ListType, SchemaResolver } from './apply-schema.js';
 import { FieldSet, fieldElement, keyElement, valueElement } from './fields-v1.js';
 import { PatchError } from './merge.js';
+import { childMeta, type PatchMeta } from './patch-meta.js';
 
 /**
  * The field sets server-side apply computes from values, as structured-merge-diff does: the
@@ -165,6 +166,8 @@ function compareValue(
     else out.changed.insert(path);
     return;
   }
+  // Two containers alike (most of a status a heartbeat rewrites): nothing below them changed.
+  if (before !== undefined && after !== undefined && jsonEqual(before, after)) return;
   const bothLists = (absent(before) || Array.isArray(before)) && (absent(after) || Array.isArray(after));
   const bothObjects = (absent(before) || isJsonObject(before)) && (absent(after) || isJsonObject(after));
   let leaf = !(bothLists || bothObjects) || (isEmptyContainer(before) && isEmptyContainer(after));
@@ -248,6 +251,52 @@ export function contains(whole: FieldSet, part: FieldSet): boolean {
   for (const [element, child] of part.children) {
     const mine = whole.child(element) ?? EMPTY_SET;
     if (!contains(mine, child)) return false;
+  }
+  return true;
+}
+
+/**
+ * The fields a strategic merge patch can change, from the patch alone (an upper bound on what a
+ * comparison would find), or undefined when it may remove anything (a null, a directive other
+ * than `$setElementOrder`, a list it replaces, an item without its key): the caller then compares.
+ * The hot path of a status heartbeat asks whether its writer already owns all of these.
+ */
+export function strategicPatchFields(resolver: SchemaResolver, schema: FieldSchema, meta: PatchMeta | undefined, patch: JsonValue): FieldSet | undefined {
+  const set = new FieldSet();
+  return touchObject(resolver, schema, meta, patch, set) ? set : undefined;
+}
+
+function touchObject(resolver: SchemaResolver, schema: FieldSchema, meta: PatchMeta | undefined, patch: JsonValue, node: FieldSet, itemKey?: string): boolean {
+  if (!isJsonObject(patch)) return false;
+  for (const key in patch) {
+    // An item's key names it; it cannot change (a comparison never finds it changed).
+    if (key === itemKey) continue;
+    if (key.startsWith('$')) {
+      if (key.startsWith('$setElementOrder/')) continue;
+      return false;
+    }
+    const value = patch[key]!;
+    if (value === null) return false;
+    const child = node.descend(fieldElement(key));
+    const { child: childSchema } = resolver.field(schema, key);
+    const childPatchMeta = childMeta(meta, key);
+    if (isScalar(value)) {
+      child.member = true;
+    } else if (Array.isArray(value)) {
+      const type = resolver.listType(childSchema);
+      // Only a list both patch kinds merge by the same single key: anything else is replaced.
+      if (type.type !== 'map' || type.keys.length !== 1 || childPatchMeta?.strategy !== 'merge' || childPatchMeta.mergeKey !== type.keys[0]) return false;
+      const split = splitList(resolver, childSchema, value, false, noWhere);
+      if (!split) return false;
+      const items = resolver.items(childSchema);
+      for (let i = 0; i < value.length; i++) {
+        if (!touchObject(resolver, items, childPatchMeta, value[i]!, child.descend(split.elements[i]!), type.keys[0])) return false;
+      }
+    } else if (resolver.atomicObject(childSchema) || Object.keys(value).length === 0) {
+      child.member = true;
+    } else if (!touchObject(resolver, childSchema, childPatchMeta, value, child)) {
+      return false;
+    }
   }
   return true;
 }

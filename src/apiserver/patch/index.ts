@@ -11,6 +11,7 @@ export { childMeta, patchMetaForKind, type PatchMeta, type PatchStrategy } from 
 export { strategicMergePatch } from './strategic.js';
 export { applyConfiguration, LAST_APPLIED_ANNOTATION } from './apply.js';
 export { kindSchema } from './kind-schemas.js';
+export { strategicPatchFields } from './field-sets.js';
 export { encodeEntries, storedEntries } from './managed-fields.js';
 
 export type PatchType = 'json' | 'merge' | 'strategic';

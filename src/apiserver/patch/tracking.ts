@@ -3,7 +3,7 @@ import { isJsonObject, jsonEqual, type JsonObject } from '../json.js';
 import { type KubeObject, kubeTime } from '../objects.js';
 import type { FieldManagerOptions } from '../storage-types.js';
 import { compareObjects } from './field-sets.js';
-import { FieldSet } from './fields-v1.js';
+import { FieldSet, fieldElement } from './fields-v1.js';
 import { type KindSchema, kindSchema } from './kind-schemas.js';
 import { clientEntries, encodeEntries, type ManagedEntry, recordUpdate, storedEntries, touchOnly } from './managed-fields.js';
 
@@ -81,8 +81,14 @@ export function recordUpdateOf(
     else next.metadata.managedFields = stored;
     return;
   }
-  const { resolver, schema } = kindSchema(def);
   const only = subresource === 'status' ? 'status' : subresource === 'ephemeralcontainers' ? 'spec' : undefined;
+  const heartbeat = only === 'status' ? heartbeatEntries(current, next, fieldManager) : undefined;
+  if (heartbeat) {
+    if (heartbeat.length) next.metadata.managedFields = heartbeat as JsonObject[];
+    else delete next.metadata.managedFields;
+    return;
+  }
+  const { resolver, schema } = kindSchema(def);
   const skipStatus = !only && def.subresources.includes('status');
   const structs = !def.crd;
   const { changed, removed } = compareObjects(resolver, schema, view(current, only, skipStatus, structs), view(next, only, skipStatus, structs));
@@ -120,6 +126,21 @@ function zeroValue(resolver: KindSchema['resolver'], schema: KindSchema['schema'
     else if (Array.isArray(value)) zero[key] = null;
   }
   return zero;
+}
+
+/**
+ * A status write by a strategic merge patch whose fields its writer already owns, and no one else
+ * does (a heartbeat): no comparison of the objects, the stored entries with the writer's time
+ * moved (kept as they are when the status did not change). Undefined when that is not the case.
+ */
+function heartbeatEntries(current: KubeObject, next: KubeObject, fieldManager: FieldManagerOptions): unknown[] | undefined {
+  const touched = fieldManager.patchFields instanceof FieldSet ? fieldManager.patchFields.child(fieldElement('status')) : undefined;
+  const stored = current.metadata.managedFields;
+  if (!touched || !Array.isArray(stored)) return undefined;
+  if (jsonEqual(current.status, next.status)) return stored;
+  const changed = new FieldSet();
+  changed.descend(fieldElement('status')).addAll(touched);
+  return touchOnly(stored, changed, new FieldSet(), whoOf(fieldManager), secondNow());
 }
 
 let lastSecond = -1;

@@ -13,9 +13,9 @@ import {
   type WriteSubresource,
 } from '../definition.js';
 import { ApiError, errors } from '../errors.js';
-import type { JsonObject } from '../json.js';
+import type { JsonObject, JsonValue } from '../json.js';
 import { type KubeObject, kubeTime } from '../objects.js';
-import { applyConfiguration, applyPatch, encodeEntries, kindSchema, PatchError, type PatchType, storedEntries } from '../patch/index.js';
+import { applyConfiguration, applyPatch, encodeEntries, kindSchema, PatchError, patchMetaForKind, type PatchType, storedEntries, strategicPatchFields } from '../patch/index.js';
 import type { ResourceRegistry } from '../resources.js';
 import { matchesSelection, parseSelection } from '../selection.js';
 import type { RbacSource } from '../rbac/types.js';
@@ -256,7 +256,7 @@ export class ResourceVerbs {
         if (before) await def.admitUpdate?.(this.kindContext, patched, before);
         return patched;
       },
-      { dryRun: ctx.dryRun === true, fieldManager: tracking(ctx, def, subresource), ...(subresource ? { subresource } : {}) },
+      { dryRun: ctx.dryRun === true, fieldManager: patchTracking(ctx, def, patchType, patch, subresource), ...(subresource ? { subresource } : {}) },
     );
     return { object, unknownFields };
   }
@@ -545,6 +545,15 @@ export class ResourceVerbs {
 /** Who a write is recorded as in managedFields. */
 function tracking(ctx: RequestContext, def: ResourceDefinition, subresource?: string): FieldManagerOptions {
   return { manager: fieldManagerOf(ctx), apiVersion: apiVersionOf(def), ...(subresource ? { subresource } : {}) };
+}
+
+/** As tracking(), with what a status write's strategic merge patch can change (the heartbeat's short cut). */
+function patchTracking(ctx: RequestContext, def: ResourceDefinition, patchType: PatchType, patch: unknown, subresource?: string): FieldManagerOptions {
+  const who = tracking(ctx, def, subresource);
+  if (subresource !== 'status' || patchType !== 'strategic') return who;
+  const { resolver, schema } = kindSchema(def);
+  const patchFields = strategicPatchFields(resolver, schema, patchMetaForKind(def.kind), patch as JsonValue);
+  return patchFields ? { ...who, patchFields } : who;
 }
 
 /** A server-side apply's own errors (a list item without its key, say) as API errors. */
