@@ -424,7 +424,8 @@ export class BenchApi {
     this.http = new https.Agent({ keepAlive: true, maxSockets, ca: server.caPem });
   }
 
-  request(method: string, apiPath: string, body?: unknown, timeoutMs = 5000): Promise<{ status: number; body: string }> {
+  /** `contentType`: the body's (a PATCH's patch type); JSON unless told. */
+  request(method: string, apiPath: string, body?: unknown, timeoutMs = 5000, contentType = 'application/json'): Promise<{ status: number; body: string }> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     return new Promise((resolve, reject) => {
       const req = https.request(
@@ -435,7 +436,7 @@ export class BenchApi {
           headers: {
             Authorization: `Bearer ${this.server.adminToken}`,
             Accept: 'application/json',
-            ...(payload === undefined ? {} : { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(payload) }),
+            ...(payload === undefined ? {} : { 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(payload) }),
           },
           timeout: timeoutMs,
         },
