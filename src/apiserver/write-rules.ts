@@ -39,7 +39,7 @@ function carryServerFields(next: KubeObject, current: KubeObject, markDeleted: U
   }
   if (current.metadata.generation !== undefined) meta.generation = current.metadata.generation;
   delete meta.resourceVersion;
-  delete meta.managedFields;
+  // managedFields: recordUpdateOf() sets them at the end (left here, a retry still sees what was sent).
   delete meta.selfLink;
   delete meta.generateName;
   if (current.metadata.generateName) meta.generateName = current.metadata.generateName;
