@@ -344,6 +344,10 @@ print("PYTHON-SUMMARY " + json.dumps({"checks": checks}))
     const again = await apply('?fieldManager=m&dryRun=All', { ...cm, data: { a: '2' } });
     assert.equal(again.status, 200, again.text);
     assert.equal((await getJson(`${CONFIGMAPS}/dry`)).data!.a, '1', 'a dry-run apply changes nothing');
+    // kubectl's --dry-run=server: the answer shows the change, the object keeps it out.
+    const manifest = file('dry.yaml', YAML.stringify({ ...cm, data: { a: '3' } }));
+    assert.equal(await ok(['apply', '--server-side', '--field-manager=m', '--dry-run=server', '-f', manifest, '-o', 'jsonpath={.data.a}']), '3');
+    assert.equal((await getJson(`${CONFIGMAPS}/dry`)).data!.a, '1');
   });
 
   it('bad input is a 4xx with a clear message, never a 500', async () => {
