@@ -67,6 +67,8 @@ export interface ControllerManagerOptions {
 
 /** What one term of leadership runs. */
 interface Term {
+  /** Every informer has listed: until then the controllers may read but not write. */
+  synced: boolean;
   informers: SharedInformers;
   built: LeaderOnlyController[];
   lifecycle: NodeLifecycleController;
@@ -87,9 +89,9 @@ export class ControllerManager {
   constructor(private readonly options: ControllerManagerOptions) {
     const { logger, identity } = options;
     this.clock = options.clock ?? systemClock;
-    this.client = fencedClient(options.client, () => this.mayWrite(), identity, (verb) => {
+    this.client = fencedClient(options.client, () => this.writeRefusal(), identity, (verb, why) => {
       // One line per term is enough to tell what happened; the count says how often.
-      if (this.refusedWrites++ === 0) logger.warn({ verb }, 'refused a controller write: this server no longer holds the controller lease');
+      if (this.refusedWrites++ === 0) logger.warn({ verb, why }, 'refused a controller write');
     });
     const client = this.client;
     this.lifecycleEvents = new EventRecorder(client, 'drover-node-lifecycle', identity, logger, this.clock);
@@ -116,7 +118,17 @@ export class ControllerManager {
    * with this gate.
    */
   mayWrite(): boolean {
-    return this.term !== undefined && this.elector.mayWrite();
+    return this.writeRefusal() === undefined;
+  }
+
+  /** Why a controller write may not go out now; undefined when it may. */
+  writeRefusal(): string | undefined {
+    if (!this.term || !this.elector.isLeader) return 'this server does not hold the controller lease (another server may lead now)';
+    if (!this.elector.mayWrite()) return 'no renewal of the controller lease was committed recently enough (another server may take over)';
+    // A work queue runs as soon as its first key arrives, which may be while another informer is
+    // still listing: a ReplicaSet seen before its pods would be given new ones.
+    if (!this.term.synced) return 'this term’s informers have not all listed yet';
+    return undefined;
   }
 
   /** Controller writes refused since this manager started (a deposed leader's attempts). */
@@ -179,13 +191,14 @@ export class ControllerManager {
       clock,
     );
     const built = (this.options.termControllers ?? []).map((build) => build(informers, clock));
-    const term: Term = { informers, built, lifecycle, workloads, failover };
+    const term: Term = { synced: false, informers, built, lifecycle, workloads, failover };
     this.term = term;
     const current = (): boolean => this.term === term;
     await informers.start();
     // A list that failed is retried; nothing acts before every informer holds a fresh one.
     while (!informers.hasSynced && current()) await new Promise((resolve) => setTimeout(resolve, 50));
     if (!current()) return;
+    term.synced = true;
     await lifecycle.start();
     for (const extra of this.options.extraControllers ?? []) {
       await extra.start();

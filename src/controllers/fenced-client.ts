@@ -2,9 +2,9 @@ import { ApiError } from '../apiserver/errors.js';
 import type { ApiClient } from '../client/types.js';
 
 /**
- * The client the leader-only controllers write through: every write first asks `mayWrite` (the
- * elector's term, read by its monotonic clock at that instant) and is refused when the term is
- * over. A deposed leader (paused past its lease, cut off from the datastore, or slow to notice)
+ * The client the leader-only controllers write through: every write first asks whether it may go
+ * out (the elector's term, read by its monotonic clock at that instant; the term's informers all
+ * listed) and is refused when not. A deposed leader (paused past its lease, cut off from the datastore, or slow to notice)
  * therefore issues no write once another server could have taken over, even from a work queue or
  * a timer that runs before its step-down has stopped the controllers. Reads pass through.
  *
@@ -16,16 +16,21 @@ import type { ApiClient } from '../client/types.js';
 
 export class NotLeaderError extends ApiError {
   override name = 'NotLeaderError';
-  constructor(identity: string) {
-    super(503, 'ServiceUnavailable', `${identity} no longer holds the controller lease: a controller write was refused (another server may lead now)`);
+  constructor(identity: string, why: string) {
+    super(503, 'ServiceUnavailable', `${identity}: a controller write was refused: ${why}`);
   }
 }
 
-export function fencedClient(client: ApiClient, mayWrite: () => boolean, identity: string, onRefused?: (verb: string) => void): ApiClient {
+/**
+ * `refusal()` is undefined when a write may go out now, else why not (it becomes the error's
+ * message): the term is over or suspended, or its informers have not all listed yet.
+ */
+export function fencedClient(client: ApiClient, refusal: () => string | undefined, identity: string, onRefused?: (verb: string, why: string) => void): ApiClient {
   const check = (verb: string): void => {
-    if (mayWrite()) return;
-    onRefused?.(verb);
-    throw new NotLeaderError(identity);
+    const why = refusal();
+    if (why === undefined) return;
+    onRefused?.(verb, why);
+    throw new NotLeaderError(identity, why);
   };
   return {
     get: (ref, namespace, name) => client.get(ref, namespace, name),

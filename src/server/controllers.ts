@@ -55,7 +55,7 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
   // The leader-only controllers built here write under the same fence as the manager's own: a
   // write is refused once this server's term is over (src/controllers/fenced-client.ts).
   let manager: ControllerManager | undefined;
-  const fenced = fencedClient(client, () => manager?.mayWrite() ?? false, leaderIdentity);
+  const fenced = fencedClient(client, () => (manager ? manager.writeRefusal() : 'the controller manager has not started'), leaderIdentity);
   // Revokes the credentials of deleted Nodes and collects never-used registrations (leader only).
   const records = new NodeRecordReconciler(nodeRegistry, fenced, logger.child({ controller: 'node-records' }), {
     unusedTtlMs: unusedRecordTtlMs(),

@@ -144,7 +144,7 @@ describe('controller lease: the leader steps down before anyone can take over', 
     const clockB = new FakeClock({ monotonic: 5_000_000 });
     const a = elector('server-a', api.client, clockA);
     const b = elector('server-b', api.client, clockB);
-    const writes = fencedClient(api.client, () => a.mayWrite(), 'server-a');
+    const writes = fencedClient(api.client, () => (a.mayWrite() ? undefined : 'not leading'), 'server-a');
     const configMap = (name: string): KubeObject => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: 'default' }, data: {} });
     a.start();
     await both([clockA, clockB], 100);
