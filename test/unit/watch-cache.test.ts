@@ -12,6 +12,7 @@ import { after, describe, it, mock } from 'node:test';
 import { ApiError } from '../../src/apiserver/errors.js';
 import { ObjectCodec } from '../../src/apiserver/object-codec.js';
 import { ResourceRegistry } from '../../src/apiserver/resources.js';
+import { WatchCaches } from '../../src/apiserver/watch-cache/caches.js';
 import { getReadRevision, listReadRevision, planRead } from '../../src/apiserver/watch-cache/read-plan.js';
 import { ResourceCache } from '../../src/apiserver/watch-cache/resource-cache.js';
 import { RevisionWaiters } from '../../src/apiserver/watch-cache/revision-waiters.js';
@@ -135,6 +136,26 @@ describe('ResourceCache over a real SQLite datastore', () => {
       cache.stop();
       assert.ok(cache.failed);
       assert.equal(await cache.waitForProgress(100), false);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('a replaced definition of the same resource (a CRD changed) replaces its cache and stops the old one', async () => {
+    const store = openSqliteDatastore(path.join(dir, 'c.db'));
+    try {
+      await store.create(`${prefix}ns/a`, value('a', '1'));
+      const caches = new WatchCaches(store, new ObjectCodec(), () => prefix, true);
+      const first = caches.cacheFor(def)!;
+      assert.equal(caches.cacheFor(def), first, 'the same definition keeps its cache');
+      const replaced = { ...def };
+      const second = caches.cacheFor(replaced)!;
+      assert.notEqual(second, first);
+      assert.ok(first.failed, 'the old cache was stopped');
+      for (let i = 0; i < 100 && !second.ready; i++) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(caches.existing(replaced), second);
+      assert.equal(caches.existing(def), undefined, 'the old definition is served by no cache');
+      caches.stopAll();
     } finally {
       await store.close();
     }
