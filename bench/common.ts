@@ -16,6 +16,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { unmountAllUnder } from '../src/agent/pods/runtime/host-mounts.js';
 
 export const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = path.resolve(BENCH_DIR, '..');
@@ -272,8 +273,21 @@ export function benchTempDir(prefix: string): string {
 }
 
 export function removeBenchTempDir(dir: string): void {
-  fs.rmSync(dir, { recursive: true, force: true });
+  removeDir(dir);
   tempDirs.delete(dir);
+}
+
+/**
+ * A temp dir and whatever is mounted under it: a server's embedded agent leaves its spare pod
+ * sandbox mounted on purpose (the next start takes it), and rm alone then fails with EBUSY.
+ */
+function removeDir(dir: string): void {
+  try {
+    unmountAllUnder(dir);
+  } catch (error) {
+    console.error(`cannot unmount what is under ${dir}:`, error);
+  }
+  fs.rmSync(dir, { recursive: true, force: true });
 }
 
 /**
@@ -300,7 +314,7 @@ export function killAllSync(): void {
       console.error('cleanup hook failed:', error);
     }
   }
-  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
+  for (const dir of tempDirs) removeDir(dir);
 }
 
 /** Kill everything tracked on exit, SIGINT and SIGTERM. Call once at the top of a benchmark. */
