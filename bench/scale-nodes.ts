@@ -5,7 +5,7 @@
  * the health annotation, the next one `renew-ms` after the previous one ended; the first renewals
  * are spread evenly over one interval.
  *
- *   node --import tsx bench/scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index>
+ *   node --import tsx bench/scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index> [<connections>]
  *
  * Commands on stdin, one per line; answers on stdout as one JSON line each:
  *   setup            create the Nodes and Leases → {"ready": true, "ms": …}
@@ -22,7 +22,7 @@ import { kubeMicroTime } from '../src/apiserver/objects.js';
 import { HEALTH_ANNOTATION, leaseHolderIdentity, NODE_LEASE_NAMESPACE, RELEASED_ANNOTATION } from '../src/node-protocol/names.js';
 import { nodeName, nodeObject, percentile, type PatchTarget, send } from './common.js';
 
-const [url, caFile, tokenFile, countText, renewText, firstText] = process.argv.slice(2);
+const [url, caFile, tokenFile, countText, renewText, firstText, connectionsText] = process.argv.slice(2);
 if (!url || !caFile || !tokenFile) throw new Error('usage: scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index>');
 const COUNT = Number(countText);
 const RENEW_MS = Number(renewText);
@@ -35,9 +35,9 @@ const target: PatchTarget = {
   port: Number(new URL(url).port),
   ca: fs.readFileSync(caFile, 'utf8'),
   token: fs.readFileSync(tokenFile, 'utf8').trim(),
-  // A connection per node at most, as each agent has its own: a shared pool would queue renewals
-  // here, where the server cannot see them.
-  agent: new https.Agent({ keepAlive: true, maxSockets: Math.max(64, COUNT), ca: fs.readFileSync(caFile, 'utf8') }),
+  // By default a connection per node, as each agent has its own (a small shared pool queues
+  // renewals here, where the server cannot see them, but costs the server less per renewal).
+  agent: new https.Agent({ keepAlive: true, maxSockets: Number(connectionsText) > 0 ? Number(connectionsText) : Math.max(64, COUNT), ca: fs.readFileSync(caFile, 'utf8') }),
 };
 
 const HEALTH = JSON.stringify({ ready: true, reason: 'AgentReady', message: 'simulated by bench/scale-nodes.ts' });

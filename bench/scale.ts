@@ -5,7 +5,7 @@
  *
  *   npm run build && node --import tsx bench/scale.ts [--nodes 2000] [--datastores sqlite,etcd]
  *        [--silent-percent 5] [--warmup-s 10] [--measure-s 15] [--detect-ceiling-s 20]
- *        [--renew-ms 1000] [--etcd-data disk|tmpfs]
+ *        [--renew-ms 1000] [--etcd-data disk|tmpfs] [--connections 0]
  *
  * Per datastore: one `drover server --disable-agent` (default timings: a 1 s renew interval and
  * a 4 s grace, so a silent node is Unavailable 4-5 s after its last renewal), on a fresh SQLite
@@ -63,6 +63,7 @@ const { n, flags: args } = parseBenchArgs(
     'measure-s': { default: 15, min: 1 },
     'detect-ceiling-s': { default: 20, min: 1 },
     'renew-ms': { default: 1000, min: 100 },
+    connections: { default: 0, min: 0 },
   },
   { flags: { datastores: { type: 'string', default: 'sqlite,etcd' }, 'etcd-data': { type: 'string', default: 'disk' } } },
 );
@@ -73,6 +74,8 @@ const WARMUP_S = n['warmup-s'];
 const MEASURE_S = n['measure-s'];
 const DETECT_CEILING_S = n['detect-ceiling-s'];
 const RENEW_MS = n['renew-ms'];
+/** HTTPS connections the simulated nodes share; 0: one per node, as real agents have. */
+const CONNECTIONS = n.connections;
 for (const d of DATASTORES) if (d !== 'sqlite' && d !== 'etcd') throw new Error(`--datastores takes sqlite and/or etcd, not ${d}`);
 if (args['etcd-data'] !== 'disk' && args['etcd-data'] !== 'tmpfs') throw new Error('--etcd-data takes disk or tmpfs');
 const STATE_LABEL = 'drover.io/state';
@@ -102,7 +105,7 @@ class SimulatedNodes {
     const log = fs.openSync(logFile, 'a');
     try {
       const child = track(
-        spawn(process.execPath, ['--import', 'tsx', path.join(BENCH_DIR, 'scale-nodes.ts'), url, caFile, tokenFile, String(count), String(RENEW_MS), '0'], {
+        spawn(process.execPath, ['--import', 'tsx', path.join(BENCH_DIR, 'scale-nodes.ts'), url, caFile, tokenFile, String(count), String(RENEW_MS), '0', String(CONNECTIONS)], {
           stdio: ['pipe', 'pipe', log],
         }),
       );
@@ -254,6 +257,10 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
       .filter((c) => c !== undefined)
       .map((c) => (c.at - silencedAt) / 1000)
       .sort((a, b) => a - b);
+    // What the controller said about its own view (docs/node-lifecycle.md, "When the control plane is slow").
+    const disruptions = (await api.json<{ items: { message?: string; count?: number }[] }>('GET', '/api/v1/namespaces/kube-node-lease/events').catch(() => ({ items: [] }))).items
+      .filter((e) => /ControlPlaneDisruption/.test(JSON.stringify(e)))
+      .map((e) => e.message ?? '');
     const falseVerdicts = states.changes.filter((c) => c.at >= allReadyAt && !silentNames.has(c.node) && c.state !== 'Ready');
     return {
       datastore,
@@ -275,6 +282,7 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
       detectionMaxS: detectionS.length ? round(detectionS[detectionS.length - 1]!, 2) : null,
       falseVerdicts: falseVerdicts.length,
       ...(falseVerdicts.length ? { firstFalseVerdicts: falseVerdicts.slice(0, 5) } : {}),
+      controlPlaneDisruptions: disruptions.slice(0, 3),
       duringDetection: { renewalP99Ms: during.p99 === null ? null : round(during.p99, 1), tooMany: during.tooMany, errors: during.errors },
     };
   } finally {
@@ -294,6 +302,7 @@ function describe(r: Record<string, unknown>): string {
     `${String(r.datastore)}${r.etcdData ? ` (${String(r.etcdData)})` : ''}: ${String(r.renewalsPerSecond)} renewals/s, p50 ${String(r.renewalP50Ms)} ms, p99 ${String(r.renewalP99Ms)} ms, max ${String(r.renewalMaxMs)} ms, 429s ${String(r.tooMany)}, errors ${String(r.errors)}`,
     `    server ${String(r.serverCores)} cores (${String(r.serverCpuPerRenewalUs)} µs per renewal)${r.etcdCores !== undefined ? `, etcd ${String(r.etcdCores)} cores` : ''}`,
     `    ${detection}; false verdicts ${String(r.falseVerdicts)}`,
+    ...(r.controlPlaneDisruptions as string[]).map((m) => `    the controller said: ${m}`),
   ].join('\n');
 }
 
@@ -322,7 +331,7 @@ async function main(): Promise<void> {
   const file = writeResult('scale', {
     benchmark: 'scale',
     machine,
-    options: { nodes: NODES, datastores: DATASTORES, silentPercent: SILENT_PERCENT, warmupS: WARMUP_S, measureS: MEASURE_S, detectCeilingS: DETECT_CEILING_S, renewMs: RENEW_MS, etcdData: args['etcd-data'] },
+    options: { nodes: NODES, connections: CONNECTIONS, datastores: DATASTORES, silentPercent: SILENT_PERCENT, warmupS: WARMUP_S, measureS: MEASURE_S, detectCeilingS: DETECT_CEILING_S, renewMs: RENEW_MS, etcdData: args['etcd-data'] },
     runs,
     ratios,
   });
