@@ -15,12 +15,17 @@
  * runc/process ratio of the p50s, the load average before and after, and where each pod's start
  * went (its phases, read from the pod's files and the agent's log before the pod is deleted).
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import { DNS_DEVICE } from '../src/agent/dns/address.js';
+import { PROXY_TABLE } from '../src/agent/network/service-rules.js';
+import { VXLAN_DEVICE } from '../src/agent/network/overlay.js';
+import { BRIDGE_NAME, MASQUERADE_TABLE } from '../src/agent/network/pod-network.js';
 import { ImageStore } from '../src/images/store.js';
 import { buildTestImage, writeOciArchive } from '../test/helpers/images.js';
 import { reapPods } from '../test/helpers/pods.js';
@@ -91,6 +96,14 @@ function podBody(name: string, runtime: Runtime): unknown {
   };
 }
 
+function linkExists(name: string): boolean {
+  return spawnSync('ip', ['link', 'show', 'dev', name], { stdio: 'ignore' }).status === 0;
+}
+
+function nftTableExists(name: string): boolean {
+  return spawnSync('nft', ['list', 'table', 'ip', name], { stdio: 'ignore' }).status === 0;
+}
+
 async function main(): Promise<void> {
   checkBuild();
   installCleanup();
@@ -101,10 +114,16 @@ async function main(): Promise<void> {
   const root = benchTempDir('drover-bench-pod-start-');
   const serverDir = path.join(root, 'server');
   const agentDir = path.join(root, 'agent');
+  // The agent runs in this host's network namespace: what its node network makes there (the
+  // bridge, the overlay and DNS devices, two nftables tables) goes at the end, unless it was
+  // there before (another agent's, not ours to remove).
+  const hostNetwork = { links: [BRIDGE_NAME, VXLAN_DEVICE, DNS_DEVICE].filter((name) => !linkExists(name)), tables: [MASQUERADE_TABLE, PROXY_TABLE].filter((name) => !nftTableExists(name)) };
   onCleanup(() => {
     if (args['keep-agent-log']) fs.copyFileSync(path.join(root, 'agent.log'), args['keep-agent-log']);
     // Pods, their containers and mounts, and the agent's spare sandbox.
     reapPods(agentDir);
+    for (const name of hostNetwork.links) spawnSync('ip', ['link', 'del', name], { stdio: 'ignore' });
+    for (const name of hostNetwork.tables) spawnSync('nft', ['delete', 'table', 'ip', name], { stdio: 'ignore' });
   });
   const server = await startBenchServer(serverDir, path.join(root, 'server.log'));
   const archive = path.join(root, 'image.tar');
