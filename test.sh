@@ -126,4 +126,18 @@ tests=(test/unit/*.test.ts test/e2e/*.test.ts)
 echo "test.sh: running ${#tests[@]} test files (test/unit: pure and in-process; test/e2e: real servers, agents, etcd, kubectl)"
 # The timeout bounds each test file as a whole too: config.test.ts spawns ~40 short-lived CLI runs
 # and took over 10 minutes at load 30, so the ceiling is 20 minutes (a hang still ends the run).
-exec node --import tsx --test --test-concurrency=2 --test-timeout=1200000 "${tests[@]}"
+# TAP goes to stdout as it comes and to a file; CI keeps only the end of stdout, so the failures
+# are printed again at the end, each with its location and error.
+tap_copy=$(mktemp)
+trap 'rm -f "$tap_copy"' EXIT
+status=0
+node --import tsx --test --test-concurrency=2 --test-timeout=1200000 \
+  --test-reporter=tap --test-reporter-destination=stdout \
+  --test-reporter=tap --test-reporter-destination="$tap_copy" "${tests[@]}" || status=$?
+if grep -q '^ *not ok ' "$tap_copy"; then
+  echo
+  echo "test.sh: FAILED TESTS (innermost first is the cause; each with its location and error):"
+  awk '/^ *not ok /{show=1; n=0} show{print; n++} show && (/^ *\.\.\.$/ || n>=60){show=0}' "$tap_copy"
+fi
+echo "test.sh: node --test exited with $status"
+exit "$status"
