@@ -52,6 +52,15 @@ function webDeployment(name: string, replicas: number): Record<string, unknown> 
   };
 }
 
+/** The last lines of a pod's supervisor.log, for a failure message. */
+function supervisorLogTail(dataDir: string, uid: string): string {
+  try {
+    return fs.readFileSync(path.join(podDirOf(dataDir, uid), 'supervisor.log'), 'utf8').trimEnd().split('\n').slice(-15).join('\n');
+  } catch (error) {
+    return `(no supervisor.log: ${(error as Error).message})`;
+  }
+}
+
 /** A one-replica StatefulSet whose container prints `<pod uid> <host uptime>` every 50 ms (its log is the journal). */
 function journalingContainer(name: string): Record<string, unknown> {
   return singletonStatefulSet(name, {
@@ -238,6 +247,10 @@ describe('failover with containers (default timings)', { concurrency: false }, (
     process.kill(server.pid, 'SIGSTOP');
     try {
       await always(() => pids.every(alive), `every container init (${pids.join(', ')}) runs during the control-plane outage`, 12_000, 200);
+    } catch (error) {
+      // Which container ended, and what its supervisor said (a fence names its figures).
+      const said = pods.map((pod, i) => `${pod.name} on ${pod.node} (init ${pids[i]}, ${alive(pids[i]!) ? 'alive' : 'ended'}):\n${supervisorLogTail(agents.get(pod.node)!.dataDir, pod.uid)}`);
+      throw new Error(`${(error as Error).message}\n${said.join('\n')}`, { cause: error });
     } finally {
       process.kill(server.pid, 'SIGCONT');
     }

@@ -112,7 +112,14 @@ describe('scheduling by runtime handler and resources, with real agents', { conc
     for (let i = 0; i < 3; i++) assert.equal(await boundTo(`runc-${i}`), RUNC_NODE);
     await create(pod('proc', { runtimeClassName: 'process' }));
     // The runc node already has three pods: the process pod spreads to the other.
-    assert.equal(await boundTo('proc'), PLAIN_NODE);
+    const where = await boundTo('proc');
+    if (where !== PLAIN_NODE) {
+      // Say what the scheduler saw: the nodes' states and conditions, and what the server logged about them.
+      const nodes = (await request(server, 'GET', '/api/v1/nodes')).json as { items: { metadata: { name: string; labels?: Record<string, string> }; status: { conditions?: unknown[] } }[] };
+      const seen = nodes.items.map((n) => ({ name: n.metadata.name, labels: n.metadata.labels, conditions: n.status.conditions }));
+      const logged = server.output().split('\n').filter((line) => line.includes(PLAIN_NODE)).slice(-20);
+      assert.fail(`proc went to ${where}, not ${PLAIN_NODE}; nodes: ${JSON.stringify(seen)}\nserver log on ${PLAIN_NODE}:\n${logged.join('\n')}`);
+    }
     for (const name of ['runc-0', 'runc-1', 'runc-2', 'proc']) await remove(name);
   });
 
