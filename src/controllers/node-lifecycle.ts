@@ -21,7 +21,16 @@ import {
 } from '../node-protocol/names.js';
 import { type AgentHealth, parseAgentHealth, parseShutdownRecord } from '../node-protocol/records.js';
 import { leaseSpec, nodeCondition, nodeSpec, nodeStatus } from './kube-types.js';
-import { classifyNode, DISRUPTION_LIMIT_GRACES, type DisruptionMode, isStale, type NodeObservation, reduceDisruption, type Verdict } from './node-state.js';
+import {
+  type BehindTransition,
+  classifyNode,
+  DISRUPTION_LIMIT_GRACES,
+  type DisruptionMode,
+  isStale,
+  type NodeObservation,
+  reduceDisruption,
+  type Verdict,
+} from './node-state.js';
 
 /**
  * The node lifecycle controller: one reconcile loop over Nodes and their Leases in
@@ -102,12 +111,6 @@ export interface RenewalsOnTheirWay {
   unobservedForMs(): number;
 }
 
-/**
- * How far behind its renewals the controller's view may be before it says so: an event and a log
- * line, and its verdicts held as in a disruption (no node is called Unavailable on a view it cannot
- * trust). Half the grace: the point at which a silent node turns suspect.
- */
-const BEHIND_FRACTION_OF_GRACE = 0.5;
 /** Verdicts written at once in a tick (each is two Node patches). */
 const VERDICT_WRITERS = 16;
 
@@ -159,8 +162,8 @@ export class NodeLifecycleController implements NodeHealthView {
   private lastTick = 0;
   private running = false;
   private disruption: DisruptionMode = {};
-  /** The controller's view is behind the renewals by more than it trusts (an overloaded server): since when. */
-  private behindSince: number | undefined;
+  /** The view's current episode behind the renewals has run past the limit, and the log said so. */
+  private behindPastLimitSaid = false;
   /** After a pause of this process, renewals that waited in its queues arrive late: no offset samples until then. */
   private offsetSamplesFrom = 0;
 
@@ -196,7 +199,7 @@ export class NodeLifecycleController implements NodeHealthView {
     this.running = true;
     this.tracked.clear();
     this.disruption = {};
-    this.behindSince = undefined;
+    this.behindPastLimitSaid = false;
     this.options.renewals?.observing(true);
     if (this.ownsInformers) {
       // Informers cannot start twice: a restart (leadership regained) follows new ones.
@@ -380,10 +383,10 @@ export class NodeLifecycleController implements NodeHealthView {
       // much load, a slow datastore) makes the nodes it is slow for look silent.
       const behindMs = this.options.renewals?.unobservedForMs() ?? 0;
       const judgedAt = now - behindMs;
-      const behind = this.noteBehind(behindMs, now, grace);
       let observations = [...this.tracked].map(([name, t]) => [name, t, this.observation(name, t)] as const);
       const stale = observations.filter(([, , o]) => isStale(o, judgedAt, grace)).length;
-      const step = reduceDisruption(this.disruption, { now, gracePeriodMs: grace, staleCount: stale, nodeCount: observations.length });
+      const step = reduceDisruption(this.disruption, { now, gracePeriodMs: grace, staleCount: stale, nodeCount: observations.length, behindMs });
+      this.noteBehind(step.behind, behindMs, now, this.disruption.behindSince);
       this.disruption = step.mode;
       if (step.transition === 'entered') {
         this.logger.warn({ stale, nodes: observations.length }, 'most nodes went silent at once; holding verdicts');
@@ -411,7 +414,7 @@ export class NodeLifecycleController implements NodeHealthView {
       } else if (step.transition === 'ended-expired') {
         this.logger.info('node renewals are back to normal; disruption mode over');
       }
-      const disruption = step.holdVerdicts || behind;
+      const disruption = step.holdVerdicts;
       // Several writers at once: one at a time, a tick that must write many verdicts (a new
       // leader, hundreds of nodes joining) waited a round trip per node, behind the renewals, and
       // a node lost meanwhile was called so only seconds later.
@@ -431,25 +434,26 @@ export class NodeLifecycleController implements NodeHealthView {
   }
 
   /**
-   * Whether the view is too far behind the renewals to judge on (more than half the grace): said
-   * once per episode, as a log line and a ControlPlaneDisruption event, and when it ends.
+   * The view's episodes behind the renewals (reduceDisruption decides them): said once each, as a
+   * log line and a ControlPlaneDisruption event, and when they end or run out.
    */
-  private noteBehind(behindMs: number, now: number, grace: number): boolean {
-    const behind = behindMs > grace * BEHIND_FRACTION_OF_GRACE;
-    if (behind && this.behindSince === undefined) {
-      this.behindSince = now;
+  private noteBehind(transition: BehindTransition, behindMs: number, now: number, since: number | undefined): void {
+    const grace = this.options.gracePeriodMs;
+    if (transition === 'entered') {
       this.logger.warn({ behindMs: Math.round(behindMs) }, 'node lease renewals reach this controller late; judging silence only up to the oldest one on its way, and holding verdicts');
       void this.events.record(
         { kind: 'Namespace', name: NODE_LEASE_NAMESPACE, namespace: NODE_LEASE_NAMESPACE },
         'Warning',
         'ControlPlaneDisruption',
-        `Node lease renewals reach the controller up to ${(behindMs / 1000).toFixed(1)}s late (the API server or its datastore is behind): no node is marked Unavailable while this lasts.`,
+        `Node lease renewals reach the controller up to ${(behindMs / 1000).toFixed(1)}s late (the API server or its datastore is behind): no node is marked Unavailable while this lasts, for up to ${(DISRUPTION_LIMIT_GRACES * grace) / 1000}s.`,
       );
-    } else if (!behind && this.behindSince !== undefined) {
-      this.logger.info({ lastedMs: Math.round(now - this.behindSince) }, 'node lease renewals reach this controller in time again');
-      this.behindSince = undefined;
+    } else if (transition === 'expired' && since !== undefined && !this.behindPastLimitSaid) {
+      this.behindPastLimitSaid = true;
+      this.logger.warn({ behindMs: Math.round(behindMs), lastedMs: Math.round(now - since) }, 'node lease renewals still reach this controller late, past the limit: judging nodes again, up to the oldest renewal on its way');
+    } else if (transition === 'ended' && since !== undefined) {
+      this.behindPastLimitSaid = false;
+      this.logger.info({ lastedMs: Math.round(now - since) }, 'node lease renewals reach this controller in time again');
     }
-    return behind;
   }
 
   /** Writes one condition of a Node's status (strategic merge: the other conditions stay). */

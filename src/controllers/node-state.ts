@@ -130,9 +130,19 @@ export function isDisruption(staleCount: number, nodeCount: number): boolean {
 /** How long the disruption rule may hold verdicts back, in grace periods, before the nodes are judged anyway. */
 export const DISRUPTION_LIMIT_GRACES = 10;
 
-/** The node lifecycle controller's disruption mode: since when (its clock) most nodes have been silent, if they are. */
+/**
+ * How far behind the renewals the controller's view may be before it cannot trust it, as a share
+ * of the grace: half, the point at which a silent node turns suspect.
+ */
+export const BEHIND_FRACTION_OF_GRACE = 0.5;
+
+/**
+ * The node lifecycle controller's disruption mode: since when (its clock) most nodes have been
+ * silent, if they are; and since when its view has been behind the renewals, if it is.
+ */
 export interface DisruptionMode {
   since?: number;
+  behindSince?: number;
 }
 
 export interface DisruptionInput {
@@ -141,6 +151,8 @@ export interface DisruptionInput {
   /** Nodes silent by `isStale`, and all nodes tracked. */
   staleCount: number;
   nodeCount: number;
+  /** How long the oldest renewal the server has taken in, and the controller not yet seen, has been on its way (0: none). */
+  behindMs?: number;
 }
 
 /**
@@ -155,9 +167,16 @@ export interface DisruptionInput {
  */
 export type DisruptionTransition = 'normal' | 'entered' | 'held' | 'expired' | 'ended' | 'ended-expired';
 
+/**
+ * The view's own episodes, the same way: entered, held, expired (behind for longer than the
+ * limit: judged anyway, still up to the oldest renewal on its way), ended, or normal.
+ */
+export type BehindTransition = 'normal' | 'entered' | 'held' | 'expired' | 'ended';
+
 export interface DisruptionStep {
   mode: DisruptionMode;
   transition: DisruptionTransition;
+  behind: BehindTransition;
   /** Classify with `disruption: true` (hold Unavailable verdicts) this pass. */
   holdVerdicts: boolean;
 }
@@ -169,11 +188,36 @@ export interface DisruptionStep {
  */
 export function reduceDisruption(mode: DisruptionMode, input: DisruptionInput): DisruptionStep {
   const limitMs = DISRUPTION_LIMIT_GRACES * input.gracePeriodMs;
+  const silent = reduceSilence(mode.since, input, limitMs);
+  const view = reduceBehind(mode.behindSince, input, limitMs);
+  return {
+    mode: { ...(silent.since === undefined ? {} : { since: silent.since }), ...(view.since === undefined ? {} : { behindSince: view.since }) },
+    transition: silent.transition,
+    behind: view.transition,
+    holdVerdicts: silent.hold || view.hold,
+  };
+}
+
+function reduceSilence(since: number | undefined, input: DisruptionInput, limitMs: number): { since?: number; transition: DisruptionTransition; hold: boolean } {
   if (isDisruption(input.staleCount, input.nodeCount)) {
-    if (mode.since === undefined) return { mode: { since: input.now }, transition: 'entered', holdVerdicts: true };
-    if (input.now - mode.since > limitMs) return { mode, transition: 'expired', holdVerdicts: false };
-    return { mode, transition: 'held', holdVerdicts: true };
+    if (since === undefined) return { since: input.now, transition: 'entered', hold: true };
+    if (input.now - since > limitMs) return { since, transition: 'expired', hold: false };
+    return { since, transition: 'held', hold: true };
   }
-  if (mode.since === undefined) return { mode, transition: 'normal', holdVerdicts: false };
-  return { mode: {}, transition: input.now - mode.since <= limitMs ? 'ended' : 'ended-expired', holdVerdicts: false };
+  if (since === undefined) return { transition: 'normal', hold: false };
+  return { transition: input.now - since <= limitMs ? 'ended' : 'ended-expired', hold: false };
+}
+
+/**
+ * A view behind by more than half the grace holds verdicts too, for the same limit: renewals may
+ * be waiting where the server cannot count them yet (its accept queue, a TLS handshake), so the
+ * silence it judges is not trusted until the view catches up, or the limit runs out.
+ */
+function reduceBehind(since: number | undefined, input: DisruptionInput, limitMs: number): { since?: number; transition: BehindTransition; hold: boolean } {
+  if ((input.behindMs ?? 0) > input.gracePeriodMs * BEHIND_FRACTION_OF_GRACE) {
+    if (since === undefined) return { since: input.now, transition: 'entered', hold: true };
+    if (input.now - since > limitMs) return { since, transition: 'expired', hold: false };
+    return { since, transition: 'held', hold: true };
+  }
+  return since === undefined ? { transition: 'normal', hold: false } : { transition: 'ended', hold: false };
 }

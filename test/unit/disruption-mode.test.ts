@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { DISRUPTION_LIMIT_GRACES, type DisruptionMode, type DisruptionTransition, reduceDisruption } from '../../src/controllers/node-state.js';
+import {
+  type BehindTransition,
+  DISRUPTION_LIMIT_GRACES,
+  type DisruptionMode,
+  type DisruptionTransition,
+  reduceDisruption,
+} from '../../src/controllers/node-state.js';
 
 /**
  * The node lifecycle controller's disruption mode as a pure reducer: one pass at a time, from the
@@ -71,5 +77,40 @@ describe('reduceDisruption', () => {
     ]);
     assert.deepEqual(transitions, ['entered', 'held', 'expired', 'expired', 'ended-expired', 'entered']);
     assert.deepEqual(holds, [true, true, false, false, false, true]);
+  });
+
+  it('a view behind the renewals by more than half the grace holds verdicts, for the same limit, beside a silent majority or alone', () => {
+    let mode: DisruptionMode = {};
+    const behind: BehindTransition[] = [];
+    const holds: boolean[] = [];
+    const passes = [
+      { now: 0, behindMs: GRACE / 2 }, // exactly half: trusted
+      { now: 500, behindMs: GRACE / 2 + 1 },
+      { now: 1000, behindMs: 3000 },
+      { now: 500 + LIMIT, behindMs: 3000 }, // at the limit: still held
+      { now: 501 + LIMIT, behindMs: 3000 }, // past it: judged (up to the oldest renewal on its way)
+      { now: 600 + LIMIT, behindMs: 100 },
+      { now: 700 + LIMIT, behindMs: 0 },
+    ];
+    for (const pass of passes) {
+      const step = reduceDisruption(mode, { now: pass.now, gracePeriodMs: GRACE, staleCount: 0, nodeCount: 10, behindMs: pass.behindMs });
+      mode = step.mode;
+      behind.push(step.behind);
+      holds.push(step.holdVerdicts);
+      assert.equal(step.transition, 'normal', 'no node is silent: the silence rule stays normal');
+    }
+    assert.deepEqual(behind, ['normal', 'entered', 'held', 'held', 'expired', 'ended', 'normal']);
+    assert.deepEqual(holds, [false, true, true, true, false, false, false]);
+    assert.deepEqual(mode, {});
+
+    // Both at once: each keeps its own start; verdicts are held while either holds.
+    const both = reduceDisruption({ since: 0 }, { now: 1000, gracePeriodMs: GRACE, staleCount: 3, nodeCount: 4, behindMs: 3000 });
+    assert.deepEqual(both.mode, { since: 0, behindSince: 1000 });
+    assert.equal(both.transition, 'held');
+    assert.equal(both.behind, 'entered');
+    assert.equal(both.holdVerdicts, true);
+    const silenceExpired = reduceDisruption({ since: 0, behindSince: 1000 }, { now: LIMIT + 1, gracePeriodMs: GRACE, staleCount: 3, nodeCount: 4, behindMs: 3000 });
+    assert.equal(silenceExpired.transition, 'expired');
+    assert.equal(silenceExpired.holdVerdicts, true, 'the view behind started later: its limit has not run out');
   });
 });
