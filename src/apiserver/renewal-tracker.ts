@@ -114,10 +114,14 @@ export class RenewalTracker {
     return n;
   }
 
+  /** Drops the matching entries in place: this runs for every renewal and every lease event. */
   private remove(name: string, which: (entry: InFlight) => boolean): void {
-    const kept = (this.inFlight.get(name) ?? []).filter((e) => !which(e));
-    if (kept.length) this.inFlight.set(name, kept);
-    else this.inFlight.delete(name);
+    const list = this.inFlight.get(name);
+    if (!list) return;
+    let kept = 0;
+    for (const entry of list) if (!which(entry)) list[kept++] = entry;
+    if (kept === 0) this.inFlight.delete(name);
+    else list.length = kept;
   }
 }
 
