@@ -51,6 +51,8 @@ import type { Duplex } from 'node:stream';
 import type { VersionInfo } from '../version.js';
 import { DISCOVERY_CACHE_CONTROL, JWKS_CONTENT_TYPE, JWKS_PATH, OPENID_CONFIGURATION_PATH } from '../security/service-account-tokens.js';
 import { type RenewalTracker, renewedLease } from './renewal-tracker.js';
+import { type Classification, classify } from './flow-control/classify.js';
+import type { FlowController, Release } from './flow-control/dispatcher.js';
 
 export type { PodLogParams } from './definition.js';
 
@@ -114,6 +116,11 @@ export interface HandlerOptions {
   watchUnreadBytes?: number;
   /** Told when a node lease renewal arrives and when it is answered (renewal-tracker.ts). */
   renewals?: Pick<RenewalTracker, 'arrived'>;
+  /**
+   * Seats and queues per priority level (src/apiserver/flow-control/, docs/flow-control.md):
+   * resource requests wait for a seat or are refused with 429. Without it, nothing is bounded.
+   */
+  flowControl?: FlowController;
 }
 
 const PUBLIC_PATHS = new Set(['/healthz', '/livez', '/readyz', '/version', '/cacerts']);
@@ -316,6 +323,22 @@ export class ApiHandler {
     await this.serveResource(req, res, url, request, user);
   }
 
+  /** Waits for the request's seat (or throws its 429); the seat is given back when the response closes. */
+  private async takeSeat(flowControl: FlowController, res: ServerResponse, classification: Classification): Promise<void> {
+    let closed = false;
+    let release: Release | undefined;
+    res.once('close', () => {
+      closed = true;
+      release?.();
+    });
+    const seat = flowControl.admit(classification, (gone) => res.once('close', gone));
+    release = seat instanceof Promise ? await seat : seat;
+    if (closed) {
+      release();
+      throw new ClientGoneError('the client went away while its request waited for a seat');
+    }
+  }
+
   /** A request for a path outside the resource API, as authorizers judge it (kube's 403 when refused). */
   private authorizePath(user: UserInfo, path: string, method: string): void {
     const attributes = { verb: method.toLowerCase(), path };
@@ -432,6 +455,10 @@ export class ApiHandler {
       // kube-apiserver's wording, which kubectl prints as is.
       const refusal = forbiddenRefusal(user, attributes, decision.reason);
       throw errors.forbidden(refusal.message, def, refusal.name || undefined);
+    }
+    if (this.options.flowControl) {
+      const follow = request.subresource === 'log' && queryBool(url.searchParams, 'follow');
+      await this.takeSeat(this.options.flowControl, res, classify({ user: user.name, groups: user.groups, ...attributes, follow }));
     }
     checkWriteOptions(verb, url.searchParams);
     const fieldManager = url.searchParams.get('fieldManager');

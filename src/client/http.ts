@@ -33,7 +33,15 @@ export interface HttpClientOptions {
   keyPem?: string;
   /** Per request; a watch is exempt. */
   timeoutMs?: number;
+  /**
+   * How a 429 with Retry-After (a busy server: docs/flow-control.md) is retried: at most `attempts`
+   * more times, each after the server's Retry-After plus up to 20 % jitter, as long as the waits
+   * together stay within `maxWaitMs`; then the 429 is the caller's. Default 3 and 10 s.
+   */
+  tooManyRequests?: { attempts: number; maxWaitMs: number };
 }
+
+const DEFAULT_TOO_MANY_REQUESTS = { attempts: 3, maxWaitMs: 10_000 };
 
 export class HttpClient implements ApiClient {
   private readonly agent: https.Agent;
@@ -71,8 +79,29 @@ export class HttpClient implements ApiClient {
     };
   }
 
-  /** One request; resolves with the parsed JSON body, rejects with ApiError for non-2xx. */
-  request(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<unknown> {
+  /**
+   * One request; resolves with the parsed JSON body, rejects with ApiError for non-2xx. A 429 that
+   * says when to come back is retried then (bounded by `tooManyRequests`), as client-go does: the
+   * server refused it before doing anything, so even a write is safe to send again.
+   */
+  async request(method: string, path: string, body?: unknown, contentType = 'application/json'): Promise<unknown> {
+    const { attempts, maxWaitMs } = this.options.tooManyRequests ?? DEFAULT_TOO_MANY_REQUESTS;
+    let waitedMs = 0;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.requestOnce(method, path, body, contentType);
+      } catch (error) {
+        const retryAfterS = error instanceof ApiError && error.code === 429 ? error.details?.retryAfterSeconds : undefined;
+        if (retryAfterS === undefined || attempt >= attempts) throw error;
+        const delayMs = retryAfterS * 1000 * (1 + Math.random() * 0.2);
+        if (waitedMs + delayMs >= maxWaitMs) throw error;
+        waitedMs += delayMs;
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      }
+    }
+  }
+
+  private requestOnce(method: string, path: string, body: unknown, contentType: string): Promise<unknown> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     return new Promise((resolve, reject) => {
       const req = https.request(
@@ -97,7 +126,7 @@ export class HttpClient implements ApiClient {
             }
             const code = res.statusCode ?? 0;
             if (code >= 200 && code < 300) resolve(parsed);
-            else reject(toApiError(code, parsed, text));
+            else reject(toApiError(code, parsed, text, res.headers['retry-after']));
           });
           res.on('error', reject);
         },
@@ -240,10 +269,13 @@ function withSelectors(query: URLSearchParams, options: ListOptions): URLSearchP
   return query;
 }
 
-function toApiError(code: number, parsed: unknown, text: string): ApiError {
+/** The answer as an ApiError; a Retry-After header (whole seconds) is kept as the Status's retryAfterSeconds. */
+function toApiError(code: number, parsed: unknown, text: string, retryAfterHeader: string | undefined): ApiError {
   const status = parsed as Partial<Status> | undefined;
+  const retryAfter = retryAfterHeader && /^\d+$/.test(retryAfterHeader.trim()) ? Number(retryAfterHeader.trim()) : undefined;
   if (status && status.kind === 'Status') {
-    return new ApiError(code, (status.reason ?? 'InternalError') as StatusReason, status.message ?? text, status.details);
+    const details = retryAfter !== undefined ? { ...status.details, retryAfterSeconds: retryAfter } : status.details;
+    return new ApiError(code, (status.reason ?? 'InternalError') as StatusReason, status.message ?? text, details);
   }
-  return new ApiError(code, 'InternalError', text || `HTTP ${code}`);
+  return new ApiError(code, code === 429 ? 'TooManyRequests' : 'InternalError', text || `HTTP ${code}`, retryAfter !== undefined ? { retryAfterSeconds: retryAfter } : undefined);
 }

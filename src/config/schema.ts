@@ -268,6 +268,14 @@ const TABLE = [
     scope: 'node',
     default: 1000,
   },
+  {
+    name: 'max-requests-inflight',
+    type: 'count',
+    help: 'API requests this server works on at once, split between priority levels (node heartbeats, leader election, controllers, writes, reads); more wait in fair queues, and are refused with 429 when those are full (watches and the admin are not counted; docs/flow-control.md)',
+    commands: ['server'],
+    scope: 'node',
+    default: 200,
+  },
   // --- node-scoped, agent ------------------------------------------------------------------------
   {
     name: 'server',

@@ -19,6 +19,15 @@ export { METRICS_CONTENT_TYPE } from './content-type.js';
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
+/** One priority level's figures, as src/apiserver/flow-control/dispatcher.ts reports them. */
+export interface FlowControlFigures {
+  level: string;
+  seats: number;
+  executing: number;
+  queued: number;
+  rejected: Record<string, number>;
+}
+
 export class ServerMetrics {
   readonly registry = new Registry();
   readonly apiRequests = new Counter({
@@ -54,6 +63,14 @@ export class ServerMetrics {
     registers: [this.registry],
   });
 
+  /** Where the flow-control figures come from (the API server's FlowController), once it exists. */
+  private flowControl: (() => FlowControlFigures[]) | undefined;
+
+  /** The API server's priority levels, per level: seats, executing, queued, refused (docs/flow-control.md). */
+  observeFlowControl(source: () => FlowControlFigures[]): void {
+    this.flowControl = source;
+  }
+
   constructor(
     nodeStates: () => Promise<Record<string, number>>,
     drift: () => Promise<{ error: number; info: number }>,
@@ -67,6 +84,34 @@ export class ServerMetrics {
       async collect() {
         this.reset();
         for (const [state, count] of Object.entries(await nodeStates())) this.set({ state }, count);
+      },
+    });
+    const flowControl = (): FlowControlFigures[] => this.flowControl?.() ?? [];
+    for (const [name, help, field] of [
+      ['drover_apiserver_flowcontrol_seats', 'Seats of each priority level: requests it may work on at once', 'seats'],
+      ['drover_apiserver_flowcontrol_executing', 'Requests each priority level works on now', 'executing'],
+      ['drover_apiserver_flowcontrol_queued', 'Requests waiting in each priority level’s queues now', 'queued'],
+    ] as const) {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['level'] as const,
+        registers: [this.registry],
+        collect() {
+          for (const figures of flowControl()) this.set({ level: figures.level }, figures[field]);
+        },
+      });
+    }
+    new Counter({
+      name: 'drover_apiserver_flowcontrol_rejected_total',
+      help: 'Requests refused with 429 by each priority level, by reason (queue-full, time-out)',
+      labelNames: ['level', 'reason'] as const,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const figures of flowControl()) {
+          for (const [reason, count] of Object.entries(figures.rejected)) this.inc({ level: figures.level, reason }, count);
+        }
       },
     });
     new Gauge({

@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { FlowController } from '../apiserver/flow-control/dispatcher.js';
 import { serviceNetworkFromSettings } from './service-network.js';
 import { TokenAuthenticator, UnionAuthenticator } from '../apiserver/auth.js';
 import { X509Authenticator } from '../apiserver/x509-auth.js';
@@ -176,6 +177,9 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
   });
 
   const { managedEtcd, etcdAccess } = input.selected;
+  // DROVER_BENCH_FLOW_CONTROL=off is for bench/scale.ts's baseline only (the same load, unbounded).
+  const flowControl = process.env.DROVER_BENCH_FLOW_CONTROL === 'off' ? undefined : new FlowController({ totalSeats: settings.maxRequestsInflight });
+  if (flowControl) input.metrics?.observeFlowControl(() => flowControl.stats());
   const api = new ApiServer(
     {
       store,
@@ -239,6 +243,7 @@ export async function composeApi(input: ApiCompositionInput): Promise<ApiComposi
       }),
       logger,
       longRunning: { perUser: settings.maxWatchesPerUser, total: settings.maxWatches },
+      ...(flowControl ? { flowControl } : {}),
       version: versionInfo(),
       caCertificatePem: tls.ca.certificatePem,
       bookmarkIntervalMs: settings.watchBookmarkIntervalMs,

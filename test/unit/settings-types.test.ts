@@ -41,6 +41,7 @@ const SERVER_FIELDS: Record<keyof ServerSettings, true> = {
   httpsIdleTimeoutMs: true,
   maxWatchesPerUser: true,
   maxWatches: true,
+  maxRequestsInflight: true,
   server: true,
   role: true,
   clusterInit: true,
