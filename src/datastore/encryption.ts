@@ -10,6 +10,7 @@ import {
   type Watch,
   type WatchCallbacks,
   type WatchEvent,
+  type WriteGuard,
 } from './types.js';
 import { DEFAULT_PLAINTEXT_CACHE_BYTES, PlaintextCache } from './plaintext-cache.js';
 
@@ -320,23 +321,23 @@ export class EncryptingDatastore implements Datastore {
   }
 
   /** The value returned is the plaintext the caller wrote, like an unencrypted store's. */
-  async create(key: string, value: Buffer): Promise<KeyValue> {
+  async create(key: string, value: Buffer, guard?: WriteGuard): Promise<KeyValue> {
     const stored = this.seal(key, value);
-    return this.remember(await this.track(this.inner.create(key, stored)), stored, value);
+    return this.remember(await this.track(this.inner.create(key, stored, guard)), stored, value);
   }
 
-  async update(key: string, value: Buffer, expectedModRevision: number): Promise<KeyValue> {
+  async update(key: string, value: Buffer, expectedModRevision: number, guard?: WriteGuard): Promise<KeyValue> {
     const stored = this.seal(key, value);
     try {
-      return this.remember(await this.track(this.inner.update(key, stored, expectedModRevision)), stored, value);
+      return this.remember(await this.track(this.inner.update(key, stored, expectedModRevision, guard)), stored, value);
     } catch (error) {
       throw this.openConflict(error);
     }
   }
 
-  async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
+  async delete(key: string, expectedModRevision?: number, guard?: WriteGuard): Promise<KeyValue> {
     try {
-      return this.open(await this.inner.delete(key, expectedModRevision), true);
+      return this.open(await this.inner.delete(key, expectedModRevision, guard), true);
     } catch (error) {
       throw this.openConflict(error);
     }

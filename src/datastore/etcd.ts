@@ -20,6 +20,7 @@ import {
   type Datastore,
   DatastoreError,
   FutureRevisionError,
+  GuardFailedError,
   KeyExistsError,
   type KeyValue,
   KeyNotFoundError,
@@ -28,6 +29,7 @@ import {
   type Watch,
   type WatchCallbacks,
   type WatchEvent,
+  type WriteGuard,
 } from './types.js';
 
 export type { EtcdOptions } from './etcd/client.js';
@@ -279,40 +281,42 @@ export class EtcdDatastore implements Datastore {
     return wrap(error, 'list');
   }
 
-  async create(key: string, input: Buffer): Promise<KeyValue> {
+  async create(key: string, input: Buffer, guard?: WriteGuard): Promise<KeyValue> {
     // Our own copy, taken now: the caller may reuse its buffer as soon as we return.
     const value = Buffer.from(input);
     const fullKey = this.fullKey(key);
     const response = await this.txn('create', {
-      compare: [{ key: fullKey, target: 'Create', result: 'Equal', create_revision: 0 }],
+      compare: [...this.guardCompare(guard), { key: fullKey, target: 'Create', result: 'Equal', create_revision: 0 }],
       success: [{ request_put: { key: fullKey, value } }],
-      failure: [],
+      failure: this.guardRead(guard),
     });
-    if (!response.succeeded) throw new KeyExistsError(key);
+    if (!response.succeeded) throw this.guardFailure(key, guard, response.responses, 0) ?? new KeyExistsError(key);
     const revision = num(response.header.revision);
     return { key, value, createRevision: revision, modRevision: revision };
   }
 
-  async update(key: string, input: Buffer, expectedModRevision: number): Promise<KeyValue> {
+  async update(key: string, input: Buffer, expectedModRevision: number, guard?: WriteGuard): Promise<KeyValue> {
     const value = Buffer.from(input);
     const fullKey = this.fullKey(key);
     const response = await this.txn('update', {
       compare: [
+        ...this.guardCompare(guard),
         { key: fullKey, target: 'Create', result: 'Greater', create_revision: 0 },
         { key: fullKey, target: 'Mod', result: 'Equal', mod_revision: expectedModRevision },
       ],
       success: [{ request_put: { key: fullKey, value, prev_kv: true } }],
-      failure: [{ request_range: { key: fullKey } }],
+      failure: [{ request_range: { key: fullKey } }, ...this.guardRead(guard)],
     });
-    if (!response.succeeded) throw this.casFailure(key, expectedModRevision, response.responses);
+    if (!response.succeeded) throw this.guardFailure(key, guard, response.responses, 1) ?? this.casFailure(key, expectedModRevision, response.responses);
     const prev = response.responses[0]?.response_put?.prev_kv;
     const revision = num(response.header.revision);
     return { key, value, createRevision: prev ? num(prev.create_revision) : revision, modRevision: revision };
   }
 
-  async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
+  async delete(key: string, expectedModRevision?: number, guard?: WriteGuard): Promise<KeyValue> {
     const fullKey = this.fullKey(key);
     const compare: ICompare[] = [
+      ...this.guardCompare(guard),
       { key: fullKey, target: 'Create', result: 'Greater', create_revision: 0 },
     ];
     if (expectedModRevision !== undefined) {
@@ -321,9 +325,9 @@ export class EtcdDatastore implements Datastore {
     const response = await this.txn('delete', {
       compare,
       success: [{ request_delete_range: { key: fullKey, prev_kv: true } }],
-      failure: [{ request_range: { key: fullKey } }],
+      failure: [{ request_range: { key: fullKey } }, ...this.guardRead(guard)],
     });
-    if (!response.succeeded) throw this.casFailure(key, expectedModRevision, response.responses);
+    if (!response.succeeded) throw this.guardFailure(key, guard, response.responses, 1) ?? this.casFailure(key, expectedModRevision, response.responses);
     const prev = response.responses[0]?.response_delete_range?.prev_kvs?.[0];
     if (!prev) throw new KeyNotFoundError(key); // cannot happen: the compare saw the key
     return {
@@ -332,6 +336,23 @@ export class EtcdDatastore implements Datastore {
       createRevision: num(prev.create_revision),
       modRevision: num(response.header.revision),
     };
+  }
+
+  /** The guard as one more compare of the write's transaction (a missing key's mod revision is 0: never equal). */
+  private guardCompare(guard: WriteGuard | undefined): ICompare[] {
+    return guard ? [{ key: this.fullKey(guard.key), target: 'Mod', result: 'Equal', mod_revision: guard.modRevision }] : [];
+  }
+
+  /** On failure, the guard key is read too (its revision only), to tell a failed guard from the write's own condition. */
+  private guardRead(guard: WriteGuard | undefined): { request_range: IRangeRequest }[] {
+    return guard ? [{ request_range: { key: this.fullKey(guard.key), keys_only: true } }] : [];
+  }
+
+  private guardFailure(key: string, guard: WriteGuard | undefined, responses: { response_range?: IRangeResponse }[], at: number): GuardFailedError | undefined {
+    if (!guard) return undefined;
+    const found = responses[at]?.response_range?.kvs?.[0];
+    const revision = found ? num(found.mod_revision) : 0;
+    return revision === guard.modRevision ? undefined : new GuardFailedError(key, guard, revision);
   }
 
   private casFailure(

@@ -5,6 +5,7 @@ import {
   type Datastore,
   DatastoreError,
   FutureRevisionError,
+  GuardFailedError,
   KeyExistsError,
   type KeyValue,
   KeyNotFoundError,
@@ -13,6 +14,7 @@ import {
   type Watch,
   type WatchCallbacks,
   type WatchEvent,
+  type WriteGuard,
 } from './types.js';
 import { WatchDelivery } from './watch-delivery.js';
 
@@ -330,10 +332,11 @@ export class SqliteDatastore implements Datastore {
     return { items: rows.map(toKeyValue), revision, more };
   }
 
-  async create(key: string, input: Buffer): Promise<KeyValue> {
+  async create(key: string, input: Buffer, guard?: WriteGuard): Promise<KeyValue> {
     // Keep our own copy: watchers see the value as written even if the caller reuses its buffer.
     const value = Buffer.from(input);
     return this.write(() => {
+      this.checkGuard(key, guard);
       if (this.lookup(key)) throw new KeyExistsError(key);
       const revision = this.revision + 1;
       this.stmts.insert.run(revision, key, revision, 0, 0, value);
@@ -345,9 +348,10 @@ export class SqliteDatastore implements Datastore {
     });
   }
 
-  async update(key: string, input: Buffer, expectedModRevision: number): Promise<KeyValue> {
+  async update(key: string, input: Buffer, expectedModRevision: number, guard?: WriteGuard): Promise<KeyValue> {
     const value = Buffer.from(input);
     return this.write(() => {
+      this.checkGuard(key, guard);
       const existing = this.lookup(key);
       if (!existing) throw new KeyNotFoundError(key);
       if (existing.revision !== expectedModRevision) {
@@ -370,8 +374,9 @@ export class SqliteDatastore implements Datastore {
     });
   }
 
-  async delete(key: string, expectedModRevision?: number): Promise<KeyValue> {
+  async delete(key: string, expectedModRevision?: number, guard?: WriteGuard): Promise<KeyValue> {
     return this.write(() => {
+      this.checkGuard(key, guard);
       const existing = this.lookup(key);
       if (!existing) throw new KeyNotFoundError(key);
       if (expectedModRevision !== undefined && existing.revision !== expectedModRevision) {
@@ -385,6 +390,13 @@ export class SqliteDatastore implements Datastore {
       const kv: KeyValue = { key, value: existing.value, createRevision: existing.create_revision, modRevision: revision };
       return { kv, event: { type: 'delete', kv, prevKv: toKeyValue(existing) } };
     });
+  }
+
+  /** Inside the write's transaction, after the writes before it in the batch: the guard key must be where the writer saw it. */
+  private checkGuard(key: string, guard: WriteGuard | undefined): void {
+    if (!guard) return;
+    const found = this.lookup(guard.key)?.revision ?? 0;
+    if (found !== guard.modRevision) throw new GuardFailedError(key, guard, found);
   }
 
   /**

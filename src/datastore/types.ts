@@ -69,6 +69,18 @@ export interface Watch {
   cancel(): void;
 }
 
+/**
+ * A condition on another key, checked in the same transaction as a write: the write happens only
+ * while `key` is still at `modRevision` (a missing key never is). The controllers' writes carry the
+ * controller lease's key and its revision at this server's last renewal, so a write issued in a
+ * term and delayed past a takeover (the takeover rewrote the lease) is refused by the datastore
+ * itself (docs/high-availability.md, "What a new leader may not do").
+ */
+export interface WriteGuard {
+  key: string;
+  modRevision: number;
+}
+
 export interface Datastore {
   /** Human-readable name of the backend, for logs and /readyz. */
   readonly name: string;
@@ -79,19 +91,23 @@ export interface Datastore {
   get(key: string): Promise<KeyValue | undefined>;
   /** Keys starting with `prefix`, in key order. */
   list(prefix: string, options?: ListOptions): Promise<ListResult>;
-  /** Create a key; {@link KeyExistsError} when it already exists. */
-  create(key: string, value: Buffer): Promise<KeyValue>;
+  /**
+   * Create a key; {@link KeyExistsError} when it already exists. Every write takes an optional
+   * `guard`: {@link GuardFailedError} when it does not hold (checked before the write's own
+   * condition, and reported first), and nothing is written.
+   */
+  create(key: string, value: Buffer, guard?: WriteGuard): Promise<KeyValue>;
   /**
    * Compare-and-swap: write only if the key's modRevision is `expectedModRevision`.
    * {@link ConflictError} when it is not (carrying the value it found, so a retry needs no
    * read), {@link KeyNotFoundError} when the key is gone.
    */
-  update(key: string, value: Buffer, expectedModRevision: number): Promise<KeyValue>;
+  update(key: string, value: Buffer, expectedModRevision: number, guard?: WriteGuard): Promise<KeyValue>;
   /**
    * Delete a key, optionally only at `expectedModRevision`. Returns the deleted value with the
    * delete's revision as modRevision.
    */
-  delete(key: string, expectedModRevision?: number): Promise<KeyValue>;
+  delete(key: string, expectedModRevision?: number, guard?: WriteGuard): Promise<KeyValue>;
   /** Events for keys under `prefix` from `fromRevision` (inclusive) on. */
   watch(prefix: string, fromRevision: number, callbacks: WatchCallbacks): Watch;
   /** Discard history at and below `revision`; the latest value of every live key is kept. */
@@ -133,6 +149,19 @@ export class ConflictError extends DatastoreError {
     super(
       `key ${key} was modified concurrently: expected revision ${expectedModRevision}, found ${actualModRevision}`,
     );
+  }
+}
+
+/** A write's {@link WriteGuard} did not hold: the guard key was changed (or removed) since. */
+export class GuardFailedError extends DatastoreError {
+  override name = 'GuardFailedError';
+  constructor(
+    readonly key: string,
+    readonly guard: WriteGuard,
+    /** The guard key's modRevision as the write found it (0: missing). */
+    readonly actualModRevision: number,
+  ) {
+    super(`the write of ${key} was refused: ${guard.key} is at revision ${actualModRevision || '(missing)'}, not ${guard.modRevision}`);
   }
 }
 

@@ -6,6 +6,7 @@ import type {
   ListResult,
   Watch,
   WatchCallbacks,
+  WriteGuard,
 } from '../datastore/types.js';
 
 /**
@@ -193,9 +194,9 @@ export function instrumentDatastore(inner: Datastore, histogram: Histogram<'oper
     compactRevision: () => inner.compactRevision(),
     get: (key: string): Promise<KeyValue | undefined> => time('get', () => inner.get(key)),
     list: (prefix: string, options?: ListOptions): Promise<ListResult> => time('list', () => inner.list(prefix, options)),
-    create: (key: string, value: Buffer) => time('create', () => inner.create(key, value)),
-    update: (key: string, value: Buffer, rev: number) => time('update', () => inner.update(key, value, rev)),
-    delete: (key: string, rev?: number) => time('delete', () => inner.delete(key, rev)),
+    create: (key: string, value: Buffer, guard?: WriteGuard) => time('create', () => inner.create(key, value, guard)),
+    update: (key: string, value: Buffer, rev: number, guard?: WriteGuard) => time('update', () => inner.update(key, value, rev, guard)),
+    delete: (key: string, rev?: number, guard?: WriteGuard) => time('delete', () => inner.delete(key, rev, guard)),
     watch: (prefix: string, from: number, callbacks: WatchCallbacks): Watch => inner.watch(prefix, from, callbacks),
     compact: (revision: number) => time('compact', () => inner.compact(revision)),
     close: () => inner.close(),

@@ -18,6 +18,7 @@ import {
   CompactedError,
   ConflictError,
   FutureRevisionError,
+  GuardFailedError,
   KeyExistsError,
   KeyNotFoundError,
   type Datastore,
@@ -498,6 +499,62 @@ export function runDatastoreConformance(backendName: string, open: OpenDatastore
         const err = await expectError(store.create('/c/k', buf('v2')), KeyExistsError);
         assert.equal(err.key, '/c/k');
         assert.deepEqual(kvView((await store.get('/c/k'))!), kvView(kv));
+      });
+
+      test('a write guard on another key: each write happens only while that key is at the given revision, in the same transaction', async (h) => {
+        const { store } = h;
+        const term = await store.create('/term/lease', buf('held by a'));
+        const guard = { key: '/term/lease', modRevision: term.modRevision };
+        // While the guard holds, every kind of write goes through.
+        const created = await store.create('/guarded/k', buf('v1'), guard);
+        const updated = await store.update('/guarded/k', buf('v2'), created.modRevision, guard);
+        await store.create('/guarded/gone', buf('x'), guard);
+        await store.delete('/guarded/gone', undefined, guard);
+        // The guard key moves (another writer took the lease): every guarded write is refused, nothing is written.
+        const taken = await store.update('/term/lease', buf('held by b'), term.modRevision);
+        const before = await store.currentRevision();
+        const refusedCreate = await expectError(store.create('/guarded/new', buf('late'), guard), GuardFailedError);
+        assert.equal(refusedCreate.key, '/guarded/new');
+        assert.equal(refusedCreate.actualModRevision, taken.modRevision);
+        assert.deepEqual(refusedCreate.guard, guard);
+        await expectError(store.update('/guarded/k', buf('late'), updated.modRevision, guard), GuardFailedError);
+        await expectError(store.delete('/guarded/k', updated.modRevision, guard), GuardFailedError);
+        await expectError(store.delete('/guarded/k', undefined, guard), GuardFailedError);
+        // Reported before the write's own condition: the key exists, and the revision is stale, too.
+        await expectError(store.create('/guarded/k', buf('late'), guard), GuardFailedError);
+        await expectError(store.update('/guarded/k', buf('late'), created.modRevision, guard), GuardFailedError);
+        assert.equal(await store.currentRevision(), before, 'a refused write takes no revision');
+        assert.equal(await store.get('/guarded/new'), undefined);
+        assert.equal((await store.get('/guarded/k'))?.value.toString(), 'v2');
+        // With the new revision the writes go through again; a guard key that is gone never holds.
+        const next = { key: '/term/lease', modRevision: taken.modRevision };
+        await store.update('/guarded/k', buf('v3'), updated.modRevision, next);
+        await store.delete('/term/lease');
+        const missing = await expectError(store.create('/guarded/other', buf('x'), next), GuardFailedError);
+        assert.equal(missing.actualModRevision, 0);
+      });
+
+      test('a guarded write issued beside a change of the guard key lands before that change or not at all', async (h) => {
+        const { store } = h;
+        for (let round = 0; round < 20; round++) {
+          const term = await store.create(`/term/${round}`, buf('a'));
+          const guard = { key: `/term/${round}`, modRevision: term.modRevision };
+          // Issued in the same turn, in either order: whichever the store orders first decides.
+          const writes = round % 2 === 0
+            ? [store.update(`/term/${round}`, buf('b'), term.modRevision), store.create(`/guarded/${round}`, buf('x'), guard)]
+            : [store.create(`/guarded/${round}`, buf('x'), guard), store.update(`/term/${round}`, buf('b'), term.modRevision)];
+          const [first, second] = await Promise.allSettled(writes);
+          const takeover = round % 2 === 0 ? first! : second!;
+          const guarded = round % 2 === 0 ? second! : first!;
+          assert.equal(takeover.status, 'fulfilled');
+          const takenAt = (takeover as PromiseFulfilledResult<KeyValue>).value.modRevision;
+          if (guarded.status === 'fulfilled') {
+            assert.ok(guarded.value.modRevision < takenAt, `round ${round}: the guarded write (${guarded.value.modRevision}) landed after the guard key changed (${takenAt})`);
+          } else {
+            assert.ok(guarded.reason instanceof GuardFailedError, `round ${round}: ${String(guarded.reason)}`);
+            assert.equal(await store.get(`/guarded/${round}`), undefined);
+          }
+        }
       });
 
       test('create after delete succeeds with a new createRevision', async (h) => {
