@@ -4,6 +4,7 @@ import {
   ConflictError,
   type Datastore,
   FutureRevisionError,
+  GuardFailedError,
   KeyExistsError,
   KeyNotFoundError,
   type KeyValue,
@@ -36,6 +37,7 @@ import type { ResourceCache } from './watch-cache/resource-cache.js';
 import { deliverWatchEvent } from './watch-events.js';
 import { recordCreate } from './patch/tracking.js';
 import { checkPreconditions, deletionPlan, prepareForUpdate, sameContent, shouldDeleteOnWrite } from './write-rules.js';
+import { currentWriteGuard, WriteGuardRefusedError } from './write-guard.js';
 
 /**
  * The generic object store: Kubernetes object semantics (uid, resourceVersion, generation,
@@ -294,13 +296,13 @@ export class ObjectStore implements KindStore {
     if (def.namespaced) await this.requireActiveNamespace(namespace!);
     if (options.dryRun) return obj;
     try {
-      const kv = await this.datastore.create(this.key(def, namespace, meta.name!), this.codec.encode(def, obj));
+      const kv = await this.datastore.create(this.key(def, namespace, meta.name!), this.codec.encode(def, obj), currentWriteGuard());
       this.wrote(kv.key, kv.modRevision);
       meta.resourceVersion = String(kv.modRevision);
       return obj;
     } catch (error) {
       if (error instanceof KeyExistsError) throw errors.alreadyExists(def, meta.name!);
-      throw error;
+      throw guardRefusal(error);
     }
   }
 
@@ -387,13 +389,13 @@ export class ObjectStore implements KindStore {
         if (shouldDeleteOnWrite(next)) {
           // The last finalizer is gone from an object that was asked to go away, and no grace
           // period holds it (a pod still being stopped by its node stays until that node is done).
-          const deleted = await this.datastore.delete(key, modRevision);
+          const deleted = await this.datastore.delete(key, modRevision, currentWriteGuard());
           this.codec.forget(key);
           this.wrote(key, deleted.modRevision);
           next.metadata.resourceVersion = String(deleted.modRevision);
           return next;
         }
-        const written = await this.datastore.update(key, nextValue, modRevision);
+        const written = await this.datastore.update(key, nextValue, modRevision, currentWriteGuard());
         this.wrote(key, written.modRevision);
         next.metadata.resourceVersion = String(written.modRevision);
         this.codec.remember(def, key, next, nextValue);
@@ -409,7 +411,7 @@ export class ObjectStore implements KindStore {
           this.codec.forget(key);
           throw errors.notFound(def, name);
         }
-        throw error;
+        throw guardRefusal(error);
       }
     }
     throw errors.conflict(def, name, 'too many concurrent writers; try again');
@@ -505,14 +507,14 @@ export class ObjectStore implements KindStore {
       }
       if (options.dryRun) return { object: current, removed: true };
       try {
-        const deleted = await this.datastore.delete(key, kv.modRevision);
+        const deleted = await this.datastore.delete(key, kv.modRevision, currentWriteGuard());
         this.wrote(key, deleted.modRevision);
         current.metadata.resourceVersion = String(deleted.modRevision);
         return { object: current, removed: true };
       } catch (error) {
         if (error instanceof ConflictError) continue;
         if (error instanceof KeyNotFoundError) throw errors.notFound(def, name);
-        throw error;
+        throw guardRefusal(error);
       }
     }
     throw errors.conflict(def, name, 'too many concurrent writers; try again');
@@ -576,13 +578,18 @@ export class ObjectStore implements KindStore {
       const { items } = await this.datastore.list(this.keyPrefix(def, namespace));
       for (const kv of items) {
         try {
-          this.wrote(kv.key, (await this.datastore.delete(kv.key)).modRevision);
+          this.wrote(kv.key, (await this.datastore.delete(kv.key, undefined, currentWriteGuard())).modRevision);
           deleted++;
         } catch (error) {
-          if (!(error instanceof KeyNotFoundError)) throw error;
+          if (!(error instanceof KeyNotFoundError)) throw guardRefusal(error);
         }
       }
     }
     return deleted;
   }
+}
+
+/** A write refused by its guard (write-guard.ts) as the API error its caller expects; any other error as it is. */
+function guardRefusal(error: unknown): unknown {
+  return error instanceof GuardFailedError ? new WriteGuardRefusedError(error) : error;
 }

@@ -35,8 +35,13 @@ export class LocalClient implements ApiClient {
   private readonly context: RequestContext = { fieldValidation: 'Ignore' };
 
   /** `defaultRuntimeClass`: the cluster's setting, for the pods the server's own code creates. */
-  constructor(store: ObjectStore, private readonly registry: ResourceRegistry, options: { defaultRuntimeClass?: string; serviceNetwork?: ServiceNetwork } = {}) {
+  constructor(private readonly store: ObjectStore, private readonly registry: ResourceRegistry, options: { defaultRuntimeClass?: string; serviceNetwork?: ServiceNetwork } = {}) {
     this.verbs = new ResourceVerbs({ store, registry, ...options });
+  }
+
+  /** Where an object lives in the datastore (a write guard names it: src/apiserver/write-guard.ts). */
+  storageKey(ref: ResourceRef, namespace: string | undefined, name: string): string {
+    return this.store.key(this.def(ref), namespace, name);
   }
 
   private def(ref: ResourceRef): ResourceDefinition {

@@ -6,6 +6,7 @@ import { FENCING_MARGIN_MS, fencingThresholds } from '../node-protocol/fencing.j
 import { type Clock, systemClock } from './clock.js';
 import { EventRecorder } from './events.js';
 import { FailoverController } from './failover.js';
+import type { WriteGuard } from '../datastore/types.js';
 import { fencedClient } from './fenced-client.js';
 import { LeaderElector } from './leader-election.js';
 import { NodeLifecycleController, type NodeLifecycleOptions } from './node-lifecycle.js';
@@ -63,6 +64,12 @@ export interface ControllerManagerOptions {
   resyncMs?: number;
   /** The system clock unless a test drives one. */
   clock?: Clock;
+  /**
+   * Where the controller lease lives in the datastore, when `client` writes to it in-process
+   * (LocalClient.storageKey): every controller write is then guarded by the lease's revision at
+   * this server's last renewal (fenced-client.ts). Absent: the clock-only fence.
+   */
+  leaseKey?: string;
 }
 
 /** What one term of leadership runs. */
@@ -89,10 +96,16 @@ export class ControllerManager {
   constructor(private readonly options: ControllerManagerOptions) {
     const { logger, identity } = options;
     this.clock = options.clock ?? systemClock;
-    this.client = fencedClient(options.client, () => this.writeRefusal(), identity, (verb, why) => {
-      // One line per term is enough to tell what happened; the count says how often.
-      if (this.refusedWrites++ === 0) logger.warn({ verb, why }, 'refused a controller write');
-    });
+    this.client = fencedClient(
+      options.client,
+      () => this.writeRefusal(),
+      identity,
+      (verb, why) => {
+        // One line per term is enough to tell what happened; the count says how often.
+        if (this.refusedWrites++ === 0) logger.warn({ verb, why }, 'refused a controller write');
+      },
+      () => this.writeGuard(),
+    );
     const client = this.client;
     this.lifecycleEvents = new EventRecorder(client, 'drover-node-lifecycle', identity, logger, this.clock);
     this.workloadEvents = new EventRecorder(client, 'drover-controller-manager', identity, logger, this.clock);
@@ -119,6 +132,16 @@ export class ControllerManager {
    */
   mayWrite(): boolean {
     return this.writeRefusal() === undefined;
+  }
+
+  /**
+   * The guard of a controller write made now: the lease's key at this server's last committed
+   * renewal. Undefined without `leaseKey`, or between terms (the fence refuses those writes anyway).
+   */
+  writeGuard(): WriteGuard | undefined {
+    const version = this.elector.termVersion;
+    const revision = version === undefined ? NaN : Number(version);
+    return this.options.leaseKey !== undefined && Number.isSafeInteger(revision) ? { key: this.options.leaseKey, modRevision: revision } : undefined;
   }
 
   /** Why a controller write may not go out now; undefined when it may. */

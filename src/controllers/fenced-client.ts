@@ -1,5 +1,7 @@
 import { ApiError } from '../apiserver/errors.js';
+import { withWriteGuard, WriteGuardRefusedError } from '../apiserver/write-guard.js';
 import type { ApiClient } from '../client/types.js';
+import type { WriteGuard } from '../datastore/types.js';
 
 /**
  * The client the leader-only controllers write through: every write first asks whether it may go
@@ -8,10 +10,13 @@ import type { ApiClient } from '../client/types.js';
  * therefore issues no write once another server could have taken over, even from a work queue or
  * a timer that runs before its step-down has stopped the controllers. Reads pass through.
  *
- * What this does not cover: a write issued inside the term whose commit is delayed past it (the
- * process paused between this check and the datastore's commit, a few milliseconds of code). Only
- * a precondition on the lease inside the datastore's own transaction closes that; see
- * docs/high-availability.md.
+ * A write issued inside the term whose commit is delayed past it (the process paused between this
+ * check and the datastore's commit, or the datastore stalled with the write in flight) is caught by
+ * the write guard: with `guard`, each write runs in the term's guard (the controller lease's key at
+ * this server's last renewal, src/apiserver/write-guard.ts), and the datastore refuses it once the
+ * lease was written by anyone since. When the one who wrote it was this server (its own renewal,
+ * committed while the write was on its way), the write is made again under the new revision.
+ * docs/high-availability.md, "What a new leader may not do".
  */
 
 export class NotLeaderError extends ApiError {
@@ -25,40 +30,52 @@ export class NotLeaderError extends ApiError {
  * `refusal()` is undefined when a write may go out now, else why not (it becomes the error's
  * message): the term is over or suspended, or its informers have not all listed yet.
  */
-export function fencedClient(client: ApiClient, refusal: () => string | undefined, identity: string, onRefused?: (verb: string, why: string) => void): ApiClient {
+/** Times a write refused by its guard is made again under this server's newer renewal. */
+const GUARD_RETRIES = 3;
+
+export function fencedClient(
+  client: ApiClient,
+  refusal: () => string | undefined,
+  identity: string,
+  onRefused?: (verb: string, why: string) => void,
+  /** The term's write guard now; undefined: writes go unguarded (a client over HTTP carries none). */
+  guard?: () => WriteGuard | undefined,
+): ApiClient {
   const check = (verb: string): void => {
     const why = refusal();
     if (why === undefined) return;
     onRefused?.(verb, why);
     throw new NotLeaderError(identity, why);
   };
+  const write = async <T>(verb: string, run: () => Promise<T>): Promise<T> => {
+    for (let attempt = 0; ; attempt++) {
+      check(verb);
+      const current = guard?.();
+      if (!current) return run();
+      try {
+        return await withWriteGuard(current, run);
+      } catch (error) {
+        if (!(error instanceof WriteGuardRefusedError)) throw error;
+        // Nothing was written. Made again only if this server has renewed since (its own renewal
+        // moved the lease); otherwise someone else wrote the lease: this term may be over.
+        const renewed = guard?.();
+        if (attempt >= GUARD_RETRIES || !renewed || renewed.modRevision === current.modRevision) {
+          const why = `the controller lease changed while the write was on its way (${error.message})`;
+          onRefused?.(verb, why);
+          throw new NotLeaderError(identity, why);
+        }
+      }
+    }
+  };
   return {
     get: (ref, namespace, name) => client.get(ref, namespace, name),
     list: (ref, namespace, options) => client.list(ref, namespace, options),
     watch: (ref, namespace, resourceVersion, options, handler) => client.watch(ref, namespace, resourceVersion, options, handler),
-    create: async (ref, namespace, obj) => {
-      check('create');
-      return client.create(ref, namespace, obj);
-    },
-    update: async (ref, namespace, obj, subresource) => {
-      check('update');
-      return client.update(ref, namespace, obj, subresource);
-    },
-    patch: async (ref, namespace, name, kind, patch, subresource) => {
-      check('patch');
-      return client.patch(ref, namespace, name, kind, patch, subresource);
-    },
-    delete: async (ref, namespace, name, options) => {
-      check('delete');
-      return client.delete(ref, namespace, name, options);
-    },
-    evict: async (namespace, name, options) => {
-      check('evict');
-      return client.evict(namespace, name, options);
-    },
-    requestToken: async (namespace, serviceAccount, request) => {
-      check('requestToken');
-      return client.requestToken(namespace, serviceAccount, request);
-    },
+    create: (ref, namespace, obj) => write('create', () => client.create(ref, namespace, obj)),
+    update: (ref, namespace, obj, subresource) => write('update', () => client.update(ref, namespace, obj, subresource)),
+    patch: (ref, namespace, name, kind, patch, subresource) => write('patch', () => client.patch(ref, namespace, name, kind, patch, subresource)),
+    delete: (ref, namespace, name, options) => write('delete', () => client.delete(ref, namespace, name, options)),
+    evict: (namespace, name, options) => write('evict', () => client.evict(namespace, name, options)),
+    requestToken: (namespace, serviceAccount, request) => write('requestToken', () => client.requestToken(namespace, serviceAccount, request)),
   };
 }

@@ -50,6 +50,8 @@ export class LeaderElector {
   private observedAt = 0;
   /** When the last renewal that was committed was sent (this clock): the term's deadline counts from it. */
   private lastRenewalSentAt = 0;
+  /** The lease's resourceVersion as this server's last committed renewal left it: its writes' guard (fenced-client.ts). */
+  private renewedVersion: string | undefined;
   private readonly clock: Clock;
 
   constructor(
@@ -72,6 +74,14 @@ export class LeaderElector {
    */
   mayWrite(): boolean {
     return this.leading && this.clock.now() < this.deadline();
+  }
+
+  /**
+   * The lease's resourceVersion at this server's last committed renewal while it leads: a write
+   * guarded by it is refused once anyone else has written the lease since.
+   */
+  get termVersion(): string | undefined {
+    return this.leading ? this.renewedVersion : undefined;
   }
 
   start(): void {
@@ -114,8 +124,10 @@ export class LeaderElector {
     }
   }
 
-  /** A renewal sent at `sentAt` was committed: extend the term, or begin one. */
-  private renewed(sentAt: number): void {
+  /** A renewal sent at `sentAt` was committed, leaving the lease at `version`: extend the term, or begin one. */
+  private renewed(sentAt: number, version: string | undefined): void {
+    // Whatever its timing, the lease is at this version now: a guard with an older one can only fail.
+    this.renewedVersion = version;
     // A renewal that took longer than the whole step-down window is no proof of anything now.
     if (this.clock.now() - sentAt >= this.options.stepDownMs) {
       this.logger.warn({ tookMs: Math.round(this.clock.now() - sentAt) }, 'a controller lease renewal was committed too late to count');
@@ -181,7 +193,7 @@ export class LeaderElector {
     const lease = await this.client.get(LEASES, namespace, name);
     if (!lease) {
       try {
-        await this.client.create(LEASES, namespace, {
+        const created = await this.client.create(LEASES, namespace, {
           apiVersion: 'coordination.k8s.io/v1',
           kind: 'Lease',
           metadata: { name, namespace },
@@ -193,7 +205,7 @@ export class LeaderElector {
             leaseTransitions: 0,
           },
         });
-        this.renewed(sentAt);
+        this.renewed(sentAt, created.metadata.resourceVersion);
       } catch (error) {
         if (!(error instanceof ApiError && error.code === 409)) throw error;
       }
@@ -229,7 +241,7 @@ export class LeaderElector {
         // Our lease was taken and we took it back before our own deadline noticed: a new term.
         this.setLeading(false, 'the lease changed hands');
       }
-      this.renewed(sentAt);
+      this.renewed(sentAt, updated.metadata.resourceVersion);
     } catch (error) {
       if (error instanceof ApiError && error.code === 409) {
         if (held) this.logger.debug('controller lease renewal raced with another writer');

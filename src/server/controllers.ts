@@ -5,8 +5,8 @@ import { NodeRecordReconciler, unusedRecordTtlMs } from '../cluster/node-record-
 import type { NodeRegistry } from '../cluster/node-registry.js';
 import type { ServerSettings } from '../config/schema.js';
 import type { DerivedTimings } from '../config/timings.js';
-import type { ApiClient } from '../client/types.js';
-import { ControllerManager } from '../controllers/controller-manager.js';
+import { type ApiClient, LEASES } from '../client/types.js';
+import { CONTROLLER_LEASE, ControllerManager } from '../controllers/controller-manager.js';
 import { fencedClient } from '../controllers/fenced-client.js';
 import { EndpointsController } from '../controllers/endpoints.js';
 import { NodeIpamController } from '../controllers/node-ipam.js';
@@ -55,7 +55,13 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
   // The leader-only controllers built here write under the same fence as the manager's own: a
   // write is refused once this server's term is over (src/controllers/fenced-client.ts).
   let manager: ControllerManager | undefined;
-  const fenced = fencedClient(client, () => (manager ? manager.writeRefusal() : 'the controller manager has not started'), leaderIdentity);
+  const fenced = fencedClient(
+    client,
+    () => (manager ? manager.writeRefusal() : 'the controller manager has not started'),
+    leaderIdentity,
+    undefined,
+    () => manager?.writeGuard(),
+  );
   // Revokes the credentials of deleted Nodes and collects never-used registrations (leader only).
   const records = new NodeRecordReconciler(nodeRegistry, fenced, logger.child({ controller: 'node-records' }), {
     unusedTtlMs: unusedRecordTtlMs(),
@@ -67,6 +73,9 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
     logger,
     identity: leaderIdentity,
     lease: timings.controllerLease,
+    // Every controller write carries the lease's revision at this server's last renewal as a
+    // condition of its own transaction (src/apiserver/write-guard.ts).
+    leaseKey: client.storageKey(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name),
     timings: {
       nodeLeaseRenewIntervalMs: timings.nodeLeaseRenewIntervalMs,
       nodeMonitorGracePeriodMs: timings.nodeMonitorGracePeriodMs,
