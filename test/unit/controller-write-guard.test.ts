@@ -5,12 +5,13 @@ import { CONFIGMAPS, LEASES, type ApiClient } from '../../src/client/types.js';
 import { CONTROLLER_LEASE } from '../../src/controllers/controller-manager.js';
 import { fencedClient, NotLeaderError } from '../../src/controllers/fenced-client.js';
 import type { WriteGuard } from '../../src/datastore/types.js';
+import { FreezableClient } from '../helpers/freezable-client.js';
 import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
 
 /**
  * The write guard of the controllers' fenced client, in-process over the real object store and
  * SQLite: a write that passed the term's clock check and then waited (held at a gate between the
- * fence and the store, as a paused process or a stalled datastore would hold it) is refused by
+ * fence and the store, as a paused process or a stalled datastore would hold it: a frozen client) is refused by
  * the datastore once another server has taken the controller lease, and nothing is written; if
  * it was this server's own renewal that moved the lease, the write is made again and lands.
  */
@@ -28,44 +29,9 @@ function configMap(name: string): KubeObject {
   return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: 'default' }, data: { written: 'by a' } };
 }
 
-/** The client under the fence, with its writes held at a gate while `held` is set. */
-function gatedClient(inner: ApiClient): { client: ApiClient; hold(): void; release(): void; waiting(): number } {
-  let gate: Promise<void> | undefined;
-  let open: (() => void) | undefined;
-  let waiting = 0;
-  const pass = async (): Promise<void> => {
-    if (!gate) return;
-    waiting++;
-    await gate;
-    waiting--;
-  };
-  return {
-    client: {
-      ...inner,
-      get: (...args) => inner.get(...args),
-      list: (...args) => inner.list(...args),
-      watch: (...args) => inner.watch(...args),
-      create: async (...args) => (await pass(), inner.create(...args)),
-      update: async (...args) => (await pass(), inner.update(...args)),
-      patch: async (...args) => (await pass(), inner.patch(...args)),
-      delete: async (...args) => (await pass(), inner.delete(...args)),
-      evict: async (...args) => (await pass(), inner.evict(...args)),
-      requestToken: async (...args) => (await pass(), inner.requestToken(...args)),
-    },
-    hold: () => {
-      gate = new Promise((resolve) => (open = resolve));
-    },
-    release: () => {
-      gate = undefined;
-      open?.();
-    },
-    waiting: () => waiting,
-  };
-}
-
 async function until(check: () => boolean): Promise<void> {
   for (let i = 0; i < 1000 && !check(); i++) await new Promise((resolve) => setImmediate(resolve));
-  assert.ok(check(), 'the write reached the gate');
+  assert.ok(check(), 'the writes reached the gate');
 }
 
 describe('controller writes guarded by the controller lease', () => {
@@ -96,19 +62,19 @@ describe('controller writes guarded by the controller lease', () => {
     );
 
   it('a write held between the fence and the store, while another server takes the lease, is refused and writes nothing', async () => {
-    const gated = gatedClient(api.client);
+    const gated = new FreezableClient(api.client);
     const client = fenced(gated.client);
     assert.equal((await client.create(CONFIGMAPS, 'default', configMap('before'))).metadata.name, 'before', 'an unheld write lands');
 
-    gated.hold();
+    gated.frozen = true;
     const late = client.create(CONFIGMAPS, 'default', configMap('late'));
     const lateUpdate = client.patch(CONFIGMAPS, 'default', 'before', 'merge', { data: { written: 'late' } });
     const lateDelete = client.delete(CONFIGMAPS, 'default', 'before');
-    await until(() => gated.waiting() === 3);
+    await until(() => gated.held === 3);
     // Another server takes the lease meanwhile (this one's elector has not seen it yet).
     const current = (await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!;
     await api.client.update(LEASES, CONTROLLER_LEASE.namespace, { ...current, spec: { ...(current.spec as object), holderIdentity: 'b' } });
-    gated.release();
+    gated.thaw();
 
     for (const write of [late, lateUpdate, lateDelete]) await assert.rejects(write, NotLeaderError);
     assert.equal(await api.client.get(CONFIGMAPS, 'default', 'late'), undefined, 'the held create wrote nothing');
@@ -119,15 +85,15 @@ describe('controller writes guarded by the controller lease', () => {
   });
 
   it('when this server’s own renewal moved the lease meanwhile, the held write is made again and lands', async () => {
-    const gated = gatedClient(api.client);
+    const gated = new FreezableClient(api.client);
     const client = fenced(gated.client);
-    gated.hold();
+    gated.frozen = true;
     const held = client.create(CONFIGMAPS, 'default', configMap('held'));
-    await until(() => gated.waiting() === 1);
+    await until(() => gated.held === 1);
     // This server renews: the lease moves, and the elector records the new version.
     const current = (await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!;
     renewedVersion = (await api.client.update(LEASES, CONTROLLER_LEASE.namespace, { ...current })).metadata.resourceVersion!;
-    gated.release();
+    gated.thaw();
     assert.equal((await held).metadata.name, 'held');
     assert.deepEqual(refusals, []);
   });

@@ -9,6 +9,7 @@ import { fencedClient, NotLeaderError } from '../../src/controllers/fenced-clien
 import { leaseSpec } from '../../src/controllers/kube-types.js';
 import { LeaderElector } from '../../src/controllers/leader-election.js';
 import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
+import { FreezableClient } from '../helpers/freezable-client.js';
 
 /**
  * The controller lease's step-down rule on fake clocks: a leader counts its term from when it
@@ -20,38 +21,6 @@ import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
  */
 
 const LEASE = controllerLeaseTimings(4000);
-
-/** A client whose calls hang while `frozen` (a datastore without quorum, a cut link), then go through. */
-class FreezableClient {
-  frozen = false;
-  private readonly waiting: (() => void)[] = [];
-  constructor(private readonly inner: ApiClient) {}
-
-  private async gate(): Promise<void> {
-    if (this.frozen) await new Promise<void>((resolve) => this.waiting.push(resolve));
-  }
-
-  thaw(): void {
-    this.frozen = false;
-    for (const resolve of this.waiting.splice(0)) resolve();
-  }
-
-  get client(): ApiClient {
-    const inner = this.inner;
-    const gate = (): Promise<void> => this.gate();
-    return {
-      get: async (...args) => (await gate(), inner.get(...args)),
-      list: async (...args) => (await gate(), inner.list(...args)),
-      create: async (...args) => (await gate(), inner.create(...args)),
-      update: async (...args) => (await gate(), inner.update(...args)),
-      patch: async (...args) => (await gate(), inner.patch(...args)),
-      delete: async (...args) => (await gate(), inner.delete(...args)),
-      evict: async (...args) => (await gate(), inner.evict(...args)),
-      requestToken: async (...args) => (await gate(), inner.requestToken(...args)),
-      watch: (...args) => inner.watch(...args),
-    };
-  }
-}
 
 describe('controller lease: the leader steps down before anyone can take over', () => {
   let api: InProcessApi;
