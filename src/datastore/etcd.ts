@@ -304,13 +304,15 @@ export class EtcdDatastore implements Datastore {
         { key: fullKey, target: 'Create', result: 'Greater', create_revision: 0 },
         { key: fullKey, target: 'Mod', result: 'Equal', mod_revision: expectedModRevision },
       ],
-      success: [{ request_put: { key: fullKey, value, prev_kv: true } }],
+      // The key's createRevision for the result comes from a keys-only read after the put, in
+      // the same transaction: prev_kv would bring back (and make us decode) the whole old value.
+      success: [{ request_put: { key: fullKey, value } }, { request_range: { key: fullKey, keys_only: true } }],
       failure: [{ request_range: { key: fullKey } }, ...this.guardRead(guard)],
     });
     if (!response.succeeded) throw this.guardFailure(key, guard, response.responses, 1) ?? this.casFailure(key, expectedModRevision, response.responses);
-    const prev = response.responses[0]?.response_put?.prev_kv;
+    const written = response.responses[1]?.response_range?.kvs?.[0];
     const revision = num(response.header.revision);
-    return { key, value, createRevision: prev ? num(prev.create_revision) : revision, modRevision: revision };
+    return { key, value, createRevision: written ? num(written.create_revision) : revision, modRevision: revision };
   }
 
   async delete(key: string, expectedModRevision?: number, guard?: WriteGuard): Promise<KeyValue> {

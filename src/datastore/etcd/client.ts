@@ -38,6 +38,9 @@ export interface EtcdOptions {
   watchCacheBytes?: number;
 }
 
+/** The HTTP/2 window, per stream and per connection: 16 MiB (see `createEtcdClient`). */
+const FLOW_CONTROL_WINDOW = 16 * 1024 * 1024;
+
 /** A fault-handling policy that just runs the call once (see `createEtcdClient`). */
 const NEVER_ABORTED = new AbortController().signal;
 const noRetryPolicy = {
@@ -81,6 +84,10 @@ export function createEtcdClient(options: EtcdOptions): Etcd3 {
       // Notice a dead connection (not just a closed one) under a long-lived watch stream.
       'grpc.keepalive_time_ms': 30_000,
       'grpc.keepalive_timeout_ms': 10_000,
+      // HTTP/2 flow control: with the default 64 KiB window, the shared watch stream (every write
+      // comes back on it, with its previous value) could carry only ~64 KiB per turn of this busy
+      // event loop, and fell seconds behind the writes under load (bench/etcd.ts, docs/benchmarks.md).
+      'grpc-node.flow_control_window': FLOW_CONTROL_WINDOW,
     },
     faultHandling: {
       // No blind retries: a retried write whose first attempt did commit would report a
