@@ -5,7 +5,7 @@
  *
  *   npm run build && node --import tsx bench/etcd.ts [--round-ms 300] [--rounds 10] [--concurrency 50]
  *        [--seconds 12] [--warmup 2] [--api-rounds 4] [--clients 50] [--nodes 200]
- *        [--only datastore|api] [--cpu-prof-dir DIR]
+ *        [--only datastore|api] [--cpu-prof-dir DIR] [--baseline-dir DIR]
  *
  * Writes bench/results/etcd.json. Needs Debian's etcd 3.4 on PATH (apt-get install etcd-server).
  *
@@ -26,7 +26,11 @@
  * Part 2, node-status PATCHes through the API: `drover server` on a second fresh etcd (tmpfs when
  * writable) and the same server on SQLite, both `--disable-agent --node-monitor-grace-period 1h`,
  * each with 200 Nodes; 50 concurrent keep-alive clients send kubelet-shaped strategic-merge
- * PATCHes to /status, in rounds alternating between the two servers. Ratio etcd / SQLite.
+ * PATCHes to /status, in rounds alternating between the two servers. Ratio etcd / SQLite. Watch
+ * delay: meanwhile a probe node is patched every 50 ms and watched through the API; the delay is
+ * from each write's answer to its event (./etcd-watch-probe.ts).
+ * With --baseline-dir (a built checkout of another commit), that build's server on a third fresh
+ * etcd joins the rounds (order rotated), for this build / that build on etcd under the same load.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -39,6 +43,7 @@ import { openEtcdDatastore } from '../src/datastore/etcd.js';
 import { openSqliteDatastore } from '../src/datastore/sqlite.js';
 import type { Datastore } from '../src/datastore/types.js';
 import { startEtcd } from './etcd-process.js';
+import { WatchProbe } from './etcd-watch-probe.js';
 import {
   benchTempDir,
   captureOutput,
@@ -78,11 +83,18 @@ const { n, only: ONLY, flags } = parseBenchArgs(
     clients: 50,
     nodes: 200,
   },
-  { only: ['datastore', 'api'], flags: { 'cpu-prof-dir': { type: 'string' } } },
+  { only: ['datastore', 'api'], flags: { 'cpu-prof-dir': { type: 'string' }, 'baseline-dir': { type: 'string' } } },
 );
 const { 'round-ms': ROUND_MS, rounds: ROUNDS, concurrency: CONCURRENCY, seconds: API_SECONDS, warmup: WARMUP_SECONDS } = n;
 const { 'api-rounds': API_ROUNDS, clients: CLIENTS, nodes: NODES } = n;
 const PROFILE_DIR = flags['cpu-prof-dir'];
+// A built checkout of another commit (its dist/cli/main.js): part 2 then also runs that build's
+// server on its own fresh etcd, in the same alternating rounds, so a change is measured against
+// the code before it under the same load (this shared machine's load moves the absolute figures
+// by 2x within minutes, and even etcd / SQLite between runs).
+const BASELINE_DIR = flags['baseline-dir'];
+const BASELINE_BIN = BASELINE_DIR ? path.resolve(BASELINE_DIR, 'dist/cli/main.js') : undefined;
+if (BASELINE_BIN && !fs.existsSync(BASELINE_BIN)) throw new Error(`${BASELINE_BIN} is missing: build the baseline first`);
 
 const HOT_KEYS = 1000;
 const VALUES = Array.from({ length: 64 }, (_, i) => nodeStatusValue(i + 1));
@@ -256,15 +268,16 @@ interface Figure {
 interface Server extends PatchTarget {
   name: string;
   child: ChildProcess;
+  probe?: WatchProbe;
 }
 
-async function startDrover(name: string, dataDir: string, extra: string[], profileDir?: string): Promise<Server> {
+async function startDrover(name: string, dataDir: string, extra: string[], profileDir?: string, bin = DROVER_BIN): Promise<Server> {
   const child = track(
     spawn(
       process.execPath,
       [
         ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(profileDir)}`] : []),
-        DROVER_BIN, 'server',
+        bin, 'server',
         ...extra,
         '--disable-agent',
         '--https-listen-port', '0',
@@ -295,12 +308,18 @@ interface Load {
   latencies: number[];
   serverCpuUsPerReq: number;
   etcdCpuUsPerReq: number;
+  /** Watch delay (ms) of each probe write (see ./etcd-watch-probe.ts), and probe events that never came. */
+  watchDelays: number[];
+  watchMissing: number;
 }
 
 async function load(server: Server, beats: Uint32Array, ms: number, etcdPid?: number): Promise<Load> {
   const cpu0 = processCpuSeconds(server.child.pid!);
   const etcd0 = etcdPid !== undefined ? processCpuSeconds(etcdPid) : NaN;
-  const { seconds, latencies, errors, firstError } = await heartbeatLoad(server, beats, CLIENTS, ms);
+  const [{ seconds, latencies, errors, firstError }, watch] = await Promise.all([
+    heartbeatLoad(server, beats, CLIENTS, ms),
+    server.probe ? server.probe.run(ms) : { delays: [], missing: 0 },
+  ]);
   const cpu1 = processCpuSeconds(server.child.pid!);
   const etcd1 = etcdPid !== undefined ? processCpuSeconds(etcdPid) : NaN;
   return {
@@ -312,6 +331,8 @@ async function load(server: Server, beats: Uint32Array, ms: number, etcdPid?: nu
     latencies,
     serverCpuUsPerReq: ((cpu1 - cpu0) * 1e6) / (latencies.length || 1),
     etcdCpuUsPerReq: ((etcd1 - etcd0) * 1e6) / (latencies.length || 1),
+    watchDelays: watch.delays,
+    watchMissing: watch.missing,
   };
 }
 
@@ -325,6 +346,9 @@ interface Pooled {
   max: number;
   serverCpuUsPerReq: number;
   etcdCpuUsPerReq: number;
+  watchDelayP50: number;
+  watchDelayP99: number;
+  watchMissing: number;
   firstError?: string;
 }
 
@@ -334,6 +358,7 @@ function pool(rounds: Load[]): Pooled {
   const sorted = Float64Array.from(rounds.flatMap((r) => r.latencies)).sort();
   const weighted = (f: (r: Load) => number): number => rounds.reduce((a, r) => a + f(r) * r.requests, 0) / (requests || 1);
   const firstError = rounds.find((r) => r.firstError)?.firstError;
+  const delays = Float64Array.from(rounds.flatMap((r) => r.watchDelays)).sort();
   return {
     perSecond: requests / seconds,
     requests,
@@ -344,6 +369,9 @@ function pool(rounds: Load[]): Pooled {
     max: sorted.length ? sorted[sorted.length - 1]! : NaN,
     serverCpuUsPerReq: weighted((r) => r.serverCpuUsPerReq),
     etcdCpuUsPerReq: weighted((r) => r.etcdCpuUsPerReq),
+    watchDelayP50: percentile(delays, 50),
+    watchDelayP99: percentile(delays, 99),
+    watchMissing: rounds.reduce((a, r) => a + r.watchMissing, 0),
     ...(firstError ? { firstError } : {}),
   };
 }
@@ -429,6 +457,8 @@ async function runDatastore({ shm, etcdParent, tmp }: Dirs): Promise<Figure[]> {
 interface ApiResult {
   etcd: Pooled;
   sqlite: Pooled;
+  /** With --baseline-dir: that build's server on etcd, and etcd (this build) / etcd (baseline) per round. */
+  baseline?: { etcd: Pooled; roundRatios: number[]; ratio: number };
   perRound: Record<string, number[]>;
   roundRatios: number[];
   ratio: number;
@@ -454,9 +484,24 @@ async function runApi({ etcdParent, tmp }: Dirs): Promise<ApiResult> {
     servers.push(onEtcd);
     const onSqlite = await startDrover('sqlite', sqliteDir, []);
     servers.push(onSqlite);
+    let onBaseline: Server | undefined;
+    let baselineEtcd: Awaited<ReturnType<typeof startEtcd>> | undefined;
+    if (BASELINE_BIN) {
+      baselineEtcd = await startEtcd(etcdParent);
+      cleanup.push(baselineEtcd.stop);
+      const baseDir = fs.mkdtempSync(path.join(tmp, 'server-baseline-'));
+      const endpoint = `etcd://${baselineEtcd.endpoint.replace(/^http:\/\//, '')}`;
+      onBaseline = await startDrover('baseline', baseDir, ['--datastore-endpoint', endpoint], undefined, BASELINE_BIN);
+      servers.push(onBaseline);
+    }
     for (const s of servers) await createNodes(s, NODES, CLIENTS, s.name);
+    for (const s of servers) s.probe = await WatchProbe.start(s, NODES);
+    cleanup.push(async () => {
+      for (const s of servers) s.probe?.stop();
+    });
     const beats = new Map(servers.map((s) => [s, new Uint32Array(NODES)]));
-    const etcdPidOf = (s: Server): number | undefined => (s === onEtcd ? apiEtcd.pid : undefined);
+    const etcdPidOf = (s: Server): number | undefined =>
+      s === onEtcd ? apiEtcd.pid : s === onBaseline ? baselineEtcd!.pid : undefined;
     console.log(
       `# part 2: ${NODES} nodes per server, ${CLIENTS} keep-alive clients, ${WARMUP_SECONDS} s warm-up, ` +
         `${API_ROUNDS} x ${(API_SECONDS / API_ROUNDS).toFixed(1)} s per server in alternating order`,
@@ -464,8 +509,11 @@ async function runApi({ etcdParent, tmp }: Dirs): Promise<ApiResult> {
     for (const s of servers) await load(s, beats.get(s)!, WARMUP_SECONDS * 1000, etcdPidOf(s));
     const rounds = new Map<Server, Load[]>(servers.map((s) => [s, []]));
     const roundRatios: number[] = [];
+    const baselineRatios: number[] = [];
     for (let r = 0; r < API_ROUNDS; r++) {
-      const order = r % 2 === 0 ? servers : [...servers].reverse();
+      // Alternating order; with a baseline, also rotated, so each server takes each position.
+      const turned = servers.map((_, i) => servers[(i + r) % servers.length]!);
+      const order = servers.length === 2 ? (r % 2 === 0 ? servers : [...servers].reverse()) : turned;
       const got = new Map<Server, Load>();
       for (const s of order) {
         const result = await load(s, beats.get(s)!, (API_SECONDS / API_ROUNDS) * 1000, etcdPidOf(s));
@@ -473,22 +521,32 @@ async function runApi({ etcdParent, tmp }: Dirs): Promise<ApiResult> {
         rounds.get(s)!.push(result);
       }
       roundRatios.push(got.get(onEtcd)!.perSecond / got.get(onSqlite)!.perSecond);
+      if (onBaseline) baselineRatios.push(got.get(onEtcd)!.perSecond / got.get(onBaseline)!.perSecond);
       console.log(
-        `  round ${r + 1}: etcd ${fmtInt(got.get(onEtcd)!.perSecond)}/s, SQLite ${fmtInt(got.get(onSqlite)!.perSecond)}/s, ratio ${roundRatios[r]!.toFixed(2)}`,
+        `  round ${r + 1}: etcd ${fmtInt(got.get(onEtcd)!.perSecond)}/s, SQLite ${fmtInt(got.get(onSqlite)!.perSecond)}/s, ratio ${roundRatios[r]!.toFixed(2)}` +
+          (onBaseline ? `; baseline on etcd ${fmtInt(got.get(onBaseline)!.perSecond)}/s, etcd / baseline ${baselineRatios[r]!.toFixed(2)}` : ''),
       );
     }
-    const api = Object.fromEntries(servers.map((s) => [s.name, pool(rounds.get(s)!)])) as Record<'etcd' | 'sqlite', Pooled>;
+    const api = Object.fromEntries(servers.map((s) => [s.name, pool(rounds.get(s)!)])) as Record<'etcd' | 'sqlite' | 'baseline', Pooled>;
     const apiRatio = api.etcd.perSecond / api.sqlite.perSecond;
     for (const s of servers) {
-      const p = api[s.name as 'etcd' | 'sqlite'];
+      const p = api[s.name as 'etcd' | 'sqlite' | 'baseline'];
       console.log(
-        `  ${s.name.padEnd(6)} ${fmtInt(p.perSecond).padStart(6)} PATCH/s  p50 ${p.p50.toFixed(1)} ms  p90 ${p.p90.toFixed(1)} ms  p99 ${p.p99.toFixed(1)} ms  max ${p.max.toFixed(0)} ms  ` +
-          `server CPU ${p.serverCpuUsPerReq.toFixed(0)} us/req` +
-          (s === onEtcd ? `  etcd CPU ${p.etcdCpuUsPerReq.toFixed(0)} us/req` : '') +
+        `  ${s.name.padEnd(8)} ${fmtInt(p.perSecond).padStart(6)} PATCH/s  p50 ${p.p50.toFixed(1)} ms  p90 ${p.p90.toFixed(1)} ms  p99 ${p.p99.toFixed(1)} ms  max ${p.max.toFixed(0)} ms  ` +
+          `server CPU ${p.serverCpuUsPerReq.toFixed(0)} us/req  watch delay p50 ${p.watchDelayP50.toFixed(1)} ms p99 ${p.watchDelayP99.toFixed(1)} ms` +
+          (p.watchMissing ? ` (${p.watchMissing} events missing)` : '') +
+          (s !== onSqlite ? `  etcd CPU ${p.etcdCpuUsPerReq.toFixed(0)} us/req` : '') +
           (p.errors ? `  ERRORS ${p.errors}: ${p.firstError}` : ''),
       );
     }
     console.log(`  etcd / SQLite: ${apiRatio.toFixed(2)} (pooled), median of rounds ${median(roundRatios).toFixed(2)}`);
+    const baselineRatio = onBaseline ? api.etcd.perSecond / api.baseline.perSecond : NaN;
+    if (onBaseline) {
+      console.log(
+        `  etcd / baseline on etcd: ${baselineRatio.toFixed(2)} (pooled), median of rounds ${median(baselineRatios).toFixed(2)}; ` +
+          `baseline / SQLite ${(api.baseline.perSecond / api.sqlite.perSecond).toFixed(2)} (pooled)`,
+      );
+    }
 
     return {
       etcd: api.etcd,
@@ -496,6 +554,7 @@ async function runApi({ etcdParent, tmp }: Dirs): Promise<ApiResult> {
       perRound: Object.fromEntries(servers.map((s) => [s.name, rounds.get(s)!.map((l) => round(l.perSecond, 0))])),
       roundRatios,
       ratio: apiRatio,
+      ...(onBaseline ? { baseline: { etcd: api.baseline, roundRatios: baselineRatios, ratio: baselineRatio } } : {}),
     };
   } finally {
     for (const fn of cleanup.reverse()) await fn().catch((error: unknown) => console.error(`cleanup: ${String(error)}`));
@@ -530,6 +589,8 @@ async function main(): Promise<void> {
       max: round(p.max, 1),
       serverCpuUsPerReq: r0(p.serverCpuUsPerReq),
       etcdCpuUsPerReq: r0(p.etcdCpuUsPerReq),
+      watchDelayP50: round(p.watchDelayP50, 1),
+      watchDelayP99: round(p.watchDelayP99, 1),
     });
     const rateJson = (rates: Rate[]) => ({
       opsPerSec: rates.map((x) => r0(x.opsPerSec)),
@@ -568,6 +629,16 @@ async function main(): Promise<void> {
         perRound: apiResult.perRound,
         roundRatios: apiResult.roundRatios.map((x) => round(x, 3)),
         ratioEtcdOverSqlite: round(apiResult.ratio, 3),
+        ...(apiResult.baseline
+          ? {
+              baseline: {
+                dir: path.basename(path.resolve(BASELINE_DIR!)),
+                etcd: pooledJson(apiResult.baseline.etcd),
+                roundRatios: apiResult.baseline.roundRatios.map((x) => round(x, 3)),
+                ratioEtcdOverBaseline: round(apiResult.baseline.ratio, 3),
+              },
+            }
+          : {}),
       },
     });
     console.log(`\nwrote ${path.relative(process.cwd(), file)}`);
