@@ -18,7 +18,7 @@
  *   same operations: create = txn(create_revision == 0 → put), update = txn(mod_revision ==
  *   expected → put), get = range; keys /registry/b/... in the same etcd;
  * - context: ours on SQLite (`openSqliteDatastore`, file in the temp dir); raw with ours' exact
- *   update request (two compares, prev_kv, a failure range, a deadline); raw on a disk-backed
+ *   update request (two compares, a put and a keys-only range, a failure range, a deadline); raw on a disk-backed
  *   etcd (fsync per commit).
  * Each figure is timed in interleaved rounds (ours/raw order alternating); ratios are medians of
  * per-round ratios. CPU per operation: this process (client) and the etcd process.
@@ -71,7 +71,7 @@ import {
 } from './common.js';
 
 // Diagnostics: --only runs one part only (no result file); --cpu-prof-dir writes a V8 CPU profile
-// of the server on etcd into that directory.
+// of the server on etcd into that directory, and one of the server on SQLite into DIR/sqlite.
 const { n, only: ONLY, flags } = parseBenchArgs(
   {
     'round-ms': 300,
@@ -179,7 +179,7 @@ function rawOps(endpoint: string, oursUpdateRequest = false): Ops {
                 { key: k, target: 'Create', result: 'Greater', create_revision: 0 },
                 { key: k, target: 'Mod', result: 'Equal', mod_revision: expected },
               ],
-              success: [{ request_put: { key: k, value, prev_kv: true } }],
+              success: [{ request_put: { key: k, value } }, { request_range: { key: k, keys_only: true } }],
               failure: [{ request_range: { key: k } }],
             },
             { deadline: new Date(Date.now() + 30_000) },
@@ -482,7 +482,7 @@ async function runApi({ etcdParent, tmp }: Dirs): Promise<ApiResult> {
     });
     const onEtcd = await startDrover('etcd', etcdDir, ['--datastore-endpoint', `etcd://${apiEtcd.endpoint.replace(/^http:\/\//, '')}`], PROFILE_DIR);
     servers.push(onEtcd);
-    const onSqlite = await startDrover('sqlite', sqliteDir, []);
+    const onSqlite = await startDrover('sqlite', sqliteDir, [], PROFILE_DIR ? path.join(PROFILE_DIR, 'sqlite') : undefined);
     servers.push(onSqlite);
     let onBaseline: Server | undefined;
     let baselineEtcd: Awaited<ReturnType<typeof startEtcd>> | undefined;
