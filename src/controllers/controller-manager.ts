@@ -9,6 +9,7 @@ import { FailoverController } from './failover.js';
 import type { WriteGuard } from '../datastore/types.js';
 import { fencedClient } from './fenced-client.js';
 import { LeaderElector } from './leader-election.js';
+import { LeaseWitness } from './lease-witness.js';
 import { NodeLifecycleController, type NodeLifecycleOptions } from './node-lifecycle.js';
 import { WorkloadControllers } from './workload-controllers.js';
 
@@ -92,6 +93,9 @@ export class ControllerManager {
   /** What the controllers write through: refused outside a term (see fenced-client.ts). */
   private readonly client: ApiClient;
   private refusedWrites = 0;
+  /** The node leases as this server sees them while it does not lead (lease-witness.ts). */
+  private readonly witness: LeaseWitness;
+  private stopped = false;
 
   constructor(private readonly options: ControllerManagerOptions) {
     const { logger, identity } = options;
@@ -107,6 +111,7 @@ export class ControllerManager {
       () => this.writeGuard(),
     );
     const client = this.client;
+    this.witness = new LeaseWitness(options.client, this.clock, logger.child({ component: 'lease-witness' }), 2 * options.timings.nodeLeaseRenewIntervalMs);
     this.lifecycleEvents = new EventRecorder(client, 'drover-node-lifecycle', identity, logger, this.clock);
     this.workloadEvents = new EventRecorder(client, 'drover-controller-manager', identity, logger, this.clock);
     this.elector = new LeaderElector(
@@ -166,6 +171,8 @@ export class ControllerManager {
 
   /** Compete for the controller lease; the controllers run while this server holds it. */
   start(): void {
+    this.stopped = false;
+    this.witness.start();
     this.elector.start();
   }
 
@@ -174,8 +181,10 @@ export class ControllerManager {
    * another server can take over without waiting for it to expire.
    */
   async stop(): Promise<void> {
+    this.stopped = true;
     const released = this.elector.stop();
     this.stopTerm();
+    this.witness.stop();
     await released;
   }
 
@@ -191,6 +200,7 @@ export class ControllerManager {
       gracePeriodMs: timings.nodeMonitorGracePeriodMs,
       clock,
       informers,
+      witness: this.witness,
     });
     const workloads = new WorkloadControllers(client, informers, {
       logger,
@@ -223,6 +233,8 @@ export class ControllerManager {
     if (!current()) return;
     term.synced = true;
     await lifecycle.start();
+    // The term's controller has taken in what the witness saw; from here its own watch sees all.
+    this.witness.stop();
     for (const extra of this.options.extraControllers ?? []) {
       await extra.start();
       // The lease was lost while it started: stopTerm stopped it before it was up; stop it now.
@@ -248,5 +260,6 @@ export class ControllerManager {
     for (const extra of this.options.extraControllers ?? []) extra.stop();
     term.lifecycle.stop();
     term.informers.stop();
+    if (!this.stopped) this.witness.start();
   }
 }

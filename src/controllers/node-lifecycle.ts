@@ -97,6 +97,11 @@ export interface NodeLifecycleOptions {
    */
   renewals?: RenewalsOnTheirWay;
   /**
+   * What this server saw of the node leases before it led (lease-witness.ts): a node whose listed
+   * lease is the very version it saw is judged from when it saw it, not from this start.
+   */
+  witness?: { seenAt(name: string, version: string | undefined): number | undefined };
+  /**
    * The leader's shared informers, which their owner (the controller manager) starts and stops.
    * Without them the controller keeps its own, started and stopped with it.
    */
@@ -192,7 +197,8 @@ export class NodeLifecycleController implements NodeHealthView {
   }
 
   /**
-   * Start observing and judging. Every node gets a full grace period from now. With shared
+   * Start observing and judging. Every node gets a full grace period from now (or from its last
+   * renewal, when the witness saw it: lease-witness.ts). With shared
    * informers, their owner starts them (before or after this); verdicts wait for their first list.
    */
   async start(): Promise<void> {
@@ -207,11 +213,15 @@ export class NodeLifecycleController implements NodeHealthView {
       [this.nodes, this.leases] = this.follow(this.informers);
       await this.informers.start();
     } else {
-      // Nodes (and leases) the shared informers listed before this start are judged from now.
+      // Nodes (and leases) the shared informers listed before this start are judged from now, or
+      // from when the witness saw the very lease version listed (lease-witness.ts).
       for (const node of this.nodes.items()) this.onNode('ADDED', node, undefined);
     }
     this.lastTick = this.clock.now();
-    this.logger.info({ gracePeriodMs: this.options.gracePeriodMs, nodes: this.tracked.size }, 'node lifecycle controller started');
+    // Nodes whose silence counts from before this start (lease-witness.ts), and for how long already.
+    const now = this.clock.now();
+    const silentSince = Object.fromEntries([...this.tracked].filter(([, t]) => t.observedAt < this.lastTick).map(([name, t]) => [name, Math.round(now - t.observedAt)]));
+    this.logger.info({ gracePeriodMs: this.options.gracePeriodMs, nodes: this.tracked.size, silentForMs: silentSince }, 'node lifecycle controller started');
     this.schedule();
   }
 
@@ -331,7 +341,11 @@ export class NodeLifecycleController implements NodeHealthView {
     tracked.heardFrom = true;
     if (spec.renewTime !== tracked.renewTime && !released) {
       const arrivedWall = this.clock.wallNow();
-      tracked.observedAt = this.clock.now();
+      // The first sight of a lease this term may be a version this server saw before it led: its
+      // silence counts from then (never earlier than the renewal: it was seen after its commit).
+      const witnessed = tracked.renewTime === undefined ? this.options.witness?.seenAt(name, lease.metadata.resourceVersion) : undefined;
+      if (witnessed !== undefined && witnessed < tracked.observedAt) tracked.history = [];
+      tracked.observedAt = witnessed !== undefined && witnessed < tracked.observedAt ? witnessed : this.clock.now();
       // The first renewal seen may be an old one (listed at start): only changes seen live are samples.
       if (tracked.renewTime !== undefined && spec.renewTime && tracked.observedAt >= this.offsetSamplesFrom) {
         addSample(tracked.clock, Date.parse(spec.renewTime), arrivedWall);
@@ -357,6 +371,7 @@ export class NodeLifecycleController implements NodeHealthView {
       ...(tracked.awaitingRenewal ? { awaitingRenewal: true } : {}),
       ...(tracked.health ? { health: tracked.health } : {}),
       ...(shutdown ? { shutdown } : {}),
+      ...(tracked.applied?.state === 'Unavailable' ? { judgedUnavailable: true } : {}),
     };
   }
 
@@ -403,7 +418,8 @@ export class NodeLifecycleController implements NodeHealthView {
         // and failed over within the tick. Give the nodes still silent a fresh grace instead,
         // as Kubernetes resets its probe timestamps when it leaves its disruption mode; they
         // stay Unknown until a renewal is seen (node-state.ts, awaitingRenewal).
-        const silent = observations.filter(([, , o]) => isStale(o, judgedAt, grace)).map(([name, t]) => {
+        // A node already called Unavailable keeps its verdict and its silence (node-state.ts, judgedUnavailable).
+        const silent = observations.filter(([, t, o]) => isStale(o, judgedAt, grace) && t.applied?.state !== 'Unavailable').map(([name, t]) => {
           t.observedAt = now;
           t.awaitingRenewal = true;
           recordObservation(t, now);

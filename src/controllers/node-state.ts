@@ -36,6 +36,14 @@ export interface NodeObservation {
   /** The latest health the agent reported with its heartbeat. */
   health?: AgentHealth;
   shutdown?: ShutdownRecord;
+  /**
+   * This controller already called the node Unavailable, and no renewal has been seen since. A
+   * hold (disruption, a view behind) stops new Unavailable verdicts; it does not take one back:
+   * the silence it was judged on is no less real, and calling the node Unknown again would end
+   * its failover and start it over later (Kubernetes' disruption mode likewise stops evictions,
+   * it does not mark lost nodes otherwise).
+   */
+  judgedUnavailable?: boolean;
 }
 
 export interface Verdict {
@@ -96,7 +104,7 @@ export function classifyNode(observation: NodeObservation, context: ClassifyCont
     }
     return { state: 'Ready', reason: 'NodeReady', message: 'Agent is renewing its lease and reports healthy.' };
   }
-  if (late <= gracePeriodMs || context.disruption) {
+  if (late <= gracePeriodMs || (context.disruption && !observation.judgedUnavailable)) {
     return {
       state: 'Unknown',
       reason: context.disruption && late > gracePeriodMs ? 'ControlPlaneDisruption' : 'NodeStatusUnknown',

@@ -131,6 +131,33 @@ describe('node lifecycle controller on a fake clock', () => {
     assert.equal(await d.state(), 'Ready');
   });
 
+  it('a node already Unavailable stays Unavailable through a disruption and after it ends: a hold takes no verdict back', async () => {
+    const nodes = await startWith(['lost', 'a', 'b', 'c']);
+    const [lost, a, b, c] = nodes as [InProcessNode, InProcessNode, InProcessNode, InProcessNode];
+    const renewing = (...which: InProcessNode[]) => async (): Promise<void> => {
+      for (const n of which) await n.renew();
+    };
+    await advance(clock, 500, renewing(lost, a, b, c));
+    await advance(clock, GRACE_MS + 500, renewing(a, b, c));
+    await eventually(async () => (await lost.state()) === 'Unavailable', 'lost Unavailable', 5000, 5);
+    // a and b fall silent as well: three of four, a disruption; lost keeps its verdict while it holds.
+    const seen: (string | undefined)[] = [];
+    await advance(clock, GRACE_MS * 2, async () => {
+      await c.renew();
+      seen.push(await lost.state());
+    });
+    assert.equal(await a.state(), 'Unknown', 'a held');
+    assert.equal(readyCondition(await a.node())?.reason, 'ControlPlaneDisruption');
+    // They come back; the mode ends; lost, still silent, gets no fresh grace.
+    await advance(clock, GRACE_MS, async () => {
+      await renewing(a, b, c)();
+      seen.push(await lost.state());
+    });
+    await eventually(async () => (await a.state()) === 'Ready' && (await b.state()) === 'Ready', 'a and b Ready', 5000, 5);
+    assert.deepEqual([...new Set(seen)], ['Unavailable'], 'lost was never anything but Unavailable');
+    assert.equal(readyCondition(await lost.node())?.reason, 'NodeUnavailable');
+  });
+
   it('a renewal still on its way through the server holds the judgement at its arrival; the view that far behind says so, and once it is dropped the silent node is judged', async () => {
     lifecycle.stop();
     const renewals = new RenewalTracker(() => clock.now(), { eventLoopDelay: false });

@@ -104,6 +104,9 @@ const cases: Case[] = [
   { name: 'disruption, 1 ms over grace/2 (ordinary suspect)', late: HALF + 1, disruption: true, state: 'Unknown', reason: 'NodeStatusUnknown' },
   { name: 'disruption, fresh lease', late: 0, disruption: true, state: 'Ready', reason: 'NodeReady' },
   { name: 'disruption, ready=false health, fresh lease', late: 0, extra: { health: DISK }, disruption: true, state: 'NotReady', reason: 'DiskPressure' },
+  // A hold does not take back a verdict made before it: a node already called Unavailable stays so while silent.
+  { name: 'disruption, already judged Unavailable, an hour late', late: 3_600_000, extra: { judgedUnavailable: true }, disruption: true, state: 'Unavailable', reason: 'NodeUnavailable' },
+  { name: 'disruption, already judged Unavailable, renewing again', late: 0, extra: { judgedUnavailable: true }, disruption: true, state: 'Ready', reason: 'NodeReady' },
   // A planned stop is still Down during a disruption: the record is positive evidence.
   { name: 'disruption, shutdown record, late', late: GRACE + 1, extra: { shutdown: SHUTDOWN }, disruption: true, state: 'Down', reason: 'NodeShutdown' },
 ];
