@@ -22,8 +22,8 @@ import type { Clock } from './clock.js';
  * committing (lost quorum, an etcd leader election after the old leader's host took its member
  * along) silences every node at once, and that silence is not theirs. So the witness keeps the
  * gaps between lease events longer than `maxGapMs` (twice the nodes' renew interval), whole, and
- * leaves them out of a node's silence: the time it vouches for is moved later by every gap since.
- * If no event came for longer than the gap allows up to now, it vouches for nothing.
+ * leaves them out of a node's silence: the time it vouches for is moved later by every gap since,
+ * the one still open at the takeover included (the takeover often comes right after such a stall).
  *
  * It runs only while this server does not lead (ControllerManager stops it once a term's
  * controller has taken its leases in, and starts a new one when the term ends): on the leader, its
@@ -82,18 +82,18 @@ export class LeaseWitness {
 
   /**
    * From when lease `name` has been silent at `version`, as far as this server can vouch: when it
-   * first saw that version, moved later by every stretch without renewals since; undefined if it
-   * never saw that version, no longer knows, or heard no renewal for longer than the gap allows.
+   * first saw that version, moved later by every stretch without renewals since (the one open now
+   * included); undefined if it never saw that version or no longer knows.
    */
   seenAt(name: string, version: string | undefined): number | undefined {
     const entry = this.seen.get(name);
     if (!entry || version === undefined || entry.version !== version || this.lastEventAt === undefined) return undefined;
     const now = this.clock.now();
-    if (now - this.lastEventAt > this.maxGapMs) return undefined;
     // A gap older than what is kept could hide in a long silence: vouch for no more than is kept.
     const from = Math.max(entry.at, now - GAP_KEEP_MS);
+    const open = now - this.lastEventAt > this.maxGapMs ? [{ from: this.lastEventAt, to: now }] : [];
     let stalled = 0;
-    for (const gap of this.gaps) stalled += Math.max(0, gap.to - Math.max(gap.from, from));
+    for (const gap of [...this.gaps, ...open]) stalled += Math.max(0, gap.to - Math.max(gap.from, from));
     return Math.min(from + stalled, now);
   }
 }

@@ -74,7 +74,8 @@ describe('the lease witness at a takeover', () => {
     // Nobody's renewal is committed for 3 s; then this server takes over and the others renew again.
     await advance(clock, 3000, undefined, 250);
     const lost = await api.client.get(LEASES, NODE_LEASE_NAMESPACE, 'lost');
-    assert.equal(witness.seenAt('lost', lost!.metadata.resourceVersion), undefined, 'no renewal heard for longer than the gap: no vouching');
+    const vouched = clock.now() - witness.seenAt('lost', lost!.metadata.resourceVersion)!;
+    assert.ok(vouched <= 250, `the stall still open is left out: ${vouched} ms vouched for`);
     await lifecycle.start();
     witness.stop();
     await advance(clock, 3500, renew(nodes.a, nodes.b), 250);
