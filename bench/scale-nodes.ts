@@ -5,13 +5,22 @@
  * the health annotation, the next one `renew-ms` after the previous one ended; the first renewals
  * are spread evenly over one interval.
  *
- *   node --import tsx bench/scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index> [<connections>]
+ *   node --import tsx bench/scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index> [<connections>] [<credentials file>]
+ *
+ * Without a credentials file every request is the admin's (its token); with one (JSON:
+ * `{"nodes": [{cert, key}, …], "lister": {cert, key}}`, certificates of the cluster's client CA),
+ * each node renews as itself (`system:node:<name>` in `system:nodes`, over a connection of its own,
+ * as an agent does), and the bulk lister lists as its own user. The setup stays the admin's.
  *
  * Commands on stdin, one per line; answers on stdout as one JSON line each:
  *   setup            create the Nodes and Leases → {"ready": true, "ms": …}
  *   start            begin renewing → {"started": true}
  *   report           renewals since the last report: count, 2xx, 429, other errors, latencies → {...}
  *   silence i,j,…    those nodes stop renewing (a host lost) → {"silenced": n, "at": <epoch ms>}
+ *   bulk <per-s> <max-outstanding>
+ *                    start the bulk lister: a list of all Nodes every 1/<per-s> s whatever the
+ *                    answers (open loop), at most <max-outstanding> unanswered; `bulk 0 0` stops it
+ *                    → {"bulk": <per-s>}; `report` then also has the lists since the last report
  *   stop             end → {"stopped": true}, exit
  */
 import fs from 'node:fs';
@@ -22,7 +31,7 @@ import { kubeMicroTime } from '../src/apiserver/objects.js';
 import { HEALTH_ANNOTATION, leaseHolderIdentity, NODE_LEASE_NAMESPACE, RELEASED_ANNOTATION } from '../src/node-protocol/names.js';
 import { nodeName, nodeObject, percentile, type PatchTarget, send } from './common.js';
 
-const [url, caFile, tokenFile, countText, renewText, firstText, connectionsText] = process.argv.slice(2);
+const [url, caFile, tokenFile, countText, renewText, firstText, connectionsText, credentialsFile] = process.argv.slice(2);
 if (!url || !caFile || !tokenFile) throw new Error('usage: scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index>');
 const COUNT = Number(countText);
 const RENEW_MS = Number(renewText);
@@ -39,6 +48,20 @@ const target: PatchTarget = {
   // renewals here, where the server cannot see them, but costs the server less per renewal).
   agent: new https.Agent({ keepAlive: true, maxSockets: Number(connectionsText) > 0 ? Number(connectionsText) : Math.max(64, COUNT), ca: fs.readFileSync(caFile, 'utf8') }),
 };
+
+interface Credential {
+  cert: string;
+  key: string;
+}
+const credentials = credentialsFile ? (JSON.parse(fs.readFileSync(credentialsFile, 'utf8')) as { nodes: Credential[]; lister: Credential }) : undefined;
+/**
+ * With credentials, each node its own connection (its certificate is the connection's identity;
+ * the agent keys its pool by certificate, so one socket per node), and the lister its own pool.
+ */
+const nodeAgent = new https.Agent({ keepAlive: true, maxSockets: 1, ca: target.ca });
+const renewalTargets = credentials
+  ? credentials.nodes.map((c): PatchTarget => ({ port: target.port, ca: target.ca, token: '', agent: nodeAgent, cert: c.cert, key: c.key }))
+  : undefined;
 
 const HEALTH = JSON.stringify({ ready: true, reason: 'AgentReady', message: 'simulated by bench/scale-nodes.ts' });
 const uids = new Map<number, string>();
@@ -114,7 +137,7 @@ async function renew(index: number): Promise<void> {
   counted.sent++;
   const t0 = performance.now();
   try {
-    const res = await withTimeout(send(target, 'PATCH', path, body, 'application/merge-patch+json'), REQUEST_TIMEOUT_MS);
+    const res = await withTimeout(send(renewalTargets?.[index - FIRST] ?? target, 'PATCH', path, body, 'application/merge-patch+json'), REQUEST_TIMEOUT_MS);
     counted.latencies.push(performance.now() - t0);
     if (res.status === 200) counted.ok++;
     else if (res.status === 429) counted.tooMany++;
@@ -135,11 +158,80 @@ function loop(index: number, delayMs: number): void {
   }, delayMs);
 }
 
-function report(): void {
-  const done = window;
-  window = { sent: 0, ok: 0, tooMany: 0, errors: 0, latencies: [] };
+/**
+ * The bulk lister: an open loop of lists of every Node (the most a list costs the server here),
+ * as a dashboard or a misbehaving controller without an informer would send them. The answers
+ * are drained, not parsed: the cost is the server's. Not answered within REQUEST_TIMEOUT_MS: a
+ * timeout (the request is abandoned, its connection closed).
+ */
+interface ListWindow extends Window {
+  timeouts: number;
+  skipped: number;
+}
+const listWindow = (): ListWindow => ({ sent: 0, ok: 0, tooMany: 0, errors: 0, timeouts: 0, skipped: 0, latencies: [] });
+let lists = listWindow();
+let bulkTimer: NodeJS.Timeout | undefined;
+let listerAgent: https.Agent | undefined;
+
+function bulk(perSecond: number, maxOutstanding: number): void {
+  clearInterval(bulkTimer);
+  bulkTimer = undefined;
+  listerAgent?.destroy();
+  listerAgent = undefined;
+  if (perSecond <= 0) return;
+  const agent = new https.Agent({ keepAlive: true, maxSockets: maxOutstanding, ca: target.ca });
+  listerAgent = agent;
+  const lister = credentials?.lister;
+  let outstanding = 0;
+  const started = performance.now();
+  let sent = 0;
+  const one = (): void => {
+    const counted = lists;
+    if (outstanding >= maxOutstanding) {
+      counted.skipped++;
+      return;
+    }
+    outstanding++;
+    counted.sent++;
+    const t0 = performance.now();
+    let settled = false;
+    const finish = (what: 'ok' | 'tooMany' | 'errors' | 'timeouts', error?: string): void => {
+      if (settled) return;
+      settled = true;
+      outstanding--;
+      clearTimeout(timer);
+      counted[what]++;
+      if (what !== 'timeouts') counted.latencies.push(performance.now() - t0);
+      if (error) counted.firstError ??= error;
+    };
+    const req = https.request(
+      { host: '127.0.0.1', port: target.port, method: 'GET', path: '/api/v1/nodes', agent, ca: target.ca, ...(lister ? { cert: lister.cert, key: lister.key } : {}), headers: { Accept: 'application/json', ...(lister ? {} : { Authorization: `Bearer ${target.token}` }) } },
+      (res) => {
+        res.resume();
+        res.on('end', () => finish(res.statusCode === 200 ? 'ok' : res.statusCode === 429 ? 'tooMany' : 'errors', res.statusCode === 200 || res.statusCode === 429 ? undefined : `list: HTTP ${res.statusCode}`));
+        res.on('error', (error) => finish('errors', String(error)));
+      },
+    );
+    const timer = setTimeout(() => {
+      finish('timeouts');
+      req.destroy();
+    }, REQUEST_TIMEOUT_MS);
+    req.on('error', (error) => finish('errors', String(error)));
+    req.end();
+  };
+  // Catch up on the schedule every 10 ms, so the rate holds however late this process runs.
+  bulkTimer = setInterval(() => {
+    const due = Math.floor(((performance.now() - started) / 1000) * perSecond);
+    while (sent < due) {
+      sent++;
+      one();
+    }
+  }, 10);
+}
+
+function summary(done: Window): Record<string, unknown> {
   const sorted = Float64Array.from(done.latencies).sort();
-  say({
+  return {
     sent: done.sent,
     ok: done.ok,
     tooMany: done.tooMany,
@@ -148,12 +240,21 @@ function report(): void {
     p50: sorted.length ? percentile(sorted, 50) : null,
     p99: sorted.length ? percentile(sorted, 99) : null,
     max: sorted.length ? sorted[sorted.length - 1] : null,
-  });
+  };
+}
+
+function report(): void {
+  const done = window;
+  window = { sent: 0, ok: 0, tooMany: 0, errors: 0, latencies: [] };
+  const listed = lists;
+  lists = listWindow();
+  say({ ...summary(done), lists: { ...summary(listed), timeouts: listed.timeouts, skipped: listed.skipped } });
 }
 
 const lines = readline.createInterface({ input: process.stdin });
 lines.on('line', (line) => {
-  const [command, argument] = line.trim().split(/\s+/, 2);
+  const [command, ...rest] = line.trim().split(/\s+/);
+  const argument = rest.join(' ');
   switch (command) {
     case 'setup':
       setup().catch((error: unknown) => {
@@ -175,8 +276,15 @@ lines.on('line', (line) => {
       say({ silenced: indices.length, at: Date.now() });
       break;
     }
+    case 'bulk': {
+      const [perSecond, maxOutstanding] = (argument ?? '').split(/\s+/).map(Number);
+      bulk(perSecond ?? 0, maxOutstanding ?? 0);
+      say({ bulk: perSecond });
+      break;
+    }
     case 'stop':
       running = false;
+      bulk(0, 0);
       say({ stopped: true });
       target.agent.destroy();
       process.exit(0);

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ApiError } from '../../src/apiserver/errors.js';
-import { type Classification, classify, type RequestDescription } from '../../src/apiserver/flow-control/classify.js';
+import { type Classification, classify, listSeats, type RequestDescription } from '../../src/apiserver/flow-control/classify.js';
 import { type Clock, FlowController, type Release } from '../../src/apiserver/flow-control/dispatcher.js';
 import { DEFAULT_LEVELS, seatsPerLevel } from '../../src/apiserver/flow-control/levels.js';
 
@@ -63,6 +63,18 @@ describe('classify', () => {
     const lease = classify({ ...NODE, verb: 'patch', ...LEASE, namespace: 'kube-node-lease', name: 'n1' });
     const status = classify({ ...NODE, verb: 'patch', group: '', resource: 'nodes', subresource: 'status', name: 'n1' });
     assert.equal(lease.flow, status.flow);
+  });
+});
+
+describe('listSeats', () => {
+  it('one seat per hundred objects a list may return, 1 to 10; the page size bounds it; unknown is the most', () => {
+    assert.equal(listSeats(0, undefined), 1);
+    assert.equal(listSeats(100, undefined), 1);
+    assert.equal(listSeats(101, undefined), 2);
+    assert.equal(listSeats(2000, undefined), 10);
+    assert.equal(listSeats(2000, 250), 3);
+    assert.equal(listSeats(undefined, undefined), 10);
+    assert.equal(listSeats(undefined, 50), 1);
   });
 });
 
@@ -246,6 +258,38 @@ describe('FlowController', () => {
     const admin = Array.from({ length: 10 }, () => submit(flow, classify({ ...ADMIN, verb: 'list', group: '', resource: 'pods' })));
     assert.ok(admin.every((o) => o.release && !o.error), 'the admin goes past a full level');
     assert.deepEqual(stats(flow, 'global-default'), { level: 'global-default', seats: 1, executing: 1, queued: 1, rejected: { 'queue-full': 0, 'time-out': 0 } });
+  });
+
+  it('charges a wide list its seats; a queued wide list is not starved by narrow requests arriving after it', async () => {
+    const clock = new FakeClock();
+    // 200 in all: 20 seats for reads.
+    const flow = new FlowController({ totalSeats: 200, clock });
+    const wide = (user: string): Classification => classify({ user, groups: [], verb: 'list', group: '', resource: 'nodes', seats: 10 });
+    const narrow = (user: string): Classification => classify({ user, groups: [], verb: 'get', group: '', resource: 'pods', namespace: 'shop', name: 'p', seats: 1 });
+    const first = submit(flow, wide('a'));
+    const small = submit(flow, narrow('b'));
+    const second = submit(flow, wide('c'));
+    await settle();
+    assert.ok(first.release && small.release, 'ten seats and one of twenty');
+    assert.equal(second.release, undefined, 'another ten do not fit in the nine left');
+    const later = submit(flow, narrow('d'));
+    await settle();
+    assert.equal(later.release, undefined, 'while a request waits, a new one queues too, though a seat is free');
+    // Seats go to the queues in turn: whichever is next, the wide list's turn comes within one
+    // round, and then nobody overtakes it while it waits for its ten.
+    small.release!();
+    await settle();
+    first.release!();
+    await settle();
+    assert.ok(second.release && later.release, 'both ran once the first wide list gave its seats back');
+    assert.equal(stats(flow, 'global-default').executing, 11);
+    const third = submit(flow, wide('e'));
+    const overtaker = submit(flow, narrow('f'));
+    await settle();
+    assert.equal(third.release, undefined, 'nine seats free: the third wide list waits');
+    (second as Outcome).release!();
+    await settle();
+    assert.ok(third.release && overtaker.release, 'the wide list ran when ten seats were free; the narrow one as well');
   });
 
   it('lets a request whose client went away leave its queue', async () => {

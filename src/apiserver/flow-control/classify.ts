@@ -28,6 +28,8 @@ export interface RequestDescription {
   name?: string;
   /** A followed log (`follow=true`): long-running, as a watch is. */
   follow?: boolean;
+  /** Seats the request takes while it runs (listSeats() for a list); 1 when not given. */
+  seats?: number;
 }
 
 export interface Classification {
@@ -45,6 +47,8 @@ export interface Classification {
    * long-running limits (max-watches, max-watches-per-user) bound them instead.
    */
   longRunning: boolean;
+  /** Seats it takes while it runs. */
+  seats: number;
 }
 
 const MASTERS = 'system:masters';
@@ -54,6 +58,22 @@ const KUBE_SYSTEM_SERVICE_ACCOUNT = 'system:serviceaccount:kube-system:';
 const READ_VERBS = new Set(['get', 'list', 'watch']);
 const STREAMING_SUBRESOURCES = new Set(['exec', 'attach', 'portforward']);
 const CONTROL_PLANE_USERS = new Set(['system:kube-controller-manager', 'system:kube-scheduler']);
+
+/** Most seats one request takes (kube-apiserver's work estimator: 10). */
+export const MAX_SEATS_PER_REQUEST = 10;
+
+/**
+ * Seats a list takes: one per hundred objects it may return, 1 to MAX_SEATS_PER_REQUEST, as
+ * kube-apiserver's work estimator charges lists. On one thread this is what keeps a level's
+ * lists from filling the event loop: twenty seats of `global-default` admit twenty small reads,
+ * or two lists of a thousand Nodes. `storedObjects`: how many of the resource the server holds
+ * (its watch cache), undefined when unknown (then the most); `limit`: the request's page size.
+ */
+export function listSeats(storedObjects: number | undefined, limit: number | undefined): number {
+  const objects = Math.min(storedObjects ?? Infinity, limit && limit > 0 ? limit : Infinity);
+  if (!Number.isFinite(objects)) return MAX_SEATS_PER_REQUEST;
+  return Math.min(MAX_SEATS_PER_REQUEST, Math.max(1, Math.ceil(objects / 100)));
+}
 
 export function isLongRunning(request: Pick<RequestDescription, 'verb' | 'subresource' | 'follow'>): boolean {
   if (request.verb === 'watch') return true;
@@ -65,7 +85,8 @@ export function classify(request: RequestDescription): Classification {
   const longRunning = isLongRunning(request);
   const byUser = request.user;
   const byUserAndNamespace = `${request.user}\u0000${request.namespace ?? ''}`;
-  const result = (level: PriorityLevel, rule: string, flow: string): Classification => ({ level, rule, flow, longRunning });
+  const seats = request.seats ?? 1;
+  const result = (level: PriorityLevel, rule: string, flow: string): Classification => ({ level, rule, flow, longRunning, seats });
 
   // The admin (and anyone in system:masters) is never queued: the way in when all else is full.
   if (request.groups.includes(MASTERS)) return result('exempt', 'system-masters', byUser);

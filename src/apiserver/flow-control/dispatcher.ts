@@ -58,6 +58,7 @@ export interface FlowControlOptions {
 
 interface Waiter {
   queue: Waiter[];
+  seats: number;
   enqueuedAt: number;
   admit(release: Release): void;
   cancelTimer: () => void;
@@ -85,8 +86,10 @@ class Level {
     this.queues = Array.from({ length: settings.queues }, () => []);
   }
 
-  admit(flow: string, whenGone: WhenGone | undefined): Release | Promise<Release> {
-    if (this.executing < this.seats && this.queued === 0) return this.seat();
+  admit(flow: string, width: number, whenGone: WhenGone | undefined): Release | Promise<Release> {
+    // A request wider than the level takes all of it (it could never run otherwise).
+    const seats = Math.min(this.seats, Math.max(1, width));
+    if (this.executing + seats <= this.seats && this.queued === 0) return this.seat(seats);
     const queue = this.shortestOfHand(flow);
     if (queue.length >= this.settings.queueLengthLimit) {
       this.rejected['queue-full']++;
@@ -95,6 +98,7 @@ class Level {
     return new Promise<Release>((resolve, reject) => {
       const waiter: Waiter = {
         queue,
+        seats,
         enqueuedAt: this.clock.now(),
         admit: resolve,
         cancelTimer: () => undefined,
@@ -121,32 +125,42 @@ class Level {
     });
   }
 
-  /** Takes a seat now; the release gives it to the next waiter in turn. */
-  private seat(): Release {
-    this.executing++;
+  /** Takes `seats` now; the release gives them to the next waiters in turn. */
+  private seat(seats: number): Release {
+    this.executing += seats;
     const started = this.clock.now();
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      this.executing--;
+      this.executing -= seats;
       this.holdMs = this.holdMs === 0 ? this.clock.now() - started : 0.8 * this.holdMs + 0.2 * (this.clock.now() - started);
       this.dispatch();
     };
   }
 
+  /**
+   * Seats to the queues in turn. When the next in turn needs more seats than are free, nobody
+   * overtakes it: it runs as soon as enough are given back (a wide list is not starved by narrow
+   * requests slipping past it).
+   */
   private dispatch(): void {
-    while (this.executing < this.seats && this.queued > 0) {
+    while (this.queued > 0) {
+      let index = -1;
       for (let k = 0; k < this.queues.length; k++) {
-        const index = (this.next + k) % this.queues.length;
-        const waiter = this.queues[index]!.shift();
-        if (!waiter) continue;
-        this.next = (index + 1) % this.queues.length;
-        this.queued--;
-        waiter.cancelTimer();
-        waiter.admit(this.seat());
-        break;
+        const at = (this.next + k) % this.queues.length;
+        if (this.queues[at]!.length) {
+          index = at;
+          break;
+        }
       }
+      const waiter = this.queues[index]![0]!;
+      if (this.executing + waiter.seats > this.seats) return;
+      this.queues[index]!.shift();
+      this.next = (index + 1) % this.queues.length;
+      this.queued--;
+      waiter.cancelTimer();
+      waiter.admit(this.seat(waiter.seats));
     }
   }
 
@@ -213,13 +227,13 @@ export class FlowController {
   }
 
   /**
-   * A seat for the request, at once or after its turn in the queue; throws (or rejects with) a
+   * The request's seats (`classification.seats`: one, or more for a list), at once or after its turn in the queue; throws (or rejects with) a
    * 429 ApiError when refused. Exempt and long-running requests take no seat. `whenGone` is
    * given a function to call if the client goes away: a waiting request then leaves its queue.
    */
   admit(classification: Classification, whenGone?: WhenGone): Release | Promise<Release> {
     if (classification.level === 'exempt' || classification.longRunning) return NO_SEAT;
-    return this.levels.get(classification.level)!.admit(classification.flow, whenGone);
+    return this.levels.get(classification.level)!.admit(classification.flow, classification.seats, whenGone);
   }
 
   stats(): LevelStats[] {
