@@ -385,18 +385,20 @@ async function issueCredentials(dataDir: string, file: string): Promise<void> {
   fs.writeFileSync(file, JSON.stringify({ nodes, lister: { cert: lister.certificatePem, key: lister.privateKeyPem } }), { mode: 0o600 });
 }
 
-/** Server CPU (cores) of the renewals alone over 5 s, then server CPU seconds per list of every Node (10, one after the other, as the lister). */
-async function calibrate(server: { child: ChildProcess; url: string; caPem: string }, credentialsFile: string): Promise<{ renewalCores: number; listCpuS: number; listMs: number }> {
+/** Server CPU (cores) of the renewals alone, over 5 s. */
+async function renewalCores(server: { child: ChildProcess }): Promise<number> {
   const c0 = cpu(server.child.pid);
   const t0 = performance.now();
   await sleep(5000);
-  const renewalCores = (cpu(server.child.pid) - c0) / ((performance.now() - t0) / 1000);
+  return (cpu(server.child.pid) - c0) / ((performance.now() - t0) / 1000);
+}
+
+/** Server CPU seconds per list of every Node: 10 lists, one after the other, as the lister, with nothing else going on. */
+async function listCpu(server: { child: ChildProcess; url: string; caPem: string }, credentialsFile: string): Promise<{ listCpuS: number; listMs: number }> {
   const { lister } = JSON.parse(fs.readFileSync(credentialsFile, 'utf8')) as { lister: { cert: string; key: string } };
   const agent = new https.Agent({ keepAlive: true, maxSockets: 1 });
-  const c1 = cpu(server.child.pid);
-  const t1 = performance.now();
-  for (let k = 0; k < 10; k++) {
-    await new Promise<void>((resolve, reject) => {
+  const list = (): Promise<void> =>
+    new Promise<void>((resolve, reject) => {
       https
         .get(`${server.url}/api/v1/nodes`, { agent, ca: server.caPem, cert: lister.cert, key: lister.key }, (res) => {
           if (res.statusCode !== 200) reject(new Error(`calibration list: HTTP ${res.statusCode}`));
@@ -405,12 +407,12 @@ async function calibrate(server: { child: ChildProcess; url: string; caPem: stri
         })
         .on('error', reject);
     });
-  }
+  await list(); // the connection, and the watch cache of Nodes
+  const c0 = cpu(server.child.pid);
+  const t0 = performance.now();
+  for (let k = 0; k < 10; k++) await list();
   agent.destroy();
-  const seconds = (performance.now() - t1) / 1000;
-  // The renewals' share of those seconds is not the list's.
-  const listCpuS = Math.max(0.0005, (cpu(server.child.pid) - c1 - renewalCores * seconds) / 10);
-  return { renewalCores, listCpuS, listMs: (seconds * 1000) / 10 };
+  return { listCpuS: Math.max(0.0005, (cpu(server.child.pid) - c0) / 10), listMs: (performance.now() - t0) / 10 };
 }
 
 async function runOverload(flowControl: boolean, listRate: number | undefined): Promise<Record<string, unknown>> {
@@ -445,15 +447,17 @@ async function runOverload(flowControl: boolean, listRate: number | undefined): 
   try {
     const setup = await nodes.ask('setup');
     console.log(`  ${label}: ${NODES} Nodes and Leases created in ${String(setup.ms)} ms`);
+    // A list's cost before the renewals start, so that theirs is not counted in it.
+    const listCost = listRate === undefined ? await listCpu(server, credentialsFile) : undefined;
     await states.start(api, server.url, server.adminToken, server.caPem);
     await nodes.ask('start');
     await until(`all ${NODES} nodes Ready`, 60_000 + NODES * 20, () => states.count('Ready') === NODES);
     const allReadyAt = Date.now();
     await sleep(WARMUP_S * 1000);
-    let calibration: Awaited<ReturnType<typeof calibrate>> | undefined;
+    let calibration: { renewalCores: number; listCpuS: number; listMs: number } | undefined;
     let rate = listRate;
     if (rate === undefined) {
-      calibration = await calibrate(server, credentialsFile);
+      calibration = { ...listCost!, renewalCores: await renewalCores(server) };
       // Renewals plus lists asking for two threads' worth of the server's CPU.
       rate = round(Math.max(1, (2 - calibration.renewalCores) / calibration.listCpuS), 1);
       console.log(
@@ -467,10 +471,11 @@ async function runOverload(flowControl: boolean, listRate: number | undefined): 
     await lister.ask('report');
     const cpu0 = { server: cpu(server.child.pid), at: performance.now() };
     await sleep(MEASURE_S * 1000);
-    const levels = flowControl ? await flowControlFigures(server) : undefined;
     const steady = { ...((await nodes.ask('report')) as unknown as RenewalReport), lists: ((await lister.ask('report')) as unknown as { lists: ListReport }).lists };
     const seconds = (performance.now() - cpu0.at) / 1000;
     const serverCores = (cpu(server.child.pid) - cpu0.server) / seconds;
+    // After the window (the scrape itself costs the server a list of the Nodes): the levels as the window ended.
+    const levels = flowControl ? await flowControlFigures(server) : undefined;
 
     const silentCount = Math.max(1, Math.round((NODES * SILENT_PERCENT) / 100));
     const silent = Array.from({ length: silentCount }, (_, k) => Math.floor((k * NODES) / silentCount));

@@ -80,8 +80,8 @@ describe('listSeats', () => {
 
 describe('seatsPerLevel', () => {
   it('splits the total by shares, rounding up, at least one each', () => {
-    const seats = seatsPerLevel(200);
-    assert.deepEqual(seats, { 'node-high': 39, 'leader-election': 10, 'workload-high': 39, 'workload-low': 96, 'global-default': 20 });
+    assert.deepEqual(seatsPerLevel(200), { 'node-high': 80, 'leader-election': 10, 'workload-high': 40, 'workload-low': 50, 'global-default': 20 });
+    assert.deepEqual(seatsPerLevel(50), { 'node-high': 20, 'leader-election': 3, 'workload-high': 10, 'workload-low': 13, 'global-default': 5 });
     assert.deepEqual(Object.values(seatsPerLevel(2)), [1, 1, 1, 1, 1]);
   });
 });

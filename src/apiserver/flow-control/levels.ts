@@ -2,8 +2,11 @@ import type { PriorityLevel } from './classify.js';
 
 /**
  * How each priority level is served: its share of the server's seats and how it queues what it
- * cannot run at once. The numbers follow kube-apiserver's default PriorityLevelConfigurations
- * (shares 40 / 10 / 40 / 100 / 20, 64-128 queues, hands of 4-6, 50 requests a queue).
+ * cannot run at once. Queues, hands and queue lengths are kube-apiserver's defaults. The shares are
+ * not: kube-apiserver's (40 / 10 / 40 / 100 / 20) assume threads to run on. Drover runs every request
+ * on one event loop, where a renewal holds its seat mostly while it waits for the loop, so
+ * heartbeats need many seats, and reads, which are what fill the loop, few (measured:
+ * docs/benchmarks.md, overload).
  */
 export interface LevelSettings {
   /** Share of the server's total seats; a level's seats are its share of the total, at least one. */
@@ -22,10 +25,10 @@ export type QueuedLevel = Exclude<PriorityLevel, 'exempt'>;
 export const DEFAULT_LEVELS: Record<QueuedLevel, LevelSettings> = {
   // A renewal refused is a renewal lost; a renewal that waited 10 s is as good as lost (the grace is 4 s
   // by default): so heartbeats wait longer than anyone before they are refused, and have many seats.
-  'node-high': { shares: 40, queues: 64, handSize: 6, queueLengthLimit: 50, maxWaitMs: 10_000 },
+  'node-high': { shares: 80, queues: 64, handSize: 6, queueLengthLimit: 50, maxWaitMs: 10_000 },
   'leader-election': { shares: 10, queues: 16, handSize: 4, queueLengthLimit: 50, maxWaitMs: 10_000 },
   'workload-high': { shares: 40, queues: 128, handSize: 6, queueLengthLimit: 50, maxWaitMs: 5_000 },
-  'workload-low': { shares: 100, queues: 128, handSize: 6, queueLengthLimit: 50, maxWaitMs: 5_000 },
+  'workload-low': { shares: 50, queues: 128, handSize: 6, queueLengthLimit: 50, maxWaitMs: 5_000 },
   'global-default': { shares: 20, queues: 128, handSize: 6, queueLengthLimit: 50, maxWaitMs: 5_000 },
 };
 
