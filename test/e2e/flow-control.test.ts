@@ -11,12 +11,14 @@ import { ServerMetrics } from '../../src/metrics/metrics.js';
 import { CONFIGMAPS, LEASES, NAMESPACES } from '../../src/client/types.js';
 import { type InProcessApiServer, startInProcessApiServer } from '../helpers/api-server.js';
 import { MODERN_KUBECTL, runKubectl } from '../helpers/kubectl.js';
+import { assertPythonClient, runPython } from '../helpers/python.js';
 
 /**
  * Overload that never blinds the controller (docs/flow-control.md), over a real API server on
  * loopback with the total concurrency at 2 (every level one seat): one user's lists are held to
  * their level, wait in its queues and are refused with 429 and Retry-After, while a node's lease
- * renewals go through; kubectl and our own client retry a 429 after its Retry-After.
+ * renewals go through; kubectl, the Python client and our own client retry a 429 after its
+ * Retry-After.
  *
  * A list holds its seat until its answer is written out; the test keeps the reads level's one
  * seat taken by a list of ~30 MB whose reader never reads, so the other lists wait for certain,
@@ -184,6 +186,40 @@ describe('flow control: a full reads level refuses lists with 429 while heartbea
       assert.match(result.stderr, /configmaps\S* 429 Too Many Requests/, 'kubectl was refused once and retried');
       assert.equal(result.stdout.trim().split('\n').length, BIG_CONFIGMAPS);
       assert.deepEqual((await listed).items.map((item) => item.metadata.name), ['big-0']);
+    } finally {
+      if (!released) release();
+    }
+  });
+
+  it('the Python client (urllib3 under it) retries a GET refused with 429 after its Retry-After', async () => {
+    assertPythonClient();
+    const caFile = path.join(server.dir, 'python-ca.crt');
+    fs.writeFileSync(caFile, server.target.caPem);
+    const script = [
+      'import json, sys',
+      'from kubernetes import client',
+      'c = client.Configuration()',
+      `c.host = ${JSON.stringify(url())}`,
+      `c.ssl_ca_cert = ${JSON.stringify(caFile)}`,
+      `c.api_key = {"authorization": "Bearer ${tokens.lister}"}`,
+      'api = client.CoreV1Api(client.ApiClient(c))',
+      'try:',
+      '    names = [i.metadata.name for i in api.list_namespaced_config_map("bulk", field_selector="metadata.name=big-0").items]',
+      '    print(json.dumps({"names": names}))',
+      'except client.exceptions.ApiException as e:',
+      '    print(json.dumps({"status": e.status, "retryAfter": (e.headers or {}).get("Retry-After"), "body": e.body}))',
+    ].join('\n');
+    const refusedBefore = readsLevel().rejected['time-out'] + readsLevel().rejected['queue-full'];
+    const release = await holdReadsSeat();
+    let released = false;
+    try {
+      const python = runPython(['-c', script], 120_000);
+      await until('the Python client refused once', () => readsLevel().rejected['time-out'] + readsLevel().rejected['queue-full'] >= refusedBefore + 1);
+      release();
+      released = true;
+      const result = await python;
+      assert.equal(result.code, 0, result.output);
+      assert.deepEqual(JSON.parse(result.stdout.trim().split('\n').pop()!), { names: ['big-0'] }, result.output);
     } finally {
       if (!released) release();
     }
