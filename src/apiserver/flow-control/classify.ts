@@ -9,23 +9,16 @@
  * everyone's writes; reads by everyone else (lists above all) get what is left.
  */
 
+import type { RequestAttributes } from '../auth.js';
+
 /** The priority levels, from the most protected to the least (docs/flow-control.md). */
 export const PRIORITY_LEVELS = ['exempt', 'node-high', 'leader-election', 'workload-high', 'workload-low', 'global-default'] as const;
 export type PriorityLevel = (typeof PRIORITY_LEVELS)[number];
 
-/** What the classifier needs of a request: who sent it and what it asks for. */
-export interface RequestDescription {
+/** What the classifier needs of a request: who sent it and what it asks for (the authorizer's attributes). */
+export interface RequestDescription extends RequestAttributes {
   user: string;
   groups: readonly string[];
-  /** The Kubernetes verb (get, list, watch, create, update, patch, delete, deletecollection). */
-  verb: string;
-  /** API group of the resource ('' for the core group). */
-  group: string;
-  /** The resource's plural (leases, nodes, pods …). */
-  resource: string;
-  subresource?: string;
-  namespace?: string;
-  name?: string;
   /** A followed log (`follow=true`): long-running, as a watch is. */
   follow?: boolean;
   /** Seats the request takes while it runs (listSeats() for a list); 1 when not given. */
