@@ -1,3 +1,4 @@
+import type { WriteGuard } from '../datastore/types.js';
 import type { DependentsChoice } from './deletion.js';
 import type { ApiError } from './errors.js';
 import type { KubeObject } from './objects.js';
@@ -32,6 +33,13 @@ export interface ListResult {
 
 export interface WriteOptions {
   dryRun?: boolean;
+  /**
+   * A condition every datastore write of this call carries (datastore/types.ts, WriteGuard), read
+   * at each attempt so a retry carries the latest: the controllers' writes name the controller
+   * lease at this server's last renewal, so one delayed past a takeover is refused by the datastore
+   * (docs/high-availability.md). Refused: a WriteGuardRefusedError (503).
+   */
+  writeGuard?: () => WriteGuard | undefined;
   /**
    * Who writes, for metadata.managedFields (src/apiserver/patch/tracking.ts). Without it the
    * stored entries are kept as they are (the store's own bookkeeping writes: finalizers, deletion).

@@ -37,7 +37,7 @@ import type { ResourceCache } from './watch-cache/resource-cache.js';
 import { deliverWatchEvent } from './watch-events.js';
 import { recordCreate } from './patch/tracking.js';
 import { checkPreconditions, deletionPlan, prepareForUpdate, sameContent, shouldDeleteOnWrite } from './write-rules.js';
-import { currentWriteGuard, WriteGuardRefusedError } from './write-guard.js';
+import { WriteGuardRefusedError } from './write-guard.js';
 
 /**
  * The generic object store: Kubernetes object semantics (uid, resourceVersion, generation,
@@ -296,7 +296,7 @@ export class ObjectStore implements KindStore {
     if (def.namespaced) await this.requireActiveNamespace(namespace!);
     if (options.dryRun) return obj;
     try {
-      const kv = await this.datastore.create(this.key(def, namespace, meta.name!), this.codec.encode(def, obj), currentWriteGuard());
+      const kv = await this.datastore.create(this.key(def, namespace, meta.name!), this.codec.encode(def, obj), options.writeGuard?.());
       this.wrote(kv.key, kv.modRevision);
       meta.resourceVersion = String(kv.modRevision);
       return obj;
@@ -389,13 +389,13 @@ export class ObjectStore implements KindStore {
         if (shouldDeleteOnWrite(next)) {
           // The last finalizer is gone from an object that was asked to go away, and no grace
           // period holds it (a pod still being stopped by its node stays until that node is done).
-          const deleted = await this.datastore.delete(key, modRevision, currentWriteGuard());
+          const deleted = await this.datastore.delete(key, modRevision, options.writeGuard?.());
           this.codec.forget(key);
           this.wrote(key, deleted.modRevision);
           next.metadata.resourceVersion = String(deleted.modRevision);
           return next;
         }
-        const written = await this.datastore.update(key, nextValue, modRevision, currentWriteGuard());
+        const written = await this.datastore.update(key, nextValue, modRevision, options.writeGuard?.());
         this.wrote(key, written.modRevision);
         next.metadata.resourceVersion = String(written.modRevision);
         this.codec.remember(def, key, next, nextValue);
@@ -495,7 +495,7 @@ export class ObjectStore implements KindStore {
             else if (finalizers) delete obj.metadata.finalizers;
             return obj;
           },
-          { markDeleted: mark },
+          { markDeleted: mark, ...(options.writeGuard ? { writeGuard: options.writeGuard } : {}) },
         ).catch((error: unknown) => {
           if (error instanceof ApiError && error.code === 409) return undefined;
           throw error;
@@ -507,7 +507,7 @@ export class ObjectStore implements KindStore {
       }
       if (options.dryRun) return { object: current, removed: true };
       try {
-        const deleted = await this.datastore.delete(key, kv.modRevision, currentWriteGuard());
+        const deleted = await this.datastore.delete(key, kv.modRevision, options.writeGuard?.());
         this.wrote(key, deleted.modRevision);
         current.metadata.resourceVersion = String(deleted.modRevision);
         return { object: current, removed: true };
@@ -578,7 +578,7 @@ export class ObjectStore implements KindStore {
       const { items } = await this.datastore.list(this.keyPrefix(def, namespace));
       for (const kv of items) {
         try {
-          this.wrote(kv.key, (await this.datastore.delete(kv.key, undefined, currentWriteGuard())).modRevision);
+          this.wrote(kv.key, (await this.datastore.delete(kv.key)).modRevision);
           deleted++;
         } catch (error) {
           if (!(error instanceof KeyNotFoundError)) throw guardRefusal(error);

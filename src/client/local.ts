@@ -19,6 +19,7 @@ import {
   type WatchHandler,
 } from './types.js';
 
+import type { WriteGuard } from '../datastore/types.js';
 /**
  * The API client for code running inside the server: no HTTP, but the same verb layer the HTTP
  * handler calls (src/apiserver/verbs/), so every per-kind rule (eviction and disruption budgets,
@@ -32,14 +33,29 @@ import {
 export class LocalClient implements ApiClient {
   private readonly verbs: ResourceVerbs;
   /** Every call's context: no user (not judged by admission), unknown fields dropped silently. */
-  private readonly context: RequestContext = { fieldValidation: 'Ignore' };
+  private readonly context: RequestContext;
 
   /** `defaultRuntimeClass`: the cluster's setting, for the pods the server's own code creates. */
-  constructor(private readonly store: ObjectStore, private readonly registry: ResourceRegistry, options: { defaultRuntimeClass?: string; serviceNetwork?: ServiceNetwork } = {}) {
-    this.verbs = new ResourceVerbs({ store, registry, ...options });
+  constructor(
+    private readonly store: ObjectStore,
+    private readonly registry: ResourceRegistry,
+    options: { defaultRuntimeClass?: string; serviceNetwork?: ServiceNetwork } = {},
+    /** A client made by withWriteGuard shares its maker's verbs. */
+    shared?: { verbs: ResourceVerbs; context: RequestContext },
+  ) {
+    this.verbs = shared?.verbs ?? new ResourceVerbs({ store, registry, ...options });
+    this.context = shared?.context ?? { fieldValidation: 'Ignore' };
   }
 
-  /** Where an object lives in the datastore (a write guard names it: src/apiserver/write-guard.ts). */
+  /**
+   * The same client, with every datastore write it makes guarded by `guard()` as it is at that
+   * write (storage-types.ts, WriteOptions.writeGuard): the leader's controllers write through one.
+   */
+  withWriteGuard(guard: () => WriteGuard | undefined): LocalClient {
+    return new LocalClient(this.store, this.registry, {}, { verbs: this.verbs, context: { ...this.context, writeGuard: guard } });
+  }
+
+  /** Where an object lives in the datastore (a write guard names it: datastore/types.ts, WriteGuard). */
   storageKey(ref: ResourceRef, namespace: string | undefined, name: string): string {
     return this.store.key(this.def(ref), namespace, name);
   }

@@ -66,11 +66,15 @@ export interface ControllerManagerOptions {
   /** The system clock unless a test drives one. */
   clock?: Clock;
   /**
-   * Where the controller lease lives in the datastore, when `client` writes to it in-process
-   * (LocalClient.storageKey): every controller write is then guarded by the lease's revision at
-   * this server's last renewal (fenced-client.ts). Absent: the clock-only fence.
+   * Where the controller lease lives in the datastore (LocalClient.storageKey), for writeGuard().
+   * Absent: no guard, the clock-only fence.
    */
   leaseKey?: string;
+  /**
+   * The client the controllers write through, under the fence; `client` by default. The server
+   * gives `client.withWriteGuard(() => manager.writeGuard())`, so each write carries the guard.
+   */
+  controllerClient?: ApiClient;
 }
 
 /** What one term of leadership runs. */
@@ -101,7 +105,7 @@ export class ControllerManager {
     const { logger, identity } = options;
     this.clock = options.clock ?? systemClock;
     this.client = fencedClient(
-      options.client,
+      options.controllerClient ?? options.client,
       () => this.writeRefusal(),
       identity,
       (verb, why) => {

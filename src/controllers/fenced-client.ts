@@ -1,5 +1,5 @@
 import { ApiError } from '../apiserver/errors.js';
-import { withWriteGuard, WriteGuardRefusedError } from '../apiserver/write-guard.js';
+import { WriteGuardRefusedError } from '../apiserver/write-guard.js';
 import type { ApiClient } from '../client/types.js';
 import type { WriteGuard } from '../datastore/types.js';
 
@@ -12,10 +12,11 @@ import type { WriteGuard } from '../datastore/types.js';
  *
  * A write issued inside the term whose commit is delayed past it (the process paused between this
  * check and the datastore's commit, or the datastore stalled with the write in flight) is caught by
- * the write guard: with `guard`, each write runs in the term's guard (the controller lease's key at
- * this server's last renewal, src/apiserver/write-guard.ts), and the datastore refuses it once the
+ * the write guard: `client` guards each write with the term's guard (LocalClient.withWriteGuard:
+ * the controller lease's key at this server's last renewal), and the datastore refuses it once the
  * lease was written by anyone since. When the one who wrote it was this server (its own renewal,
- * committed while the write was on its way), the write is made again under the new revision.
+ * committed while the write was on its way: `guard()` has moved past the refused guard), the write
+ * is made again, under the new revision.
  * docs/high-availability.md, "What a new leader may not do".
  */
 
@@ -38,7 +39,7 @@ export function fencedClient(
   refusal: () => string | undefined,
   identity: string,
   onRefused?: (verb: string, why: string) => void,
-  /** The term's write guard now; undefined: writes go unguarded (a client over HTTP carries none). */
+  /** The term's write guard now, the one `client` writes under; to tell this server's own renewal from a takeover. */
   guard?: () => WriteGuard | undefined,
 ): ApiClient {
   const check = (verb: string): void => {
@@ -50,16 +51,14 @@ export function fencedClient(
   const write = async <T>(verb: string, run: () => Promise<T>): Promise<T> => {
     for (let attempt = 0; ; attempt++) {
       check(verb);
-      const current = guard?.();
-      if (!current) return run();
       try {
-        return await withWriteGuard(current, run);
+        return await run();
       } catch (error) {
         if (!(error instanceof WriteGuardRefusedError)) throw error;
-        // Nothing was written. Made again only if this server has renewed since (its own renewal
-        // moved the lease); otherwise someone else wrote the lease: this term may be over.
+        // Nothing was written. Made again only if this server has renewed since the guard the
+        // write carried (its own renewal moved the lease); otherwise someone else wrote the lease.
         const renewed = guard?.();
-        if (attempt >= GUARD_RETRIES || !renewed || renewed.modRevision === current.modRevision) {
+        if (attempt >= GUARD_RETRIES || !renewed || renewed.modRevision <= error.refusal.guard.modRevision) {
           const why = `the controller lease changed while the write was on its way (${error.message})`;
           onRefused?.(verb, why);
           throw new NotLeaderError(identity, why);

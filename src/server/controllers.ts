@@ -55,8 +55,11 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
   // The leader-only controllers built here write under the same fence as the manager's own: a
   // write is refused once this server's term is over (src/controllers/fenced-client.ts).
   let manager: ControllerManager | undefined;
+  // Every controller write also carries the controller lease's revision at this server's last
+  // renewal as a condition of its own transaction (LocalClient.withWriteGuard).
+  const guarded = client.withWriteGuard(() => manager?.writeGuard());
   const fenced = fencedClient(
-    client,
+    guarded,
     () => (manager ? manager.writeRefusal() : 'the controller manager has not started'),
     leaderIdentity,
     undefined,
@@ -73,8 +76,7 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
     logger,
     identity: leaderIdentity,
     lease: timings.controllerLease,
-    // Every controller write carries the lease's revision at this server's last renewal as a
-    // condition of its own transaction (src/apiserver/write-guard.ts).
+    controllerClient: guarded,
     leaseKey: client.storageKey(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name),
     timings: {
       nodeLeaseRenewIntervalMs: timings.nodeLeaseRenewIntervalMs,

@@ -25,6 +25,11 @@ function lease(holder: string): KubeObject {
   };
 }
 
+/** A renewal of the lease by its holder: a new renewTime (an unchanged object would not be written). */
+function renewal(current: KubeObject): KubeObject {
+  return { ...current, spec: { ...(current.spec as object), renewTime: new Date().toISOString().replace('Z', '000Z') } };
+}
+
 function configMap(name: string): KubeObject {
   return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: 'default' }, data: { written: 'by a' } };
 }
@@ -52,18 +57,20 @@ describe('controller writes guarded by the controller lease', () => {
     await api.close();
   });
 
-  const fenced = (under: ApiClient): ApiClient =>
+  const guard = (): WriteGuard => ({ key: leaseKey, modRevision: Number(renewedVersion) });
+  /** As the server builds it: the fence over a client held at a gate, over the guarded in-process client. */
+  const fenced = (gated: FreezableClient): ApiClient =>
     fencedClient(
-      under,
+      gated.client,
       () => undefined, // the clock check passes: the term has not run out by this server's clock
       'a',
       (verb, why) => refusals.push(`${verb}: ${why}`),
-      (): WriteGuard => ({ key: leaseKey, modRevision: Number(renewedVersion) }),
+      guard,
     );
 
   it('a write held between the fence and the store, while another server takes the lease, is refused and writes nothing', async () => {
-    const gated = new FreezableClient(api.client);
-    const client = fenced(gated.client);
+    const gated = new FreezableClient(api.client.withWriteGuard(guard));
+    const client = fenced(gated);
     assert.equal((await client.create(CONFIGMAPS, 'default', configMap('before'))).metadata.name, 'before', 'an unheld write lands');
 
     gated.frozen = true;
@@ -85,20 +92,34 @@ describe('controller writes guarded by the controller lease', () => {
   });
 
   it('when this server’s own renewal moved the lease meanwhile, the held write is made again and lands', async () => {
-    const gated = new FreezableClient(api.client);
-    const client = fenced(gated.client);
+    const gated = new FreezableClient(api.client.withWriteGuard(guard));
+    const client = fenced(gated);
     gated.frozen = true;
     const held = client.create(CONFIGMAPS, 'default', configMap('held'));
     await until(() => gated.held === 1);
     // This server renews: the lease moves, and the elector records the new version.
     const current = (await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!;
-    renewedVersion = (await api.client.update(LEASES, CONTROLLER_LEASE.namespace, { ...current })).metadata.resourceVersion!;
+    renewedVersion = (await api.client.update(LEASES, CONTROLLER_LEASE.namespace, renewal(current))).metadata.resourceVersion!;
     gated.thaw();
     assert.equal((await held).metadata.name, 'held');
     assert.deepEqual(refusals, []);
   });
 
-  it('writes outside the fenced client carry no guard', async () => {
+  it('a write refused because this server’s own renewal landed first is made again under the new revision', async () => {
+    // The renewal commits between the guard's read and the write: as if the store saw the guard of
+    // the revision before. A client that reads the old guard once, the current one after.
+    let reads = 0;
+    const stale = guard();
+    const current = (await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!;
+    renewedVersion = (await api.client.update(LEASES, CONTROLLER_LEASE.namespace, renewal(current))).metadata.resourceVersion!;
+    const racing = api.client.withWriteGuard(() => (reads++ === 0 ? stale : guard()));
+    const client = fencedClient(racing, () => undefined, 'a', (verb, why) => refusals.push(`${verb}: ${why}`), guard);
+    assert.equal((await client.create(CONFIGMAPS, 'default', configMap('raced'))).metadata.name, 'raced');
+    assert.equal(reads, 2, 'refused once under the old revision, then made again');
+    assert.deepEqual(refusals, []);
+  });
+
+  it('writes outside the guarded client carry no guard', async () => {
     const current = (await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!;
     await api.client.update(LEASES, CONTROLLER_LEASE.namespace, { ...current, spec: { ...(current.spec as object), holderIdentity: 'b' } });
     assert.equal((await api.client.create(CONFIGMAPS, 'default', configMap('plain'))).metadata.name, 'plain');

@@ -1,3 +1,4 @@
+import type { WriteGuard } from '../../datastore/types.js';
 import type { UserInfo } from '../auth.js';
 import { apiVersionOf, type ResourceDefinition } from '../definition.js';
 import { errors } from '../errors.js';
@@ -28,6 +29,11 @@ export interface RequestContext {
   userAgent?: string;
   /** `force=true`: a server-side apply takes the fields it conflicts over. */
   force?: boolean;
+  /**
+   * The guard every datastore write of the call carries, read at each write (in-process callers
+   * only: the leader's controllers, through LocalClient.withWriteGuard; see storage-types.ts).
+   */
+  writeGuard?: () => WriteGuard | undefined;
 }
 
 /** The manager in-process writers (the controllers, the node registry) record their writes as, as K3s records its embedded controllers as `k3s`. */

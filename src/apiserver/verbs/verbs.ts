@@ -20,7 +20,7 @@ import type { ResourceRegistry } from '../resources.js';
 import { matchesSelection, parseSelection } from '../selection.js';
 import type { RbacSource } from '../rbac/types.js';
 import type { ObjectStore } from '../storage.js';
-import type { DeleteOptions, DeleteResult, FieldManagerOptions, ListResult, ObjectWatch, Preconditions, WatchSink } from '../storage-types.js';
+import type { DeleteOptions, DeleteResult, FieldManagerOptions, ListResult, ObjectWatch, Preconditions, WatchSink, WriteOptions } from '../storage-types.js';
 import { getReadRevision, listReadRevision } from '../watch-cache/read-plan.js';
 import { checkPreconditions } from '../write-rules.js';
 import { asKubeObject, type Change, checkTypeMeta, fieldManagerOf, pruneUnknownFields, type RequestContext, type WriteResult } from './context.js';
@@ -171,7 +171,7 @@ export class ResourceVerbs {
     await this.admit(ctx, 'create', { def, namespace }, obj);
     await this.authorizeWrite(ctx, def, { verb: 'create', namespace, object: obj });
     await def.admitCreate?.(this.kindContext, obj, namespace);
-    return this.store.create(def, namespace, obj, { dryRun: ctx.dryRun === true, fieldManager });
+    return this.store.create(def, namespace, obj, { ...writeOptions(ctx), fieldManager });
   }
 
   /** PUT: the whole object, or with subresource `status` only its status. */
@@ -206,7 +206,7 @@ export class ResourceVerbs {
         if (!subresource) await def.admitUpdate?.(this.kindContext, obj, current);
         return obj;
       },
-      { dryRun: ctx.dryRun === true, fieldManager: tracking(ctx, def, subresource), ...(subresource ? { subresource } : {}) },
+      { ...writeOptions(ctx), fieldManager: tracking(ctx, def, subresource), ...(subresource ? { subresource } : {}) },
     );
     return { object, unknownFields };
   }
@@ -256,7 +256,7 @@ export class ResourceVerbs {
         if (before) await def.admitUpdate?.(this.kindContext, patched, before);
         return patched;
       },
-      { dryRun: ctx.dryRun === true, fieldManager: patchTracking(ctx, def, patchType, patch, subresource), ...(subresource ? { subresource } : {}) },
+      { ...writeOptions(ctx), fieldManager: patchTracking(ctx, def, patchType, patch, subresource), ...(subresource ? { subresource } : {}) },
     );
     return { object, unknownFields };
   }
@@ -329,7 +329,7 @@ export class ResourceVerbs {
           if (!subresource) await def.admitUpdate?.(this.kindContext, next, current);
           return next;
         },
-        { dryRun: ctx.dryRun === true, fieldManager, ...(subresource ? { subresource } : {}) },
+        { ...writeOptions(ctx), fieldManager, ...(subresource ? { subresource } : {}) },
       );
       return { object, unknownFields, created: false };
     } catch (error) {
@@ -358,7 +358,7 @@ export class ResourceVerbs {
     if (def.undeletable?.has(name)) {
       throw errors.forbidden(`${def.plural} "${name}" is forbidden: this ${def.singular} may not be deleted`, def, name);
     }
-    return this.deleteObject(def, namespace, name, { ...options, dryRun: ctx.dryRun === true });
+    return this.deleteObject(def, namespace, name, { ...options, ...writeOptions(ctx) });
   }
 
   /** DELETE of a collection: every object the selectors pick, but the undeletable ones; one gone meanwhile is skipped. */
@@ -375,7 +375,7 @@ export class ResourceVerbs {
     for (const item of items) {
       if (def.undeletable?.has(item.metadata.name ?? '')) continue;
       try {
-        deleted.push((await this.deleteObject(def, item.metadata.namespace, item.metadata.name!, { ...options, dryRun: ctx.dryRun === true })).object);
+        deleted.push((await this.deleteObject(def, item.metadata.namespace, item.metadata.name!, { ...options, ...writeOptions(ctx) })).object);
       } catch (error) {
         if (!(error instanceof ApiError && error.code === 404)) throw error;
       }
@@ -410,7 +410,7 @@ export class ResourceVerbs {
     const obj = await this.store.get(def, namespace, name);
     await hook.beforeEviction(this.kindContext, obj, dryRun);
     await this.store.delete(def, namespace, name, {
-      dryRun,
+      ...writeOptions(ctx),
       ...(options.preconditions ? { preconditions: options.preconditions } : {}),
       ...(options.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: options.gracePeriodSeconds } : {}),
     });
@@ -457,7 +457,7 @@ export class ResourceVerbs {
         await this.admit(ctx, change.type, { def, namespace, name, subresource: 'scale' }, next);
         return next;
       },
-      { dryRun: ctx.dryRun === true, fieldManager: { ...tracking(ctx, def, 'scale'), apiVersion: 'autoscaling/v1' } },
+      { ...writeOptions(ctx), fieldManager: { ...tracking(ctx, def, 'scale'), apiVersion: 'autoscaling/v1' } },
     );
     return hook.view(updated);
   }
@@ -597,4 +597,9 @@ function applyPatchAsApi(type: PatchType, original: KubeObject, patch: unknown, 
 function admissionSnapshot(current: KubeObject): KubeObject {
   const { status, ...rest } = current;
   return { ...structuredClone(rest), ...(status !== undefined ? { status } : {}) };
+}
+
+/** What every store write of a request carries from its context: dry run, and the caller's write guard (in-process writers only). */
+function writeOptions(ctx: RequestContext): WriteOptions {
+  return { dryRun: ctx.dryRun === true, ...(ctx.writeGuard ? { writeGuard: ctx.writeGuard } : {}) };
 }
