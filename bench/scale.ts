@@ -295,13 +295,7 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
       serverCores: round(serverCores, 2),
       ...(etcdCores !== undefined ? { etcdCores: round(etcdCores, 2) } : {}),
       serverCpuPerRenewalUs: round((serverCores * 1e6) / Math.max(1, steady.ok / seconds), 0),
-      silenced: silentCount,
-      detected: detectionS.length,
-      detectionP50S: detectionS.length ? round(detectionS[Math.floor(detectionS.length / 2)]!, 2) : null,
-      detectionMaxS: detectionS.length ? round(detectionS[detectionS.length - 1]!, 2) : null,
-      falseVerdicts: falseVerdicts.length,
-      ...(falseVerdicts.length ? { firstFalseVerdicts: falseVerdicts.slice(0, 5) } : {}),
-      controlPlaneDisruptions: disruptions.slice(0, 3),
+      ...detectionFigures(silentCount, detectionS, falseVerdicts, disruptions),
       duringDetection: { renewalP99Ms: during.p99 === null ? null : round(during.p99, 1), tooMany: during.tooMany, errors: during.errors },
     };
   } finally {
@@ -527,13 +521,7 @@ async function runOverload(flowControl: boolean, listRate: number | undefined): 
         p99Ms: steady.lists.p99 === null ? null : round(steady.lists.p99, 1),
       },
       ...(levels ? { levelsAtEnd: levels } : {}),
-      silenced: silentCount,
-      detected: detectionS.length,
-      detectionP50S: detectionS.length ? round(detectionS[Math.floor(detectionS.length / 2)]!, 2) : null,
-      detectionMaxS: detectionS.length ? round(detectionS[detectionS.length - 1]!, 2) : null,
-      falseVerdicts: falseVerdicts.length,
-      ...(falseVerdicts.length ? { firstFalseVerdicts: falseVerdicts.slice(0, 5) } : {}),
-      controlPlaneDisruptions: disruptions.slice(0, 3),
+      ...detectionFigures(silentCount, detectionS, falseVerdicts, disruptions),
       duringDetection: {
         renewalP99Ms: during.p99 === null ? null : round(during.p99, 1),
         renewalsOk: during.ok,
@@ -615,3 +603,16 @@ main().catch((error: unknown) => {
   console.error(error);
   process.exitCode = 1;
 });
+
+/** What a pass found of the silenced nodes and of false verdicts (`detectionS` sorted). */
+function detectionFigures(silenced: number, detectionS: readonly number[], falseVerdicts: readonly unknown[], disruptions: readonly string[]): Record<string, unknown> {
+  return {
+    silenced,
+    detected: detectionS.length,
+    detectionP50S: detectionS.length ? round(detectionS[Math.floor(detectionS.length / 2)]!, 2) : null,
+    detectionMaxS: detectionS.length ? round(detectionS[detectionS.length - 1]!, 2) : null,
+    falseVerdicts: falseVerdicts.length,
+    ...(falseVerdicts.length ? { firstFalseVerdicts: falseVerdicts.slice(0, 5) } : {}),
+    controlPlaneDisruptions: disruptions.slice(0, 3),
+  };
+}
