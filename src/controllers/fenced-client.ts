@@ -27,13 +27,13 @@ export class NotLeaderError extends ApiError {
   }
 }
 
+/** Times a write refused by its guard is made again under this server's newer renewal. */
+const GUARD_RETRIES = 3;
+
 /**
  * `refusal()` is undefined when a write may go out now, else why not (it becomes the error's
  * message): the term is over or suspended, or its informers have not all listed yet.
  */
-/** Times a write refused by its guard is made again under this server's newer renewal. */
-const GUARD_RETRIES = 3;
-
 export function fencedClient(
   client: ApiClient,
   refusal: () => string | undefined,
