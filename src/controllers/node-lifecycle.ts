@@ -218,10 +218,12 @@ export class NodeLifecycleController implements NodeHealthView {
       for (const node of this.nodes.items()) this.onNode('ADDED', node, undefined);
     }
     this.lastTick = this.clock.now();
-    // Nodes whose silence counts from before this start (lease-witness.ts), and for how long already.
+    // Nodes whose silence counts from before this start (lease-witness.ts): how many, and the ten
+    // silent longest, with how long already (the line stays short however many nodes there are).
     const now = this.clock.now();
-    const silentSince = Object.fromEntries([...this.tracked].filter(([, t]) => t.observedAt < this.lastTick).map(([name, t]) => [name, Math.round(now - t.observedAt)]));
-    this.logger.info({ gracePeriodMs: this.options.gracePeriodMs, nodes: this.tracked.size, silentForMs: silentSince }, 'node lifecycle controller started');
+    const witnessed = [...this.tracked].map(([name, t]) => [name, Math.round(now - t.observedAt)] as const).filter(([, ms]) => ms > 0);
+    const silentForMs = Object.fromEntries(witnessed.sort((a, b) => b[1] - a[1]).slice(0, 10));
+    this.logger.info({ gracePeriodMs: this.options.gracePeriodMs, nodes: this.tracked.size, witnessed: witnessed.length, silentForMs }, 'node lifecycle controller started');
     this.schedule();
   }
 
