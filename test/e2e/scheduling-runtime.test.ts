@@ -79,6 +79,13 @@ describe('scheduling by runtime handler and resources, with real agents', { conc
       startAgent({ server, name: RUNC_NODE, args: ['--system-reserved', 'cpu=500m,memory=256Mi'] }),
       startAgent({ server, name: PLAIN_NODE, env: { ...process.env, DROVER_HIDE_RUNC: '1' } }),
     ]);
+    // The scheduler places pods only on nodes the lifecycle controller has called Ready: a pod
+    // created before that goes to whichever node was first (seen in CI: the process pod on the
+    // runc node while the plain one was still being registered).
+    await eventually(async () => {
+      const { items } = (await request(server, 'GET', '/api/v1/nodes')).json as { items: { metadata: { labels?: Record<string, string> } }[] };
+      return items.length === 2 && items.every((n) => n.metadata.labels?.['drover.io/state'] === 'Ready');
+    }, 'both nodes Ready', 90_000);
   });
 
   after(async () => {
