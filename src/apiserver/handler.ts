@@ -51,7 +51,7 @@ import type { Duplex } from 'node:stream';
 import type { VersionInfo } from '../version.js';
 import { DISCOVERY_CACHE_CONTROL, JWKS_CONTENT_TYPE, JWKS_PATH, OPENID_CONFIGURATION_PATH } from '../security/service-account-tokens.js';
 import { type RenewalTracker, renewedLease } from './renewal-tracker.js';
-import { type Classification, classify, listSeats } from './flow-control/classify.js';
+import { type Classification, classify } from './flow-control/classify.js';
 import type { FlowController, Release } from './flow-control/dispatcher.js';
 
 export type { PodLogParams } from './definition.js';
@@ -458,8 +458,9 @@ export class ApiHandler {
     }
     if (this.options.flowControl) {
       const follow = request.subresource === 'log' && queryBool(url.searchParams, 'follow');
-      const seats = verb === 'list' ? listSeats(this.options.store.watchCache(def)?.size, Number(url.searchParams.get('limit')) || undefined) : 1;
-      await this.takeSeat(this.options.flowControl, res, classify({ user: user.name, groups: user.groups, ...attributes, follow, seats }));
+      const limit = Number(url.searchParams.get('limit')) || undefined;
+      const storedObjects = verb === 'list' ? this.options.store.watchCache(def)?.size : undefined;
+      await this.takeSeat(this.options.flowControl, res, classify({ user: user.name, groups: user.groups, ...attributes, follow, limit, storedObjects }));
     }
     checkWriteOptions(verb, url.searchParams);
     const fieldManager = url.searchParams.get('fieldManager');

@@ -64,6 +64,16 @@ describe('classify', () => {
     const status = classify({ ...NODE, verb: 'patch', group: '', resource: 'nodes', subresource: 'status', name: 'n1' });
     assert.equal(lease.flow, status.flow);
   });
+
+  it('seats: one for anything but a list; a list by the objects it may return (listSeats)', () => {
+    const pods = { ...ALICE, group: '', resource: 'pods', namespace: 'shop' };
+    assert.equal(classify({ ...pods, verb: 'get', name: 'p', storedObjects: 5000 }).seats, 1);
+    assert.equal(classify({ ...pods, verb: 'delete', name: 'p' }).seats, 1);
+    assert.equal(classify({ ...pods, verb: 'list', storedObjects: 50 }).seats, 1);
+    assert.equal(classify({ ...pods, verb: 'list', storedObjects: 1000 }).seats, 10);
+    assert.equal(classify({ ...pods, verb: 'list', storedObjects: 1000, limit: 250 }).seats, 3);
+    assert.equal(classify({ ...pods, verb: 'list' }).seats, 10, 'a list of a resource the server has no count of: the most');
+  });
 });
 
 describe('listSeats', () => {
@@ -113,7 +123,9 @@ class FakeClock implements Clock {
   }
 }
 
-const list = (user: string, namespace = 'shop'): Classification => classify({ user, groups: ['system:authenticated'], verb: 'list', group: '', resource: 'pods', namespace });
+/** A small list (twenty pods stored): one seat. */
+const list = (user: string, namespace = 'shop'): Classification =>
+  classify({ user, groups: ['system:authenticated'], verb: 'list', group: '', resource: 'pods', namespace, storedObjects: 20 });
 const renewal = (node: string): Classification =>
   classify({ user: `system:node:${node}`, groups: ['system:nodes'], verb: 'patch', ...LEASE, namespace: 'kube-node-lease', name: node });
 
@@ -264,8 +276,8 @@ describe('FlowController', () => {
     const clock = new FakeClock();
     // 200 in all: 20 seats for reads.
     const flow = new FlowController({ totalSeats: 200, clock });
-    const wide = (user: string): Classification => classify({ user, groups: [], verb: 'list', group: '', resource: 'nodes', seats: 10 });
-    const narrow = (user: string): Classification => classify({ user, groups: [], verb: 'get', group: '', resource: 'pods', namespace: 'shop', name: 'p', seats: 1 });
+    const wide = (user: string): Classification => classify({ user, groups: [], verb: 'list', group: '', resource: 'nodes', storedObjects: 1000 });
+    const narrow = (user: string): Classification => classify({ user, groups: [], verb: 'get', group: '', resource: 'pods', namespace: 'shop', name: 'p', storedObjects: 1000 });
     const first = submit(flow, wide('a'));
     const small = submit(flow, narrow('b'));
     const second = submit(flow, wide('c'));

@@ -21,8 +21,10 @@ export interface RequestDescription extends RequestAttributes {
   groups: readonly string[];
   /** A followed log (`follow=true`): long-running, as a watch is. */
   follow?: boolean;
-  /** Seats the request takes while it runs (listSeats() for a list); 1 when not given. */
-  seats?: number;
+  /** A list's page size (its `limit`), when it asks for one. */
+  limit?: number;
+  /** How many objects of the resource the server holds (its watch cache), when known: what a list may return. */
+  storedObjects?: number;
 }
 
 export interface Classification {
@@ -40,7 +42,7 @@ export interface Classification {
    * long-running limits (max-watches, max-watches-per-user) bound them instead.
    */
   longRunning: boolean;
-  /** Seats it takes while it runs. */
+  /** Seats it takes while it runs: one, or listSeats() for a list. */
   seats: number;
 }
 
@@ -78,7 +80,7 @@ export function classify(request: RequestDescription): Classification {
   const longRunning = isLongRunning(request);
   const byUser = request.user;
   const byUserAndNamespace = `${request.user}\u0000${request.namespace ?? ''}`;
-  const seats = request.seats ?? 1;
+  const seats = request.verb === 'list' ? listSeats(request.storedObjects, request.limit) : 1;
   const result = (level: PriorityLevel, rule: string, flow: string): Classification => ({ level, rule, flow, longRunning, seats });
 
   // The admin (and anyone in system:masters) is never queued: the way in when all else is full.
