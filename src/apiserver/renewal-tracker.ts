@@ -11,6 +11,8 @@
  * renewals through other servers are not seen here (docs/high-availability.md says what that means).
  */
 
+import { NODE_LEASE_NAMESPACE } from '../node-protocol/names.js';
+
 /** A renewal not seen by the controller after this long is dropped from the account (a lost watch event must not hold verdicts forever). */
 export const RENEWAL_TRACK_CEILING_MS = 60_000;
 
@@ -125,7 +127,8 @@ export class RenewalTracker {
   }
 }
 
-const NODE_LEASE_PATH = /^\/apis\/coordination\.k8s\.io\/v1\/namespaces\/kube-node-lease\/leases\/([^/?]+)(?:\?|$)/;
+// The namespace is a DNS label: nothing in it to escape.
+const NODE_LEASE_PATH = new RegExp(`^/apis/coordination\\.k8s\\.io/v1/namespaces/${NODE_LEASE_NAMESPACE}/leases/([^/?]+)(?:\\?|$)`);
 
 /** The node lease a request renews (a PATCH or PUT of a Lease in kube-node-lease), or undefined. */
 export function renewedLease(method: string | undefined, url: string | undefined): string | undefined {

@@ -13,7 +13,9 @@
  * about 150 bytes and 200 images about 30 KB, whatever the layers.
  */
 
-export const REGISTRY_PEER_NAMESPACE = 'kube-node-lease';
+import { NODE_LEASE_NAMESPACE } from './names.js';
+
+export const REGISTRY_PEER_NAMESPACE = NODE_LEASE_NAMESPACE;
 export const REGISTRY_PEER_LABEL = 'drover.io/registry-peer';
 /** The uid of the Node that wrote it: an advertisement from an older incarnation is ignored. */
 export const REGISTRY_PEER_NODE_UID_ANNOTATION = 'drover.io/node-uid';

@@ -10,6 +10,7 @@
  */
 
 import type { RequestAttributes } from '../auth.js';
+import { NODE_LEASE_NAMESPACE } from '../../node-protocol/names.js';
 
 /** The priority levels, from the most protected to the least (docs/flow-control.md). */
 export const PRIORITY_LEVELS = ['exempt', 'node-high', 'leader-election', 'workload-high', 'workload-low', 'global-default'] as const;
@@ -48,7 +49,6 @@ export interface Classification {
 
 const MASTERS = 'system:masters';
 const NODES = 'system:nodes';
-const NODE_LEASE_NAMESPACE = 'kube-node-lease';
 const KUBE_SYSTEM_SERVICE_ACCOUNT = 'system:serviceaccount:kube-system:';
 const READ_VERBS = new Set(['get', 'list', 'watch']);
 const STREAMING_SUBRESOURCES = new Set(['exec', 'attach', 'portforward']);

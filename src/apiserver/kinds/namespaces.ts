@@ -4,6 +4,7 @@ import { isJsonObject } from '../json.js';
 import { getString } from '../objects.js';
 import type { DeleteOptions, DeleteResult } from '../storage-types.js';
 import { AGE_COLUMN, ageOf, column, NAME_COLUMN, type Printer } from '../table.js';
+import { NODE_LEASE_NAMESPACE } from '../../node-protocol/names.js';
 import { validateSpecAndStatus } from './shared.js';
 
 /**
@@ -11,7 +12,7 @@ import { validateSpecAndStatus } from './shared.js';
  * not be deleted; deleting one takes its contents with it (see deleteNamespace).
  */
 
-export const BUILT_IN_NAMESPACES: ReadonlySet<string> = new Set(['default', 'kube-system', 'kube-public', 'kube-node-lease']);
+export const BUILT_IN_NAMESPACES: ReadonlySet<string> = new Set(['default', 'kube-system', 'kube-public', NODE_LEASE_NAMESPACE]);
 
 const NAMESPACE_PRINTER: Printer = {
   columns: [NAME_COLUMN, column('Status', 'The status of the namespace'), AGE_COLUMN],
