@@ -13,6 +13,7 @@ import type {
   Selection,
   UpdateFn,
   UpdateOptions,
+  WriteOptions,
 } from './storage-types.js';
 import type { RbacSource } from './rbac/types.js';
 import type { Printer } from './table.js';
@@ -63,8 +64,11 @@ export interface KindStore {
    * keys (kinds/service-allocation.ts), which must be compare-and-swaps in the shared datastore.
    */
   readonly datastore?: Datastore;
-  /** Removes every object of the given namespaced kinds in one namespace; answers how many. */
-  deleteNamespaceContents(defs: readonly ResourceDefinition[], namespace: string): Promise<number>;
+  /**
+   * Removes every object of the given namespaced kinds in one namespace; answers how many. Each
+   * delete carries `options.writeGuard` (the namespace delete's caller's).
+   */
+  deleteNamespaceContents(defs: readonly ResourceDefinition[], namespace: string, options?: Pick<WriteOptions, 'writeGuard'>): Promise<number>;
 }
 
 /** What a hook may reach besides its own object: the store and the other kinds. */
@@ -114,8 +118,11 @@ export interface CreateOnlyRequest {
 
 /** `eviction`: checks made before an eviction deletes the object (pods: their disruption budget). */
 export interface EvictionStrategy {
-  /** Throws an ApiError (429 for a budget) to refuse; may write (spend the budget) unless dryRun. */
-  beforeEviction(context: KindContext, obj: KubeObject, dryRun: boolean): Promise<void>;
+  /**
+   * Throws an ApiError (429 for a budget) to refuse; may write (spend the budget) unless
+   * `options.dryRun`, with the eviction's write guard, so a fenced eviction spends nothing.
+   */
+  beforeEviction(context: KindContext, obj: KubeObject, options: WriteOptions): Promise<void>;
 }
 
 /** `scale`: the autoscaling/v1 Scale view of an object. */

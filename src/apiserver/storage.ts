@@ -568,8 +568,8 @@ export class ObjectStore implements KindStore {
     return handle;
   }
 
-  /** Delete every object of the given namespaced resources in one namespace. */
-  async deleteNamespaceContents(defs: readonly ResourceDefinition[], namespace: string): Promise<number> {
+  /** Delete every object of the given namespaced resources in one namespace, each delete under `options.writeGuard`. */
+  async deleteNamespaceContents(defs: readonly ResourceDefinition[], namespace: string, options: Pick<WriteOptions, 'writeGuard'> = {}): Promise<number> {
     let deleted = 0;
     const seen = new Set<string>();
     for (const def of defs) {
@@ -578,7 +578,7 @@ export class ObjectStore implements KindStore {
       const { items } = await this.datastore.list(this.keyPrefix(def, namespace));
       for (const kv of items) {
         try {
-          this.wrote(kv.key, (await this.datastore.delete(kv.key)).modRevision);
+          this.wrote(kv.key, (await this.datastore.delete(kv.key, undefined, options.writeGuard?.())).modRevision);
           deleted++;
         } catch (error) {
           if (!(error instanceof KeyNotFoundError)) throw guardRefusal(error);

@@ -1,8 +1,14 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
+import { CRD_DEFINITION } from '../../src/apiserver/extensions/crd-kind.js';
+import { RESOURCES } from '../../src/apiserver/kinds/index.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
-import { CONFIGMAPS, LEASES, type ApiClient } from '../../src/client/types.js';
+import { ResourceRegistry } from '../../src/apiserver/resources.js';
+import { WriteGuardRefusedError } from '../../src/apiserver/write-guard.js';
+import { LocalClient } from '../../src/client/local.js';
+import { CONFIGMAPS, LEASES, NAMESPACES, PODS, type ApiClient, type ResourceRef } from '../../src/client/types.js';
 import { CONTROLLER_LEASE } from '../../src/controllers/controller-manager.js';
+import { PODDISRUPTIONBUDGETS } from '../../src/controllers/disruption.js';
 import { fencedClient, NotLeaderError } from '../../src/controllers/fenced-client.js';
 import type { WriteGuard } from '../../src/datastore/types.js';
 import { FreezableClient } from '../helpers/freezable-client.js';
@@ -13,7 +19,9 @@ import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
  * SQLite: a write that passed the term's clock check and then waited (held at a gate between the
  * fence and the store, as a paused process or a stalled datastore would hold it: a frozen client) is refused by
  * the datastore once another server has taken the controller lease, and nothing is written; if
- * it was this server's own renewal that moved the lease, the write is made again and lands.
+ * it was this server's own renewal that moved the lease, the write is made again and lands. The
+ * deletes that write more than their object (a namespace and its contents, a CRD's cleanup
+ * finalizer, an eviction's disruption budget) carry the guard on every one of those writes.
  */
 
 function lease(holder: string): KubeObject {
@@ -30,8 +38,24 @@ function renewal(current: KubeObject): KubeObject {
   return { ...current, spec: { ...(current.spec as object), renewTime: new Date().toISOString().replace('Z', '000Z') } };
 }
 
-function configMap(name: string): KubeObject {
-  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: 'default' }, data: { written: 'by a' } };
+function configMap(name: string, namespace = 'default'): KubeObject {
+  return { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace }, data: { written: 'by a' } };
+}
+
+const CRDS: ResourceRef = { group: 'apiextensions.k8s.io', version: 'v1', plural: 'customresourcedefinitions', namespaced: false };
+
+function crd(): KubeObject {
+  return {
+    apiVersion: 'apiextensions.k8s.io/v1',
+    kind: 'CustomResourceDefinition',
+    metadata: { name: 'widgets.example.com' },
+    spec: {
+      group: 'example.com',
+      scope: 'Namespaced',
+      names: { plural: 'widgets', singular: 'widget', kind: 'Widget', listKind: 'WidgetList' },
+      versions: [{ name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
+    },
+  };
 }
 
 async function until(check: () => boolean): Promise<void> {
@@ -123,5 +147,90 @@ describe('controller writes guarded by the controller lease', () => {
     const current = (await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!;
     await api.client.update(LEASES, CONTROLLER_LEASE.namespace, { ...current, spec: { ...(current.spec as object), holderIdentity: 'b' } });
     assert.equal((await api.client.create(CONFIGMAPS, 'default', configMap('plain'))).metadata.name, 'plain');
+  });
+
+  /** Another server takes the controller lease (this one's elector has not seen it yet). */
+  async function takeOver(): Promise<void> {
+    const current = (await api.client.get(LEASES, CONTROLLER_LEASE.namespace, CONTROLLER_LEASE.name))!;
+    await api.client.update(LEASES, CONTROLLER_LEASE.namespace, { ...current, spec: { ...(current.spec as object), holderIdentity: 'b' } });
+  }
+
+  /** Runs `write` through the fence over `guarded`, held at the gate while another server takes the lease; it must be refused. */
+  async function heldAcrossTakeover(guarded: ApiClient, write: (client: ApiClient) => Promise<unknown>): Promise<void> {
+    const gated = new FreezableClient(guarded);
+    gated.frozen = true;
+    const late = write(fenced(gated));
+    await until(() => gated.held === 1);
+    await takeOver();
+    gated.thaw();
+    await assert.rejects(late, NotLeaderError);
+    assert.equal(refusals.length, 1);
+    assert.match(refusals[0]!, /the controller lease changed while the write was on its way/);
+  }
+
+  async function namespaceWithTwoConfigMaps(name: string): Promise<void> {
+    await api.client.create(NAMESPACES, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+    for (const cm of ['a', 'b']) await api.client.create(CONFIGMAPS, name, configMap(cm, name));
+  }
+
+  it('a held namespace delete, once another server took the lease, is refused and changes nothing: not the namespace, its phase or its contents', async () => {
+    await namespaceWithTwoConfigMaps('shop');
+    await heldAcrossTakeover(api.client.withWriteGuard(guard), (client) => client.delete(NAMESPACES, undefined, 'shop'));
+    const namespace = await api.client.get(NAMESPACES, undefined, 'shop');
+    assert.ok(namespace, 'the namespace is still there');
+    assert.equal((namespace.status as { phase?: string }).phase, 'Active', 'and not Terminating');
+    assert.deepEqual((await api.client.list(CONFIGMAPS, 'shop')).items.map((cm) => cm.metadata.name), ['a', 'b'], 'its contents are all there');
+  });
+
+  it('every write of a namespace delete carries the guard: a takeover between any two of them stops the rest', async () => {
+    // The delete writes four times: the namespace Terminating, its two ConfigMaps, the namespace
+    // itself. The guard holds for the first `held` of those writes; then another server has the lease.
+    const stale: WriteGuard = { ...guard(), modRevision: guard().modRevision - 1 };
+    for (let held = 0; held <= 4; held++) {
+      const name = `shop-${held}`;
+      await namespaceWithTwoConfigMaps(name);
+      let reads = 0;
+      const deleting = api.client.withWriteGuard(() => (reads++ < held ? guard() : stale)).delete(NAMESPACES, undefined, name);
+      if (held < 4) await assert.rejects(deleting, WriteGuardRefusedError, `refused after ${held} writes`);
+      else await deleting;
+      const namespace = await api.client.get(NAMESPACES, undefined, name);
+      const terminating = !namespace || (namespace.status as { phase?: string }).phase === 'Terminating';
+      const deletedConfigMaps = 2 - (await api.client.list(CONFIGMAPS, name)).items.length;
+      assert.equal(Number(terminating) + deletedConfigMaps + Number(!namespace), held, `exactly the ${held} writes made under the guard landed`);
+    }
+  });
+
+  it('a held CRD delete, once another server took the lease, is refused and leaves no cleanup finalizer or deletion mark', async () => {
+    const withCrds = new LocalClient(api.store, new ResourceRegistry([...RESOURCES, CRD_DEFINITION]));
+    await withCrds.create(CRDS, undefined, crd());
+    await heldAcrossTakeover(withCrds.withWriteGuard(guard), (client) => client.delete(CRDS, undefined, 'widgets.example.com'));
+    const stored = (await withCrds.get(CRDS, undefined, 'widgets.example.com'))!;
+    assert.equal(stored.metadata.deletionTimestamp, undefined);
+    assert.equal(stored.metadata.finalizers, undefined, 'the delete added no finalizer');
+  });
+
+  it('a held eviction, once another server took the lease, is refused and spends no disruption budget', async () => {
+    const labels = { app: 'web' };
+    await api.client.create(PODS, 'default', {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'web-1', namespace: 'default', labels },
+      spec: { containers: [{ name: 'web', image: 'example.com/web:1', command: ['sleep', '1000'] }] },
+    });
+    await api.client.patch(PODS, 'default', 'web-1', 'merge', { status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] } }, 'status');
+    await api.client.create(PODDISRUPTIONBUDGETS, 'default', {
+      apiVersion: 'policy/v1',
+      kind: 'PodDisruptionBudget',
+      metadata: { name: 'web', namespace: 'default' },
+      spec: { minAvailable: 1, selector: { matchLabels: labels } },
+    });
+    const budget = { observedGeneration: 1, disruptionsAllowed: 1, currentHealthy: 2, desiredHealthy: 1, expectedPods: 2 };
+    await api.client.patch(PODDISRUPTIONBUDGETS, 'default', 'web', 'merge', { status: budget }, 'status');
+    await heldAcrossTakeover(api.client.withWriteGuard(guard), (client) => client.evict('default', 'web-1'));
+    const pod = (await api.client.get(PODS, 'default', 'web-1'))!;
+    assert.equal(pod.metadata.deletionTimestamp, undefined, 'the pod was not deleted');
+    const status = (await api.client.get(PODDISRUPTIONBUDGETS, 'default', 'web'))!.status as { disruptionsAllowed?: number; disruptedPods?: object };
+    assert.equal(status.disruptionsAllowed, 1, 'the budget was not spent');
+    assert.equal(status.disruptedPods, undefined);
   });
 });

@@ -59,12 +59,19 @@ export const CRD_DEFINITION: ResourceDefinition = {
     // kube's CRD REST Delete: the cleanup finalizer first, so the objects go before the CRD
     // (CrdServing removes them, then the finalizer, on whichever servers see it first).
     if (!options.dryRun) {
-      await context.store.guaranteedUpdate(CRD_DEFINITION, undefined, name, (crd) => {
-        if (crd.metadata.deletionTimestamp) return crd;
-        const finalizers = crd.metadata.finalizers ?? [];
-        if (!finalizers.includes(CRD_CLEANUP_FINALIZER)) crd.metadata.finalizers = [...finalizers, CRD_CLEANUP_FINALIZER];
-        return crd;
-      });
+      // Under the delete's write guard: a fenced caller's delete leaves no finalizer behind.
+      await context.store.guaranteedUpdate(
+        CRD_DEFINITION,
+        undefined,
+        name,
+        (crd) => {
+          if (crd.metadata.deletionTimestamp) return crd;
+          const finalizers = crd.metadata.finalizers ?? [];
+          if (!finalizers.includes(CRD_CLEANUP_FINALIZER)) crd.metadata.finalizers = [...finalizers, CRD_CLEANUP_FINALIZER];
+          return crd;
+        },
+        options.writeGuard ? { writeGuard: options.writeGuard } : {},
+      );
     }
     return context.store.delete(CRD_DEFINITION, undefined, name, options);
   },

@@ -4,6 +4,7 @@ import { ApiError, errors } from '../errors.js';
 import { isJsonObject, type JsonObject } from '../json.js';
 import { getPath, getString, type KubeObject } from '../objects.js';
 import { labelSelectorFromObject, type LabelSelectorObject, matchesLabels } from '../selectors.js';
+import type { WriteOptions } from '../storage-types.js';
 import { validateSpecAndStatus } from './shared.js';
 import { AGE_COLUMN, ageOf, column, NAME_COLUMN, type Printer } from '../table.js';
 
@@ -59,7 +60,7 @@ const VIOLATION = "Cannot evict pod as it would violate the pod's disruption bud
  * terminating). The decrement is a compare-and-swap, so concurrent evictions cannot share one.
  * A refusal is 429 TooManyRequests, as clients (kubectl drain) expect.
  */
-export async function spendDisruption(context: KindContext, pod: KubeObject, dryRun: boolean): Promise<void> {
+export async function spendDisruption(context: KindContext, pod: KubeObject, options: WriteOptions): Promise<void> {
   const pdbDef = context.kinds.lookup(PDB_DEFINITION.group, PDB_DEFINITION.version, PDB_DEFINITION.plural);
   if (!pdbDef) return;
   const namespace = pod.metadata.namespace ?? 'default';
@@ -112,6 +113,6 @@ export async function spendDisruption(context: KindContext, pod: KubeObject, dry
       }
       return { ...pdb, status: next };
     },
-    { subresource: 'status', dryRun },
+    { ...options, subresource: 'status' },
   );
 }

@@ -32,17 +32,19 @@ const NAMESPACE_PRINTER: Printer = {
 async function deleteNamespace(context: KindContext, name: string, options: DeleteOptions): Promise<DeleteResult> {
   const { store } = context;
   if (options.dryRun) return store.delete(NAMESPACE_DEFINITION, undefined, name, options);
+  // Every write below is the request's: a fenced caller's (a deposed leader's) is refused, each one.
+  const guarded = options.writeGuard ? { writeGuard: options.writeGuard } : {};
   checkPreconditions(NAMESPACE_DEFINITION, name, await store.get(NAMESPACE_DEFINITION, undefined, name), options.preconditions);
   await store.guaranteedUpdate(
     NAMESPACE_DEFINITION,
     undefined,
     name,
     (ns) => ({ ...ns, status: { ...(isJsonObject(ns.status) ? ns.status : {}), phase: 'Terminating' } }),
-    { subresource: 'status' },
+    { ...guarded, subresource: 'status' },
   );
-  const count = await store.deleteNamespaceContents(context.kinds.all, name);
+  const count = await store.deleteNamespaceContents(context.kinds.all, name, guarded);
   context.logger?.info({ namespace: name, objects: count }, 'deleted namespace and its contents');
-  return store.delete(NAMESPACE_DEFINITION, undefined, name);
+  return store.delete(NAMESPACE_DEFINITION, undefined, name, guarded);
 }
 
 export const NAMESPACE_DEFINITION: ResourceDefinition = {

@@ -3,6 +3,7 @@ import { errors, type StatusCause } from '../errors.js';
 import { isJsonObject, jsonEqual } from '../json.js';
 import { MAX_INT32 } from '../limits.js';
 import { getPath, getString, type KubeObject } from '../objects.js';
+import type { WriteOptions } from '../storage-types.js';
 import { defaultPullPolicy } from '../../images/registry/reference.js';
 import { spendDisruption } from './disruption-budgets.js';
 import { validateContainerConfig, validateVolumes } from './pod-config-validation.js';
@@ -295,10 +296,10 @@ function resolveLogContainer(pod: KubeObject, params: PodLogParams): PodLogParam
  * if the budget allows it, and the eviction spends it. Finished, never-started and already
  * terminating pods cost the budget nothing.
  */
-async function beforeEviction(context: KindContext, pod: KubeObject, dryRun: boolean): Promise<void> {
+async function beforeEviction(context: KindContext, pod: KubeObject, options: WriteOptions): Promise<void> {
   const phase = isJsonObject(pod.status) ? pod.status.phase : undefined;
   if (pod.metadata.deletionTimestamp || phase === 'Succeeded' || phase === 'Failed' || phase === 'Pending') return;
-  await spendDisruption(context, pod, dryRun);
+  await spendDisruption(context, pod, options);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -406,9 +406,8 @@ export class ResourceVerbs {
     const hook = def.eviction;
     if (!hook) throw errors.pathNotFound();
     await this.admitExisting(ctx, 'create', { def, namespace, name, subresource: 'eviction' });
-    const dryRun = ctx.dryRun === true;
     const obj = await this.store.get(def, namespace, name);
-    await hook.beforeEviction(this.kindContext, obj, dryRun);
+    await hook.beforeEviction(this.kindContext, obj, writeOptions(ctx));
     await this.store.delete(def, namespace, name, {
       ...writeOptions(ctx),
       ...(options.preconditions ? { preconditions: options.preconditions } : {}),
