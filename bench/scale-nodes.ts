@@ -1,5 +1,5 @@
 /**
- * The simulated nodes of bench/scale.ts, in a process of their own so that their CPU is not the
+ * The simulated nodes of bench/scale.ts and bench/scale-overload.ts, in a process of their own so that their CPU is not the
  * server's. Each node is a Node and a Lease in kube-node-lease, and renews its Lease as the agent
  * does (src/agent/lease-renewal.ts): a blind merge PATCH of the holder, the duration, renewTime and
  * the health annotation, the next one `renew-ms` after the previous one ended; the first renewals
