@@ -289,7 +289,10 @@ describe('JSON merge patch (RFC 7386)', () => {
 
   it('modifies neither argument and returns an independent object', () => {
     const original = pod();
-    const patch: JsonObject = { metadata: { labels: { a: 'b' } }, spec: { tolerations: [{ key: 'x', operator: 'Exists' }] } };
+    const patch: JsonObject = {
+      metadata: { labels: { a: 'b' }, annotations: { new: 'x' } },
+      spec: { tolerations: [{ key: 'x', operator: 'Exists' }], overhead: { cpu: '1' } },
+    };
     const patchCopy = structuredClone(patch);
     const result = applyPatch('merge', original, patch, 'Pod');
     assert.deepEqual(original, pod());
@@ -297,8 +300,13 @@ describe('JSON merge patch (RFC 7386)', () => {
 
     obj(result.status).phase = 'Failed';
     obj(list(at(result, 'spec.tolerations'))[0]).key = 'changed';
+    obj(at(result, 'metadata.annotations')).new = 'changed';
+    obj(at(result, 'spec.overhead')).cpu = 'changed';
+    obj(at(result, 'metadata.labels')).a = 'changed';
     assert.equal(at(original, 'status.phase'), 'Running');
     assert.deepEqual(patch, patchCopy);
+    // Applied again (a retried update), the same patch gives the same result.
+    assert.deepEqual(applyPatch('merge', pod(), patch, 'Pod'), applyPatch('merge', pod(), patchCopy, 'Pod'));
   });
 
   it('stores a "__proto__" key as data instead of changing the prototype', () => {

@@ -42,12 +42,16 @@ export function setOwn(object: JsonObject, key: string, value: JsonValue): void 
  * the result shares no structure with them.
  */
 export function mergePatch(original: JsonValue, patch: JsonValue, consumeOriginal = false): JsonValue {
-  return mergeInto(consumeOriginal ? original : cloneJson(original), cloneJson(patch));
+  return mergeInto(consumeOriginal ? original : cloneJson(original), patch);
 }
 
-/** Merges into `target` in place; both are private copies. */
+/**
+ * Merges into `target` (a private copy) in place. The patch is only read: its objects are merged
+ * key by key into new ones, and what it puts in whole (an array) is copied, so a patch applied
+ * again (a retried update) or read afterwards (managedFields) is the one the client sent.
+ */
 function mergeInto(target: JsonValue | undefined, patch: JsonValue): JsonValue {
-  if (!isJsonObject(patch)) return patch;
+  if (!isJsonObject(patch)) return Array.isArray(patch) ? cloneJson(patch) : patch;
   // A target that is not an object is replaced by the merge of the patch onto `{}`, which is
   // what drops the nulls from a subtree the document did not have.
   const result: JsonObject = isJsonObject(target) ? target : {};
