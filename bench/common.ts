@@ -346,6 +346,15 @@ export interface BenchServer {
 }
 
 /**
+ * Diagnostics: with DROVER_BENCH_SERVER_PROFILE_DIR set, every bench server writes a V8 CPU profile
+ * there when it exits (node's --cpu-prof), for finding where a request's time goes.
+ */
+function serverProfileArgs(): string[] {
+  const dir = process.env.DROVER_BENCH_SERVER_PROFILE_DIR;
+  return dir ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(dir)}`] : [];
+}
+
+/**
  * Spawn `drover server --disable-agent` on 127.0.0.1 with an ephemeral port, wait for its ready
  * line, and read the credentials it wrote. Its output goes to `logFile`.
  */
@@ -354,7 +363,7 @@ export async function startBenchServer(dataDir: string, logFile: string, flags: 
     spawn(
       process.execPath,
       // The benchmarks' pods are processes unless a benchmark passes its own --default-runtime-class (later flags win).
-      [DROVER_BIN, 'server', '--disable-agent', '--https-listen-port', '0', '--bind-address', '127.0.0.1', '--data-dir', dataDir, '--default-runtime-class', 'process', ...flags],
+      [...serverProfileArgs(), DROVER_BIN, 'server', '--disable-agent', '--https-listen-port', '0', '--bind-address', '127.0.0.1', '--data-dir', dataDir, '--default-runtime-class', 'process', ...flags],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     ),
   );
@@ -501,7 +510,7 @@ export function send(
   urlPath: string,
   body: string | undefined,
   contentType = 'application/json',
-): Promise<{ status: number; text: string }> {
+): Promise<{ status: number; text: string; reusedSocket: boolean }> {
   return new Promise((resolve, reject) => {
     const req = https.request(
       {
@@ -522,7 +531,7 @@ export function send(
         let text = '';
         res.setEncoding('utf8');
         res.on('data', (chunk: string) => (text += chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text, reusedSocket: req.reusedSocket }));
         res.on('error', reject);
       },
     );

@@ -15,6 +15,7 @@ import { NODES as NODE_RESOURCE } from '../src/client/types.js';
 import { createLogger } from '../src/logging/logger.js';
 import { NODE_LEASE_NAMESPACE, STATE_LABEL } from '../src/node-protocol/names.js';
 import { BENCH_DIR, type BenchApi, nodeName, processCpuSeconds, round, sleep, stopChild, track } from './common.js';
+import { attributeVerdict, countCauses, type RenewalRecord } from './verdict-attribution.js';
 
 /** What the simulator says of the renewals since its last report. */
 export interface RenewalReport {
@@ -146,8 +147,20 @@ export function cpu(pid: number | undefined): number {
   return pid === undefined ? NaN : processCpuSeconds(pid);
 }
 
-/** Waits until every node is Ready; on failure, says what the states and renewals were. */
+/**
+ * Waits until every simulated node has had a renewal answered, then until every node is Ready; on
+ * failure, says what the states and renewals were. Before its first renewal, a node's last word is
+ * the Lease setup created seconds earlier (and that renewal may wait for a TLS handshake among
+ * hundreds), so it may rightly turn suspect then: false verdicts count only from after this.
+ */
 export async function untilAllReady(nodes: SimulatedNodes, states: NodeStates, count: number): Promise<void> {
+  const deadline = Date.now() + 60_000 + count * 20;
+  for (;;) {
+    const answer = await nodes.ask('renewed');
+    if (answer.allAt !== null) break;
+    if (Date.now() > deadline) throw new Error(`only ${String(answer.renewed)} of ${count} simulated nodes had a renewal answered`);
+    await sleep(200);
+  }
   await until(`all ${count} nodes Ready`, 60_000 + count * 20, () => states.count('Ready') === count).catch(async (error: unknown) => {
     const counts: Record<string, number> = {};
     for (const value of states.state.values()) counts[value || '(none)'] = (counts[value || '(none)'] ?? 0) + 1;
@@ -163,7 +176,7 @@ export interface SilenceRun<T> {
   /** How many nodes there are, and how many go silent (spread over the index range). */
   count: number;
   silentCount: number;
-  /** When every node was first Ready: any other state on a node never silenced after that is a false verdict. */
+  /** When every node was Ready after its first renewal: any other state on a node never silenced after that is a false verdict. */
   allReadyAt: number;
   detectCeilingS: number;
   /** What the load did while the bench waited for the verdicts; asked right after the wait. */
@@ -193,6 +206,7 @@ export async function silenceAndDetect<T>(run: SilenceRun<T>): Promise<{ during:
     .filter((e) => /ControlPlaneDisruption/.test(JSON.stringify(e)))
     .map((e) => e.message ?? '');
   const falseVerdicts = states.changes.filter((c) => c.at >= run.allReadyAt && !silentNames.has(c.node) && c.state !== 'Ready');
+  const causes = await falseVerdictCauses(nodes, falseVerdicts, silencedAt);
   return {
     during,
     detection: {
@@ -202,8 +216,29 @@ export async function silenceAndDetect<T>(run: SilenceRun<T>): Promise<{ during:
       detectionMaxS: detectionS.length ? round(detectionS[detectionS.length - 1]!, 2) : null,
       falseVerdicts: falseVerdicts.length,
       ...(falseVerdicts.length ? { firstFalseVerdicts: falseVerdicts.slice(0, 5) } : {}),
+      ...causes,
       controlPlaneDisruptions: disruptions.slice(0, 3),
     },
+  };
+}
+
+/** The controller's suspect threshold at the server's default grace (4 s): what a silence on the wire must exceed. */
+const SUSPECT_AFTER_MS = 2000;
+
+/**
+ * Why each false verdict came (bench/verdict-attribution.ts): the simulated node's own record of
+ * its renewals before it says whether it was silent on the wire, and by whose delay.
+ */
+async function falseVerdictCauses(nodes: SimulatedNodes, falseVerdicts: readonly { node: string; at: number }[], silencedAt: number): Promise<Record<string, unknown>> {
+  if (!falseVerdicts.length) return {};
+  const indexOf = (name: string): number => Number(name.slice(name.lastIndexOf('-') + 1));
+  const indices = [...new Set(falseVerdicts.map((c) => indexOf(c.node)))];
+  const { history } = (await nodes.ask(`history ${indices.join(',')}`)) as unknown as { history: Record<string, RenewalRecord[]> };
+  const attributions = falseVerdicts.map((c) => ({ node: c.node, sinceSilenceMs: c.at - silencedAt, ...attributeVerdict(c.at, history[String(indexOf(c.node))] ?? [], SUSPECT_AFTER_MS) }));
+  return {
+    falseVerdictCauses: countCauses(attributions),
+    falseVerdictsOverNewConnections: attributions.filter((a) => a.newConnection).length,
+    firstAttributions: attributions.slice(0, 5),
   };
 }
 
@@ -213,5 +248,7 @@ export function describeDetection(r: Record<string, unknown>, detectCeilingS: nu
     r.detected === r.silenced
       ? `${String(r.detected)}/${String(r.silenced)} detected, p50 ${String(r.detectionP50S)} s, max ${String(r.detectionMaxS)} s`
       : `only ${String(r.detected)}/${String(r.silenced)} detected within ${detectCeilingS} s`;
-  return `    ${detection}; false verdicts ${String(r.falseVerdicts)}`;
+  const causes = r.falseVerdictCauses as Record<string, number> | undefined;
+  const why = causes ? ` (${Object.entries(causes).map(([cause, n]) => `${cause} ${n}`).join(', ')})` : '';
+  return `    ${detection}; false verdicts ${String(r.falseVerdicts)}${why}`;
 }

@@ -15,8 +15,12 @@
  * Commands on stdin, one per line; answers on stdout as one JSON line each:
  *   setup            create the Nodes and Leases → {"ready": true, "ms": …}
  *   start            begin renewing → {"started": true}
+ *   renewed          how many nodes have had a renewal answered 200, and when the last of them
+ *                    first had (epoch ms, null until all have) → {"renewed": n, "allAt": …}
  *   report           renewals since the last report: count, 2xx, 429, other errors, latencies → {...}
  *   silence i,j,…    those nodes stop renewing (a host lost) → {"silenced": n, "at": <epoch ms>}
+ *   history i,j,…    those nodes' last renewals as sent (due, sent, answered; epoch ms)
+ *                    → {"history": {"<i>": [RenewalRecord, …]}} (bench/verdict-attribution.ts)
  *   bulk <per-s> <max-outstanding>
  *                    start the bulk lister: a list of all Nodes every 1/<per-s> s whatever the
  *                    answers (open loop), at most <max-outstanding> unanswered; `bulk 0 0` stops it
@@ -30,6 +34,7 @@ import { performance } from 'node:perf_hooks';
 import { kubeMicroTime } from '../src/apiserver/objects.js';
 import { HEALTH_ANNOTATION, leaseHolderIdentity, NODE_LEASE_NAMESPACE, RELEASED_ANNOTATION } from '../src/node-protocol/names.js';
 import { nodeName, nodeObject, percentile, type PatchTarget, send } from './common.js';
+import type { RenewalRecord } from './verdict-attribution.js';
 
 const [url, caFile, tokenFile, countText, renewText, firstText, connectionsText, credentialsFile] = process.argv.slice(2);
 if (!url || !caFile || !tokenFile) throw new Error('usage: scale-nodes.ts <url> <ca file> <token file> <nodes> <renew-ms> <first index>');
@@ -77,6 +82,18 @@ interface Window {
   firstError?: string;
 }
 let window: Window = { sent: 0, ok: 0, tooMany: 0, errors: 0, latencies: [] };
+
+/** Each node's last renewals (due, sent, answered), for telling its own lateness from the server's. */
+const HISTORY_LENGTH = 120;
+const history = new Map<number, RenewalRecord[]>();
+const epochNow = (): number => performance.timeOrigin + performance.now();
+/**
+ * Nodes with a renewal answered. Until a node's first one, its last word is the Lease that setup
+ * created, seconds before, so a verdict on it then says nothing of the server (the bench counts
+ * false verdicts only once every node has renewed).
+ */
+const renewedOnce = new Set<number>();
+let allRenewedAt: number | null = null;
 
 function say(message: unknown): void {
   process.stdout.write(`${JSON.stringify(message)}\n`);
@@ -130,7 +147,12 @@ function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   });
 }
 
-async function renew(index: number): Promise<void> {
+async function renew(index: number, dueAt: number): Promise<void> {
+  const record: RenewalRecord = { dueAt, sentAt: epochNow() };
+  const records = history.get(index) ?? [];
+  if (records.length >= HISTORY_LENGTH) records.shift();
+  records.push(record);
+  history.set(index, records);
   const body = JSON.stringify({ metadata: { annotations: { [HEALTH_ANNOTATION]: HEALTH, [RELEASED_ANNOTATION]: null } }, spec: leaseSpec(index) });
   const path = `/apis/coordination.k8s.io/v1/namespaces/${NODE_LEASE_NAMESPACE}/leases/${nodeName(index)}`;
   const counted = window;
@@ -139,6 +161,12 @@ async function renew(index: number): Promise<void> {
   try {
     const res = await withTimeout(send(renewalTargets?.[index - FIRST] ?? target, 'PATCH', path, body, 'application/merge-patch+json'), REQUEST_TIMEOUT_MS);
     counted.latencies.push(performance.now() - t0);
+    record.answeredAt = epochNow();
+    if (!res.reusedSocket) record.newConnection = true;
+    if (res.status === 200 && !renewedOnce.has(index)) {
+      renewedOnce.add(index);
+      if (renewedOnce.size === COUNT) allRenewedAt = record.answeredAt;
+    }
     if (res.status === 200) counted.ok++;
     else if (res.status === 429) counted.tooMany++;
     else {
@@ -152,9 +180,10 @@ async function renew(index: number): Promise<void> {
 }
 
 function loop(index: number, delayMs: number): void {
+  const dueAt = epochNow() + delayMs;
   setTimeout(() => {
     if (!running || silenced.has(index)) return;
-    void renew(index).finally(() => loop(index, RENEW_MS));
+    void renew(index, dueAt).finally(() => loop(index, RENEW_MS));
   }, delayMs);
 }
 
@@ -267,6 +296,9 @@ lines.on('line', (line) => {
       for (let k = 0; k < COUNT; k++) loop(FIRST + k, (k * RENEW_MS) / COUNT);
       say({ started: true });
       break;
+    case 'renewed':
+      say({ renewed: renewedOnce.size, allAt: allRenewedAt });
+      break;
     case 'report':
       report();
       break;
@@ -274,6 +306,11 @@ lines.on('line', (line) => {
       const indices = (argument ?? '').split(',').filter(Boolean).map(Number);
       for (const index of indices) silenced.add(index);
       say({ silenced: indices.length, at: Date.now() });
+      break;
+    }
+    case 'history': {
+      const indices = (argument ?? '').split(',').filter(Boolean).map(Number);
+      say({ history: Object.fromEntries(indices.map((index) => [String(index), history.get(index) ?? []])) });
       break;
     }
     case 'bulk': {

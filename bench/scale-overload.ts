@@ -189,7 +189,7 @@ async function runOverload(flowControl: boolean, listRate: number | undefined): 
     // Last, the overload still on, in both passes alike: a scrape of /metrics costs the server a read
     // of every Node (its node-state gauge) and is suspected of delaying renewals into false suspicions.
     const scraped = await flowControlFigures(server);
-    const levels = flowControl ? scraped : undefined;
+    const levels = flowControl || 'unreachable' in scraped ? scraped : undefined;
     await lister.ask('bulk 0 0');
     const renewalTimeouts = (r: RenewalReport): number => r.errors; // every renewal error here was a missing answer, see firstError
     return {
@@ -243,18 +243,29 @@ async function runOverload(flowControl: boolean, listRate: number | undefined): 
   }
 }
 
-/** The server's flow-control series from /metrics, per level: seats, executing, queued, refused. */
-async function flowControlFigures(server: { url: string; adminToken: string; caPem: string }): Promise<Record<string, Record<string, number>>> {
-  const text = await new Promise<string>((resolve, reject) => {
-    https
-      .get(`${server.url}/metrics`, { ca: server.caPem, headers: { Authorization: `Bearer ${server.adminToken}` } }, (res) => {
+/**
+ * The server's flow-control series from /metrics, per level: seats, executing, queued, refused.
+ * The scrape needs a new connection: an overloaded server may not accept one for minutes (libuv
+ * accepts one connection per turn of the event loop, and the kernel's queue of 511 fills), so it
+ * gives up after SCRAPE_CEILING_MS and says so.
+ */
+const SCRAPE_CEILING_MS = 15_000;
+async function flowControlFigures(server: { url: string; adminToken: string; caPem: string }): Promise<Record<string, Record<string, number>> | { unreachable: string }> {
+  let text: string;
+  try {
+    text = await new Promise<string>((resolve, reject) => {
+      const req = https.get(`${server.url}/metrics`, { ca: server.caPem, agent: false, headers: { Authorization: `Bearer ${server.adminToken}` } }, (res) => {
         let body = '';
         res.setEncoding('utf8');
         res.on('data', (c: string) => (body += c));
         res.on('end', () => resolve(body));
-      })
-      .on('error', reject);
-  });
+      });
+      req.setTimeout(SCRAPE_CEILING_MS, () => req.destroy(new Error(`no answer within ${SCRAPE_CEILING_MS / 1000} s (the connection not accepted, or the request not read)`)));
+      req.on('error', reject);
+    });
+  } catch (error) {
+    return { unreachable: error instanceof Error ? error.message : String(error) };
+  }
   const levels: Record<string, Record<string, number>> = {};
   for (const match of text.matchAll(/^drover_apiserver_flowcontrol_(\w+)\{level="([^"]+)"(?:,reason="([^"]+)")?\} (\S+)$/gm)) {
     const [, series, level, reason, value] = match;

@@ -21,7 +21,9 @@
  * per second); then --silent-percent of the nodes (spread over the index range) stop renewing, and
  * it reports how many the controller called Unavailable within --detect-ceiling-s, and when
  * (seconds from the silence), and the false verdicts: any state other than Ready on a node that
- * was never silenced, at any time after all were Ready.
+ * was never silenced, at any time after every node had renewed once and all were Ready, each put
+ * down to the simulator's lateness, a late answer, or the server's view of a node that renewed on
+ * time on the wire (bench/verdict-attribution.ts).
  *
  * The baseline is the SQLite run: the etcd figures are also printed as ratios to it (CPU per
  * renewal, p99). Writes bench/results/scale.json. Every process started here is stopped by PID
