@@ -237,7 +237,7 @@ async function falseVerdictCauses(nodes: SimulatedNodes, falseVerdicts: readonly
   const attributions = falseVerdicts.map((c) => ({ node: c.node, sinceSilenceMs: c.at - silencedAt, ...attributeVerdict(c.at, history[String(indexOf(c.node))] ?? [], SUSPECT_AFTER_MS) }));
   return {
     falseVerdictCauses: countCauses(attributions),
-    falseVerdictsOverNewConnections: attributions.filter((a) => a.newConnection).length,
+    falseVerdictsAfterAConnectionWait: attributions.filter((a) => a.waitedForConnection).length,
     firstAttributions: attributions.slice(0, 5),
   };
 }

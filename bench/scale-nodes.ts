@@ -162,7 +162,7 @@ async function renew(index: number, dueAt: number): Promise<void> {
     const res = await withTimeout(send(renewalTargets?.[index - FIRST] ?? target, 'PATCH', path, body, 'application/merge-patch+json'), REQUEST_TIMEOUT_MS);
     counted.latencies.push(performance.now() - t0);
     record.answeredAt = epochNow();
-    if (!res.reusedSocket) record.newConnection = true;
+    if (!res.reusedSocket) record.waitedForConnection = true;
     if (res.status === 200 && !renewedOnce.has(index)) {
       renewedOnce.add(index);
       if (renewedOnce.size === COUNT) allRenewedAt = record.answeredAt;

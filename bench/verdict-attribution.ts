@@ -20,8 +20,12 @@ export interface RenewalRecord {
   sentAt: number;
   /** When its answer came back; absent if it had none (yet). */
   answeredAt?: number;
-  /** It went over a new connection (a TLS handshake first), not a kept-alive one. */
-  newConnection?: true;
+  /**
+   * It did not go out at once over an idle kept-alive connection: it opened a new one (a TLS
+   * handshake first) or, with connections shared, waited in the simulator's pool for a free one
+   * (Node's `request.reusedSocket` is false in both cases).
+   */
+  waitedForConnection?: true;
 }
 
 export type VerdictCause =
@@ -41,8 +45,8 @@ export interface VerdictAttribution {
   /** Of that gap: the previous renewal's answer time as the node saw it, and the next one's timer lateness (ms). */
   answerMs?: number;
   simulatorLateMs?: number;
-  /** The renewal that opened the gap went over a new connection. */
-  newConnection?: true;
+  /** The renewal that opened the gap waited for a connection (see RenewalRecord). */
+  waitedForConnection?: true;
 }
 
 /** Looked back this far before the verdict for the gap (a suspect verdict follows a gap of seconds). */
@@ -70,7 +74,7 @@ export function attributeVerdict(verdictAt: number, records: readonly RenewalRec
       gapFrom: previous.sentAt,
       ...(answerMs !== undefined ? { answerMs } : {}),
       ...(simulatorLateMs !== undefined ? { simulatorLateMs } : {}),
-      ...(previous.newConnection ? { newConnection: true as const } : {}),
+      ...(previous.waitedForConnection ? { waitedForConnection: true as const } : {}),
     };
   }
   return worst;
