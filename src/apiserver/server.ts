@@ -63,6 +63,16 @@ function clientErrorStatus(code: string | undefined): { status: number; text: st
   }
 }
 
+/**
+ * Connections the kernel may hold for this server before it accepts them (capped by the system's
+ * net.core.somaxconn). Node's default is 511, and Node (libuv) accepts one connection per turn of
+ * the event loop: when many agents reconnect at once (a server restart, a network coming back) or
+ * the loop is busy, a queue of 511 overflows and the kernel drops the next SYNs, which their
+ * senders retry after 1, 3 and 7 s. A deeper queue makes them wait their turn instead; Go's
+ * servers (kube-apiserver) listen with somaxconn.
+ */
+export const LISTEN_BACKLOG = 4096;
+
 export class ApiServer {
   private readonly server: https.Server;
   private readonly handler: ApiHandler;
@@ -137,7 +147,7 @@ export class ApiServer {
     return new Promise((resolve, reject) => {
       const onError = (error: Error): void => reject(error);
       this.server.once('error', onError);
-      this.server.listen(options.port, options.host, () => {
+      this.server.listen({ port: options.port, host: options.host, backlog: LISTEN_BACKLOG }, () => {
         this.server.off('error', onError);
         resolve(this.server.address() as AddressInfo);
       });

@@ -16,6 +16,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { pino } from 'pino';
+import { LISTEN_BACKLOG } from '../../src/apiserver/server.js';
 import type { ObjectStore } from '../../src/apiserver/storage.js';
 import { startInProcessApiServer } from '../helpers/api-server.js';
 import { connectTls, expectQuietLog, expectStatusBody, type HeldWatch, holdWatch, readUntilClosed } from '../helpers/hostile.js';
@@ -74,6 +75,43 @@ describe('slow and idle clients', () => {
     t.diagnostic(`cut after ${closedAfterMs} ms (handshake bound ${HEADER_MS} ms)`);
     assert.ok(closedAfterMs >= HEADER_MS, `cut after ${closedAfterMs} ms, before the bound`);
     await expectQuietLog(server, mark, 'silent TCP connection');
+  });
+
+  it('a burst of connections to a stopped server all get through the TCP handshake: the listen queue is deeper than Node’s 511', async (t) => {
+    const somaxconn = Number(fs.readFileSync('/proc/sys/net/core/somaxconn', 'utf8').trim());
+    const queue = Math.min(LISTEN_BACKLOG, somaxconn);
+    // More than Node's default queue, and within this one (the kernel holds queue + 1).
+    const burst = Math.min(700, queue);
+    t.diagnostic(`somaxconn ${somaxconn}: queue ${queue}, burst ${burst}`);
+    // The server accepts nothing while stopped: every connection of the burst waits in the queue.
+    process.kill(server.pid, 'SIGSTOP');
+    const sockets: net.Socket[] = [];
+    try {
+      const connected = await Promise.all(
+        Array.from(
+          { length: burst },
+          () =>
+            new Promise<boolean>((resolve) => {
+              const socket = net.connect({ host: '127.0.0.1', port: server.port });
+              sockets.push(socket);
+              // A dropped SYN is retried after 1 s: connected within 900 ms means it was queued at once.
+              const timer = setTimeout(() => resolve(false), 900);
+              socket.once('connect', () => {
+                clearTimeout(timer);
+                resolve(true);
+              });
+              socket.on('error', () => resolve(false));
+            }),
+        ),
+      );
+      const waiting = connected.filter((c) => !c).length;
+      assert.equal(waiting, 0, `${waiting} of ${burst} connections were not queued at once (their SYNs dropped: a queue of Node's default 511?)`);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      process.kill(server.pid, 'SIGCONT');
+    }
+    // Back, it still answers (the burst's connections are already closed).
+    await eventually(async () => (await request(server, 'GET', '/version')).status === 200, 'the server answers after the burst', 30_000);
   });
 
   it('plain HTTP on the HTTPS port is closed at once', async () => {
