@@ -435,7 +435,10 @@ export class ObjectStore implements KindStore {
     if (wantedVersion !== undefined && wantedVersion !== '' && wantedVersion !== current.metadata.resourceVersion) {
       throw errors.modified(def, name);
     }
-    const next = prepareForUpdate(def, current, proposed, options);
+    // The kind's rules rewrite the proposal's metadata (its resourceVersion first): on a copy, so
+    // that an attempt made again after a lost compare-and-swap still carries the caller's
+    // precondition (an update function may hand back the same object every time, as a PUT does).
+    const next = prepareForUpdate(def, current, { ...proposed, metadata: { ...proposed.metadata } }, options);
     // A status write keeps the stored metadata and spec, which were valid when written.
     if (options.subresource === 'status') this.validateStatus(def, next);
     else this.validate(def, next, current, options.subresource);
