@@ -17,6 +17,16 @@ import { NODE_LEASE_NAMESPACE, STATE_LABEL } from '../src/node-protocol/names.js
 import { BENCH_DIR, type BenchApi, nodeName, processCpuSeconds, round, sleep, stopChild, track } from './common.js';
 import { attributeVerdict, countCauses, type RenewalRecord } from './verdict-attribution.js';
 
+/** The options both scale benches take for the simulated nodes and the silence phase (parseBenchArgs). */
+export const SIMULATION_OPTIONS = {
+  nodes: { default: 2000, min: 1 },
+  'silent-percent': { default: 5, min: 0 },
+  'warmup-s': { default: 10, min: 0 },
+  'measure-s': { default: 15, min: 1 },
+  'detect-ceiling-s': { default: 20, min: 1 },
+  'renew-ms': { default: 1000, min: 100 },
+};
+
 /** What the simulator says of the renewals since its last report. */
 export interface RenewalReport {
   sent: number;

@@ -40,16 +40,11 @@ import {
   stopChild,
   writeResult,
 } from './common.js';
-import { cpu, describeDetection, NodeStates, type RenewalReport, SimulatedNodes, silenceAndDetect, untilAllReady } from './scale-harness.js';
+import { cpu, describeDetection, NodeStates, type RenewalReport, SIMULATION_OPTIONS, SimulatedNodes, silenceAndDetect, untilAllReady } from './scale-harness.js';
 import { issueCertificate } from '../src/security/pki.js';
 
 const { n } = parseBenchArgs({
-  nodes: { default: 2000, min: 1 },
-  'silent-percent': { default: 5, min: 0 },
-  'warmup-s': { default: 10, min: 0 },
-  'measure-s': { default: 15, min: 1 },
-  'detect-ceiling-s': { default: 20, min: 1 },
-  'renew-ms': { default: 1000, min: 100 },
+  ...SIMULATION_OPTIONS,
   'list-rate': { default: 0, min: 0 },
   'max-outstanding-lists': { default: 200, min: 1 },
   'max-requests-inflight': { default: 0, min: 0 },

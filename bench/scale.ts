@@ -53,7 +53,7 @@ import {
   writeResult,
 } from './common.js';
 import { type EtcdProc, startEtcd } from './etcd-process.js';
-import { cpu, describeDetection, NodeStates, type RenewalReport, SimulatedNodes, silenceAndDetect, untilAllReady } from './scale-harness.js';
+import { cpu, describeDetection, NodeStates, type RenewalReport, SIMULATION_OPTIONS, SimulatedNodes, silenceAndDetect, untilAllReady } from './scale-harness.js';
 
 // The overload mode moved to a bench of its own: say which, rather than "unknown option".
 const argv = process.argv.slice(2);
@@ -66,12 +66,7 @@ if (overloadAt >= 0) {
 
 const { n, flags: args } = parseBenchArgs(
   {
-    nodes: { default: 2000, min: 1 },
-    'silent-percent': { default: 5, min: 0 },
-    'warmup-s': { default: 10, min: 0 },
-    'measure-s': { default: 15, min: 1 },
-    'detect-ceiling-s': { default: 20, min: 1 },
-    'renew-ms': { default: 1000, min: 100 },
+    ...SIMULATION_OPTIONS,
     connections: { default: 0, min: 0 },
   },
   { flags: { datastores: { type: 'string', default: 'sqlite,etcd' }, 'etcd-data': { type: 'string', default: 'disk' } } },
