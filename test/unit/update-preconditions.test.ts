@@ -3,14 +3,23 @@
  * (src/apiserver/storage.ts, guaranteedUpdate), including the attempt made again after the first
  * one, started from this server's last known object, lost its compare-and-swap. Real ObjectStore
  * on an in-memory SQLite datastore; two writers with the same resourceVersion at once, as two
- * `kubectl replace` or two servers taking an expired controller lease: exactly one may win.
+ * `kubectl replace` or two servers taking an expired controller lease: exactly one may win. And
+ * an attempt made again starts from the body as sent, not from what the stale attempt filled in
+ * from the stored object (a Service's allocated node port).
  */
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { ApiError } from '../../src/apiserver/errors.js';
 import type { KubeObject } from '../../src/apiserver/objects.js';
-import { CONFIGMAPS, LEASES } from '../../src/client/types.js';
+import { BUILT_IN_NAMESPACES, ResourceRegistry } from '../../src/apiserver/resources.js';
+import { ObjectStore } from '../../src/apiserver/storage.js';
+import { LocalClient } from '../../src/client/local.js';
+import { CONFIGMAPS, LEASES, NAMESPACES, type ResourceRef } from '../../src/client/types.js';
+import { openSqliteDatastore } from '../../src/datastore/sqlite.js';
+import { parseServiceNetwork } from '../../src/node-protocol/service-network.js';
 import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
+
+const SERVICES: ResourceRef = { group: '', version: 'v1', plural: 'services', namespaced: true };
 
 const ROUNDS = 20;
 
@@ -65,6 +74,40 @@ describe('update preconditions under concurrent writers', () => {
       assert.equal(won.length, 1, `round ${round}: both candidates were told they hold the lease`);
       const stored = await api.client.get(LEASES, 'default', name);
       assert.equal((stored?.spec as { holderIdentity?: string }).holderIdentity, won[0]);
+    }
+  });
+
+  it('a replace that keeps a Service’s node port, made again after losing to a write that moved the port, keeps the new port (not the one its stale attempt filled in)', async () => {
+    const datastore = openSqliteDatastore(':memory:');
+    try {
+      const { network } = parseServiceNetwork({ clusterCidr: '10.42.0.0/16', serviceCidr: '10.96.0.0/24', serviceNodePortRange: '30000-30099', clusterDns: '10.96.0.10', clusterDomain: 'cluster.local' });
+      const client = new LocalClient(new ObjectStore(datastore), new ResourceRegistry(), { serviceNetwork: network! });
+      for (const name of BUILT_IN_NAMESPACES) await client.create(NAMESPACES, undefined, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+      const stale: number[] = [];
+      for (let round = 0; round < ROUNDS; round++) {
+        const name = `svc-${round}`;
+        const ports = (nodePort?: number): unknown[] => [{ name: 'http', port: 80, protocol: 'TCP', targetPort: 80, ...(nodePort ? { nodePort } : {}) }];
+        const made = await client.create(SERVICES, 'default', { apiVersion: 'v1', kind: 'Service', metadata: { name, namespace: 'default' }, spec: { type: 'NodePort', selector: { app: name }, ports: ports(30000 + 2 * round) } });
+        // Updated once by this server: its guess for the next updates.
+        const known = await client.update(SERVICES, 'default', { ...made, metadata: { ...made.metadata, labels: { round: String(round) } } });
+        const spec = known.spec as Record<string, unknown>;
+        const moved = 30001 + 2 * round;
+        // One writer moves the port; the other replaces the Service without naming a port or a
+        // resourceVersion (the port is then kept as allocated), at once.
+        const { metadata } = known;
+        const { resourceVersion: _rv, ...unversioned } = metadata;
+        await Promise.all([
+          client.update(SERVICES, 'default', { ...known, spec: { ...spec, ports: ports(moved) } }),
+          client.update(SERVICES, 'default', { ...known, metadata: unversioned, spec: { ...spec, ports: ports(), selector: { app: name, replaced: 'yes' } } }),
+        ]);
+        const stored = await client.get(SERVICES, 'default', name);
+        const port = ((stored?.spec as { ports: { nodePort: number }[] }).ports[0]!).nodePort;
+        // Either order ends at the moved port: the replace keeps whatever is allocated when it lands.
+        if (port !== moved) stale.push(round);
+      }
+      assert.deepEqual(stale, [], `rounds whose replace put the old node port back: ${stale.join(', ')}`);
+    } finally {
+      datastore.close();
     }
   });
 });

@@ -194,17 +194,23 @@ export class ResourceVerbs {
     }
     const uid = obj.metadata.uid;
     const target = { def, namespace, name, ...(subresource ? { subresource } : {}) };
+    // Admission and the kind's rules fill the body in from the stored object (a Service's
+    // allocated node ports, say). An attempt made again after a lost compare-and-swap starts from
+    // the body as sent, not from what the stale attempt filled in.
+    const sent = structuredClone(obj);
+    let attempt = 0;
     const object = await this.store.guaranteedUpdate(
       def,
       namespace,
       name,
       async (current) => {
+        const proposal = attempt++ === 0 ? obj : structuredClone(sent);
         // A uid in the body is a precondition, as in Kubernetes: it names one incarnation.
         checkPreconditions(def, name, current, { uid });
-        await this.admit(ctx, 'update', target, obj, current);
-        await this.authorizeWrite(ctx, def, { verb: 'update', namespace, name, object: obj, oldObject: current });
-        if (!subresource) await def.admitUpdate?.(this.kindContext, obj, current);
-        return obj;
+        await this.admit(ctx, 'update', target, proposal, current);
+        await this.authorizeWrite(ctx, def, { verb: 'update', namespace, name, object: proposal, oldObject: current });
+        if (!subresource) await def.admitUpdate?.(this.kindContext, proposal, current);
+        return proposal;
       },
       { ...writeOptions(ctx), fieldManager: tracking(ctx, def, subresource), ...(subresource ? { subresource } : {}) },
     );
