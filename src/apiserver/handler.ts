@@ -458,9 +458,11 @@ export class ApiHandler {
     }
     if (this.options.flowControl) {
       const follow = request.subresource === 'log' && queryBool(url.searchParams, 'follow');
-      const limit = Number(url.searchParams.get('limit')) || undefined;
-      const storedObjects = verb === 'list' ? this.options.store.watchCache(def)?.size : undefined;
-      await this.takeSeat(this.options.flowControl, res, classify({ user: user.name, groups: user.groups, ...attributes, follow, limit, storedObjects }));
+      // Only a list's seats depend on its page size and on how many objects it would walk.
+      const listSize = verb === 'list'
+        ? { limit: Number(url.searchParams.get('limit')) || undefined, storedObjects: this.options.store.watchCache(def)?.size }
+        : {};
+      await this.takeSeat(this.options.flowControl, res, classify({ user: user.name, groups: user.groups, ...attributes, follow, ...listSize }));
     }
     checkWriteOptions(verb, url.searchParams);
     const fieldManager = url.searchParams.get('fieldManager');
