@@ -86,8 +86,8 @@ async function connectDatastore(settings: ServerSettings, serverDir: string, log
   const endpoints = match[1]!.split(',').map((h) => `${scheme}://${h.trim()}`);
   logger.info({ endpoints }, 'using an external etcd datastore');
   // Loaded only when used: the gRPC stack costs a few hundred milliseconds of start-up.
-  const { openEtcdDatastore } = await import('../datastore/etcd.js');
-  return openEtcdDatastore({
+  const { openEtcdDatastoreInThread } = await import('../datastore/etcd-thread.js');
+  return openEtcdDatastoreInThread({
     endpoints,
     ...(tls.caFile ? { caFile: tls.caFile } : {}),
     ...(tls.certFile ? { certFile: tls.certFile } : {}),

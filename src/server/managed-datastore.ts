@@ -205,8 +205,8 @@ export async function openManagedDatastore(options: ManagedDatastoreOptions): Pr
   }
   joined = true;
   if (etcd.hasExited()) throw new ManagedEtcdError('the managed etcd member exited during start-up; see server/etcd.log');
-  const { openEtcdDatastore } = await import('../datastore/etcd.js');
-  const datastore = await openEtcdDatastore({
+  const { openEtcdDatastoreInThread } = await import('../datastore/etcd-thread.js');
+  const datastore = await openEtcdDatastoreInThread({
     endpoints: [etcd.endpoint],
     ca: etcd.clientTls.ca,
     cert: etcd.clientTls.cert,
@@ -248,8 +248,8 @@ export async function openMemberlessDatastore(options: ManagedDatastoreOptions):
     writeFileAtomic(certFile, issued.certificatePem, 0o644);
   }
   options.logger.info({ endpoints }, 'control-plane only: using the cluster’s etcd members');
-  const { openEtcdDatastore } = await import('../datastore/etcd.js');
-  const datastore = await openEtcdDatastore({ endpoints, ca: ca.certificatePem, certFile, keyFile });
+  const { openEtcdDatastoreInThread } = await import('../datastore/etcd-thread.js');
+  const datastore = await openEtcdDatastoreInThread({ endpoints, ca: ca.certificatePem, certFile, keyFile });
   return {
     datastore,
     access: { endpoints, ca: ca.certificatePem, cert: fs.readFileSync(certFile, 'utf8'), key: fs.readFileSync(keyFile, 'utf8') },
