@@ -15,7 +15,7 @@
 import { Worker } from 'node:worker_threads';
 
 import { type EtcdOptions } from './etcd.js';
-import { type CallArgs, type CallMethod, fromWireError, type Reply, type Request, reviveEvent, reviveResult } from './etcd/thread-protocol.js';
+import { type CallArgs, type CallMethod, fromWireError, Outbox, type Reply, type Request, reviveEvent, reviveResult } from './etcd/thread-protocol.js';
 import { WatchDelivery } from './watch-delivery.js';
 import {
   type Datastore,
@@ -62,10 +62,16 @@ export class ThreadedEtcdDatastore implements Datastore {
   private nextId = 1;
   /** Why calls fail from now on: closed, or the thread died. */
   private ended: Error | undefined;
+  private readonly outbox: Outbox<Request>;
 
   /** @internal Use {@link openEtcdDatastoreInThread}. */
   constructor(private readonly worker: Worker) {
-    worker.on('message', (reply: Reply) => this.receive(reply));
+    this.outbox = new Outbox((requests, transfer) => {
+      if (!this.ended) worker.postMessage(requests, transfer);
+    });
+    worker.on('message', (replies: Reply[]) => {
+      for (const reply of replies) this.receive(reply);
+    });
     worker.on('error', (error) => this.end(new DatastoreError(`the etcd datastore's thread failed: ${error.message}`, { cause: error })));
     worker.on('exit', (code) => this.end(new DatastoreError(`the etcd datastore's thread exited (code ${code})`)));
   }
@@ -119,8 +125,8 @@ export class ThreadedEtcdDatastore implements Datastore {
     void this.worker.terminate();
   }
 
-  private send(request: Request, transfer: ArrayBuffer[] = []): void {
-    this.worker.postMessage(request, transfer);
+  private send(request: Request, transfer?: ArrayBuffer[]): void {
+    this.outbox.add(request, transfer);
   }
 
   private call<M extends CallMethod>(method: M, args: CallArgs<M>, transfer: ArrayBuffer[] = []): Promise<Awaited<ReturnType<Datastore[M]>>> {
@@ -221,8 +227,9 @@ function ownCopy(value: Buffer): { own: Buffer; transfer: ArrayBuffer[] } {
 export async function openEtcdDatastoreInThread(options: EtcdOptions): Promise<ThreadedEtcdDatastore> {
   const worker = startWorker(options);
   await new Promise<void>((resolve, reject) => {
-    const onMessage = (reply: Reply): void => {
-      if (reply.kind !== 'opened' && reply.kind !== 'open-failed') return;
+    const onMessage = (replies: Reply[]): void => {
+      const reply = replies.find((r) => r.kind === 'opened' || r.kind === 'open-failed');
+      if (!reply) return;
       cleanup();
       if (reply.kind === 'opened') resolve();
       else reject(fromWireError(reply.error));

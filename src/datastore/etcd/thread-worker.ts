@@ -8,13 +8,21 @@ import { parentPort, workerData } from 'node:worker_threads';
 
 import { type Watch } from '../types.js';
 import { type EtcdOptions, openEtcdDatastore } from '../etcd.js';
-import { type CallMethod, detachEvents, detachResult, type Reply, type Request, toWireError } from './thread-protocol.js';
+import { type CallMethod, detachEvents, detachResult, Outbox, type Reply, type Request, toWireError } from './thread-protocol.js';
 
 const port = parentPort;
 if (!port) throw new Error('thread-worker.ts runs only as a worker thread (see src/datastore/etcd-thread.ts)');
 
-function send(reply: Reply, transfer: ArrayBuffer[] = []): void {
-  port!.postMessage(reply, transfer);
+const outbox = new Outbox<Reply>((replies, transfer) => port!.postMessage(replies, transfer));
+
+function send(reply: Reply, transfer?: ArrayBuffer[]): void {
+  outbox.add(reply, transfer);
+}
+
+/** The last replies, then the port closes (the thread then ends once the datastore has). */
+function closePort(): void {
+  outbox.flush();
+  port!.close();
 }
 
 function failure(error: unknown): { error: ReturnType<typeof toWireError>; transfer: ArrayBuffer[] } {
@@ -29,7 +37,7 @@ async function main(): Promise<void> {
   } catch (error) {
     const { error: wire, transfer } = failure(error);
     send({ kind: 'open-failed', error: wire }, transfer);
-    port!.close();
+    closePort();
     return;
   }
   const datastore = store;
@@ -46,7 +54,7 @@ async function main(): Promise<void> {
     }
   };
 
-  port!.on('message', (request: Request) => {
+  const handle = (request: Request): void => {
     switch (request.kind) {
       case 'call':
         void call(request.id, request.method, request.args);
@@ -79,16 +87,19 @@ async function main(): Promise<void> {
         void datastore.close().then(
           () => {
             send({ kind: 'result', id: request.id, value: undefined });
-            port!.close();
+            closePort();
           },
           (error: unknown) => {
             const { error: wire, transfer } = failure(error);
             send({ kind: 'failed', id: request.id, error: wire }, transfer);
-            port!.close();
+            closePort();
           },
         );
         return;
     }
+  };
+  port!.on('message', (requests: Request[]) => {
+    for (const request of requests) handle(request);
   });
   send({ kind: 'opened' });
 }
