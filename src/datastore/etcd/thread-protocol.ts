@@ -132,39 +132,28 @@ export function reviveEvent(event: WatchEvent): WatchEvent {
   return event;
 }
 
+/** What a call answers with: one key-value (or none), a list of them, or plain data (revisions, nothing). */
+function answerShape(method: CallMethod): 'key-value' | 'list' | 'plain' {
+  if (method === 'list') return 'list';
+  return method === 'get' || method === 'create' || method === 'update' || method === 'delete' ? 'key-value' : 'plain';
+}
+
 /** A call's answer made ready to cross (values detached into `transfer`). */
 export function detachResult(method: CallMethod, value: unknown, transfer: ArrayBuffer[]): unknown {
   if (value === undefined) return undefined;
-  switch (method) {
-    case 'get':
-    case 'create':
-    case 'update':
-    case 'delete':
-      return detachKeyValues([value as KeyValue], transfer)[0];
-    case 'list': {
-      const list = value as ListResult;
-      return { ...list, items: detachKeyValues(list.items, transfer) };
-    }
-    default:
-      return value;
-  }
+  const shape = answerShape(method);
+  if (shape === 'key-value') return detachKeyValues([value as KeyValue], transfer)[0];
+  if (shape === 'list') return { ...(value as ListResult), items: detachKeyValues((value as ListResult).items, transfer) };
+  return value;
 }
 
 /** A call's answer as the contract types it (values `Buffer`s again). */
 export function reviveResult(method: CallMethod, value: unknown): unknown {
   if (value === undefined) return undefined;
-  switch (method) {
-    case 'get':
-    case 'create':
-    case 'update':
-    case 'delete':
-      return reviveKeyValue(value as KeyValue);
-    case 'list':
-      for (const item of (value as ListResult).items) reviveKeyValue(item);
-      return value;
-    default:
-      return value;
-  }
+  const shape = answerShape(method);
+  if (shape === 'key-value') return reviveKeyValue(value as KeyValue);
+  if (shape === 'list') for (const item of (value as ListResult).items) reviveKeyValue(item);
+  return value;
 }
 
 /**
