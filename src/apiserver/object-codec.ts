@@ -51,13 +51,26 @@ export class ObjectCodec {
     this.recent.delete(key);
   }
 
+  /**
+   * The objects decoded from the key-values the datastore handed out, by the key-value itself:
+   * a backend hands every watch of a prefix the same event objects, so each event's object and
+   * its previous one are parsed once, not once per watch (a thousand agents watching their pods
+   * by node name would otherwise parse every pod change a thousand times).
+   */
+  private readonly decoded = new WeakMap<KeyValue, KubeObject>();
+
   /** The object as stored at this kv's revision, parsed once and shared (do not mutate). */
   decodeShared(def: ResourceDefinition, kv: KeyValue): KubeObject {
-    if (!def.conversion) {
-      const hit = this.recent.get(kv.key);
-      if (hit && hit.modRevision === kv.modRevision) return hit.obj;
-    }
-    return this.decode(def, kv);
+    // A kind served through a conversion is decoded per watch: watches of two of its versions
+    // share the stored key-value but not the object.
+    if (def.conversion) return this.decode(def, kv);
+    const hit = this.recent.get(kv.key);
+    if (hit && hit.modRevision === kv.modRevision) return hit.obj;
+    const known = this.decoded.get(kv);
+    if (known) return known;
+    const obj = this.decode(def, kv);
+    this.decoded.set(kv, obj);
+    return obj;
   }
 
   /** A private copy of the object as stored at this kv's revision. */

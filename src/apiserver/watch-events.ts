@@ -28,12 +28,13 @@ export function deliverWatchEvent(
     return;
   }
   const nowMatches = matchesSelection(def, obj, selection);
-  const before = event.prevKv ? codec.decode(def, event.prevKv) : undefined;
+  // Shared by every watcher of this event (do not mutate).
+  const before = event.prevKv ? codec.decodeShared(def, event.prevKv) : undefined;
   const beforeMatched = before !== undefined && matchesSelection(def, before, selection);
   if (nowMatches) sink.event(beforeMatched ? 'MODIFIED' : 'ADDED', obj);
   else if (beforeMatched) {
-    // Leaving the selection: the watcher last saw (and can only match) the old state.
-    before!.metadata.resourceVersion = obj.metadata.resourceVersion;
-    sink.event('DELETED', before!);
+    // Leaving the selection: the watcher last saw (and can only match) the old state, at the
+    // revision it left.
+    sink.event('DELETED', { ...before!, metadata: { ...before!.metadata, resourceVersion: obj.metadata.resourceVersion } });
   }
 }

@@ -96,6 +96,30 @@ describe('etcd datastore thread specifics', { timeout: 120_000 }, () => {
     }
   });
 
+  it('hands the watches of one prefix the same event objects, as the backend itself does (one copy crosses)', async () => {
+    const store = await openEtcdDatastoreInThread({ endpoints: [etcd.endpoint], prefix: '/shared/' });
+    try {
+      const start = (await store.currentRevision()) + 1;
+      const seen = Array.from({ length: 3 }, () => [] as WatchEvent[]);
+      const watches = seen.map((events) => store.watch('s/', start, { onEvents: (batch) => events.push(...batch), onError: (error) => assert.fail(error) }));
+      // Let the three watches join the shared watcher before the writes.
+      const probe = await store.create('s/probe', Buffer.from('0'));
+      await waitFor(() => seen.every((events) => events.length >= 1), 'the probe event on every watch');
+      const written = [];
+      for (let i = 0; i < 20; i++) written.push(await store.create(`s/k${i}`, Buffer.from(`v${i}`)));
+      await waitFor(() => seen.every((events) => events.length >= 21), 'the 20 events on every watch');
+      for (const events of seen) {
+        assert.deepEqual(events.map((e) => e.kv.modRevision), [probe.modRevision, ...written.map((kv) => kv.modRevision)]);
+      }
+      // The probe may reach a watch that was still joining by its replay; the 20 after it are live on all three.
+      const shared = seen[0]!.slice(1, 21).filter((event, i) => seen[1]![i + 1] === event && seen[2]![i + 1] === event).length;
+      assert.equal(shared, 20, `${shared} of 20 events were the same object on all three watches`);
+      for (const watch of watches) watch.cancel();
+    } finally {
+      await store.close();
+    }
+  });
+
   it('refuses an endpoint where no etcd answers, at open, and leaves no thread behind', async () => {
     const error = await openEtcdDatastoreInThread({ endpoints: ['http://127.0.0.1:1'], requestTimeoutMs: 2_000 }).then(
       () => assert.fail('opened a datastore on a closed port'),

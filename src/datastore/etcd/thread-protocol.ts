@@ -105,22 +105,32 @@ export function detachKeyValues(kvs: KeyValue[], transfer: ArrayBuffer[]): KeyVa
   });
 }
 
-export function detachEvents(events: WatchEvent[], transfer: ArrayBuffer[]): WatchEvent[] {
+/**
+ * `events` made ready to cross. `sent`: the events already detached for the message being built,
+ * by the event they copy. The watches of one prefix get the same event objects, and a message
+ * that holds the same copy for each of them carries it once (structured clone keeps shared
+ * references), so on the main thread every watch gets the same event object too, as from the
+ * backend itself, and its previous value is decoded once for all of them (watch-events.ts).
+ */
+export function detachEvents(events: WatchEvent[], transfer: ArrayBuffer[], sent = new Map<WatchEvent, WatchEvent>()): WatchEvent[] {
+  const fresh = events.filter((event) => !sent.has(event));
   const kvs: KeyValue[] = [];
-  for (const event of events) {
+  for (const event of fresh) {
     kvs.push(event.kv);
     if (event.prevKv) kvs.push(event.prevKv);
   }
   const copies = detachKeyValues(kvs, transfer);
   let next = 0;
-  return events.map((event) => {
+  for (const event of fresh) {
     const kv = copies[next++]!;
-    return event.prevKv ? { ...event, kv, prevKv: copies[next++]! } : { ...event, kv };
-  });
+    sent.set(event, event.prevKv ? { ...event, kv, prevKv: copies[next++]! } : { ...event, kv });
+  }
+  return events.map((event) => sent.get(event)!);
 }
 
 /** The same key-value with its value a `Buffer` again (a view of the arrived bytes, no copy). */
 export function reviveKeyValue(kv: KeyValue): KeyValue {
+  if (Buffer.isBuffer(kv.value)) return kv; // one object shared by several watches' events: revived already
   const bytes = kv.value as Uint8Array;
   kv.value = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   return kv;

@@ -6,14 +6,19 @@
 
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { type Watch } from '../types.js';
+import { type Watch, type WatchEvent } from '../types.js';
 import { type EtcdOptions, openEtcdDatastore } from '../etcd.js';
 import { type CallMethod, detachEvents, detachResult, Outbox, type Reply, type Request, toWireError } from './thread-protocol.js';
 
 const port = parentPort;
 if (!port) throw new Error('thread-worker.ts runs only as a worker thread (see src/datastore/etcd-thread.ts)');
 
-const outbox = new Outbox<Reply>((replies, transfer) => port!.postMessage(replies, transfer));
+/** The watch events detached for the next message, by the event they copy (see detachEvents). */
+const eventsInMessage = new Map<WatchEvent, WatchEvent>();
+const outbox = new Outbox<Reply>((replies, transfer) => {
+  port!.postMessage(replies, transfer);
+  eventsInMessage.clear(); // their buffers went with that message
+});
 
 function send(reply: Reply, transfer?: ArrayBuffer[]): void {
   outbox.add(reply, transfer);
@@ -64,7 +69,7 @@ async function main(): Promise<void> {
         const watch = datastore.watch(request.prefix, request.fromRevision, {
           onEvents: (events) => {
             const transfer: ArrayBuffer[] = [];
-            send({ kind: 'events', id, events: detachEvents(events, transfer) }, transfer);
+            send({ kind: 'events', id, events: detachEvents(events, transfer, eventsInMessage) }, transfer);
           },
           onProgress: (revision) => send({ kind: 'watch-progress', id, revision }),
           onError: (error) => {
