@@ -17,7 +17,8 @@ export function deliverWatchEvent(
   sink: WatchSink,
 ): void {
   if (event.type === 'delete') {
-    const obj = codec.decode(def, event.kv);
+    // Shared by every watcher of this event, as a put's object is (do not mutate).
+    const obj = codec.decodeShared(def, event.kv);
     if (matchesSelection(def, obj, selection)) sink.event('DELETED', obj);
     return;
   }

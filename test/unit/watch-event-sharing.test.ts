@@ -56,6 +56,22 @@ describe('one watch event, many selecting watches', () => {
     for (const w of others) assert.deepEqual(w.told, []);
   });
 
+  it('parses a deleted object once for all the watches it matched', () => {
+    const codec = new ObjectCodec();
+    let parses = 0;
+    const decode = codec.decode.bind(codec);
+    codec.decode = (def, kv) => {
+      parses++;
+      return decode(def, kv);
+    };
+    const event: WatchEvent = { type: 'delete', kv: stored('a', 14) };
+    const watchers = Array.from({ length: 100 }, (_, i) => ({ node: i < 50 ? 'a' : 'b', ...watcher() }));
+    for (const w of watchers) deliverWatchEvent(codec, pods, event, onNode(w.node), w.sink);
+    assert.equal(parses, 1, 'the deleted object parsed once');
+    for (const w of watchers.slice(0, 50)) assert.deepEqual(w.told.map((t) => [t.type, t.obj.metadata.resourceVersion]), [['DELETED', '14']]);
+    for (const w of watchers.slice(50)) assert.deepEqual(w.told, []);
+  });
+
   it('tells each watch that an object left its selection without changing the shared previous object', () => {
     const codec = new ObjectCodec();
     const event: WatchEvent = { type: 'put', kv: stored('b', 12), prevKv: stored('a', 11) };
