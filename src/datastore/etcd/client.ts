@@ -50,6 +50,29 @@ const noRetryPolicy = {
   onFailure: () => ({ dispose: () => undefined }),
 } as unknown as NonNullable<NonNullable<IOptions['faultHandling']>['global']>;
 
+/**
+ * Whether a failed call says the connection to that member is bad (so the breaker should skip
+ * the member for a while): a recoverable gRPC failure that the member itself did not answer. An
+ * answer from etcd ("etcdserver: request timed out", "leader changed", "no leader") proves the
+ * member is up: during an election, the member that lost its leader answers the proposals it had
+ * forwarded with "request timed out" seconds later, one by one; opening the breaker on each of
+ * them made every call of this server fail at once for a second after each (with one endpoint,
+ * the usual case, there is no other member to go to), and its nodes' renewals with it.
+ */
+export function isConnectionFailure(error: unknown): boolean {
+  if (!(error instanceof Error) || !isRecoverableError(error)) return false;
+  return !/etcdserver:/.test(error.message);
+}
+
+/**
+ * The per-member breaker: a member whose connection failed is skipped after one failure and
+ * tried again after a second. The library's default (three failures, five seconds) kept a
+ * restarted member out so long that a quick rolling restart looked like a total outage.
+ */
+export function hostBreaker(): ReturnType<typeof circuitBreaker> {
+  return circuitBreaker(handleWhen(isConnectionFailure), { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(1) });
+}
+
 /** The etcd3 client for `options`; throws a {@link DatastoreError} for inconsistent options. */
 export function createEtcdClient(options: EtcdOptions): Etcd3 {
   if (!options.endpoints || options.endpoints.length === 0) {
@@ -93,14 +116,8 @@ export function createEtcdClient(options: EtcdOptions): Etcd3 {
       // No blind retries: a retried write whose first attempt did commit would report a
       // conflict for its own success. Calls retry where that is safe (see `call` in ../etcd.ts).
       global: noRetryPolicy,
-      // A short per-host breaker: a dead member is skipped after one failure and tried again
-      // after a second. The library's default (three failures, five seconds) kept a restarted
-      // member out so long that a quick rolling restart looked like a total outage.
-      host: () =>
-        circuitBreaker(handleWhen(isRecoverableError), {
-          halfOpenAfter: 1000,
-          breaker: new ConsecutiveBreaker(1),
-        }) as unknown as ReturnType<NonNullable<NonNullable<IOptions['faultHandling']>['host']>>,
+      // A short per-member breaker, for connection failures only (see `hostBreaker`).
+      host: () => hostBreaker() as unknown as ReturnType<NonNullable<NonNullable<IOptions['faultHandling']>['host']>>,
     },
   };
   if (tls) {
