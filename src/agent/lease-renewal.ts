@@ -32,6 +32,16 @@ export interface LeaseRenewalContext {
   logger: Logger;
 }
 
+/**
+ * The server, not the request, failed: no answer, or a 5xx (a server whose datastore cannot
+ * commit is as useless to a heartbeat as one that is down). A 4xx is about the request or the
+ * node, and another server would say the same.
+ */
+function serverFailed(error: unknown): boolean {
+  if (error instanceof ApiError) return error.code >= 500;
+  return !(error instanceof JoinError && error.fatal);
+}
+
 export class LeaseRenewal {
   private timer: NodeJS.Timeout | undefined;
   /** Renewals continue through a drain; this stops them for good. */
@@ -61,8 +71,9 @@ export class LeaseRenewal {
   }
 
   /**
-   * One renewal, moving to another server when this one cannot be reached: the node credential
-   * and the CA are the same on every server, so any live one will do.
+   * One renewal, moving to another server when this one cannot be reached or fails it (a 5xx:
+   * its etcd member lost its leader, its datastore is gone): the node credential and the CA are
+   * the same on every server, so any live one will do.
    */
   async renewAnywhere(): Promise<void> {
     const { connection, logger } = this.context;
@@ -70,16 +81,16 @@ export class LeaseRenewal {
       await this.renew();
       return;
     } catch (error) {
-      if (error instanceof ApiError || (error instanceof JoinError && error.fatal)) throw error;
+      if (!serverFailed(error)) throw error;
       const failed = connection.server;
       for (const server of connection.candidates().filter((s) => s !== failed)) {
         connection.connect(server);
         try {
           await this.renew();
-          logger.warn({ from: failed, to: server, reason: (error as Error).message }, 'server unreachable; moved to another server');
+          logger.warn({ from: failed, to: server, reason: (error as Error).message }, 'server unreachable or failing; moved to another server');
           return;
         } catch (next) {
-          if (next instanceof ApiError) throw next;
+          if (!serverFailed(next)) throw next;
         }
       }
       if (failed) connection.connect(failed);

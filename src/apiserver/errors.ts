@@ -266,4 +266,14 @@ export const errors = {
   unavailable(message: string): ApiError {
     return new ApiError(503, 'ServiceUnavailable', message);
   },
+  /**
+   * The datastore did not complete the request (etcd electing a leader, a lost member, the
+   * datastore thread gone): nothing wrong with the request, so not a 500; another try, here or on
+   * another server, may succeed.
+   */
+  datastoreUnavailable(reason: string): ApiError {
+    return new ApiError(503, 'ServiceUnavailable', `the datastore did not complete the request; try again: ${reason}`, {
+      retryAfterSeconds: 1,
+    });
+  },
 };

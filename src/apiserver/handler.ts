@@ -49,6 +49,7 @@ import { type PodStreamBackend, refuseUpgrade, serveStreamUpgrade } from './stre
 import { STREAM_SUBRESOURCES } from './streaming/options.js';
 import type { Duplex } from 'node:stream';
 import type { VersionInfo } from '../version.js';
+import { DatastoreError } from '../datastore/types.js';
 import { DISCOVERY_CACHE_CONTROL, JWKS_CONTENT_TYPE, JWKS_PATH, OPENID_CONFIGURATION_PATH } from '../security/service-account-tokens.js';
 import { type RenewalTracker, renewedLease } from './renewal-tracker.js';
 import { type Classification, classify } from './flow-control/classify.js';
@@ -206,8 +207,9 @@ export class ApiHandler {
   };
 
   /**
-   * Client errors are answered with their Status and not logged above debug; anything else is a
-   * server bug: logged once with its stack, answered with a 500 that does not echo internals.
+   * Client errors are answered with their Status and not logged above debug; a datastore that
+   * failed is a 503 (retry); anything else is a server bug: logged once with its stack, answered
+   * with a 500 that does not echo internals.
    */
   private fail(req: IncomingMessage, res: ServerResponse, error: unknown): void {
     if (error instanceof ApiError) {
@@ -217,6 +219,14 @@ export class ApiHandler {
     if (error instanceof ClientGoneError) {
       this.options.logger.debug({ method: req.method, path: req.url?.split('?')[0] }, error.message);
       res.destroy();
+      return;
+    }
+    if (error instanceof DatastoreError && error.constructor === DatastoreError) {
+      // The kinds of datastore failure a request can cause (a conflict, a missing key) became
+      // their API errors in the store, and a subclass left (a value that cannot be decrypted) is
+      // this server's fault; a plain DatastoreError is the datastore's own trouble.
+      this.options.logger.warn({ reason: error.message, method: req.method, path: req.url?.split('?')[0] }, 'the datastore failed a request');
+      sendError(res, errors.datastoreUnavailable(error.message));
       return;
     }
     this.options.logger.error(

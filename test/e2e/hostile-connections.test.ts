@@ -3,7 +3,8 @@
  * a byte at a time, never finishes its TLS handshake, stops halfway through a body or sits idle
  * on a keep-alive connection is cut within the configured bound; one user cannot open more than
  * max-watches-per-user watches, nor all users together more than max-watches. An unexpected
- * exception (a server bug) is a generic 500, logged once with its stack. docs/security.md
+ * exception (a server bug) is a generic 500, logged once with its stack; a datastore failure is a
+ * 503 with Retry-After. docs/security.md
  * ("Hostile input") lists these by test name.
  *
  * Run: node --import tsx --test test/e2e/hostile-connections.test.ts
@@ -17,6 +18,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { LISTEN_BACKLOG } from '../../src/apiserver/server.js';
+import { DatastoreError } from '../../src/datastore/types.js';
 import type { ObjectStore } from '../../src/apiserver/storage.js';
 import { startInProcessApiServer } from '../helpers/api-server.js';
 import { connectTls, expectQuietLog, expectStatusBody, type HeldWatch, holdWatch, readUntilClosed } from '../helpers/hostile.js';
@@ -358,6 +360,27 @@ describe('unexpected exceptions (in-process API server)', () => {
       assert.equal(errors.length, 1, `logged once: ${errors.join('\n')}`);
       assert.match(errors[0]!, /"stack":"TypeError: secret internal detail/);
       assert.match(errors[0]!, /"path":"\/api\/v1\/pods"/);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a datastore that fails a request (etcd electing a leader) is a 503 with Retry-After, not a server bug', async () => {
+    const server = await inProcessServer({
+      sabotage: (store) => {
+        store.list = async () => {
+          throw new DatastoreError('etcd range failed: 14 UNAVAILABLE: etcdserver: request timed out');
+        };
+      },
+    });
+    try {
+      const res = await request(server.target, 'GET', '/api/v1/pods', { agent: false });
+      assert.equal(res.status, 503, res.text);
+      assert.equal(res.headers['retry-after'], '1');
+      expectStatusBody(res.text, 503, 'ServiceUnavailable', /the datastore did not complete the request; try again: .*request timed out/, 'datastore failure');
+      const warning = await eventually(() => server.lines.find((line) => line.includes('the datastore failed a request')), 'the warning');
+      assert.match(warning, /"level":40/);
+      assert.equal(server.lines.filter((line) => line.includes('"level":50')).length, 0, 'not logged as a server bug');
     } finally {
       await server.close();
     }
