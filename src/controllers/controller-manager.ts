@@ -8,6 +8,7 @@ import { type Clock, systemClock } from './clock.js';
 import { EventRecorder } from './events.js';
 import { FailoverController } from './failover.js';
 import { fencedClient } from './fenced-client.js';
+import { DatastoreStalls } from './datastore-stalls.js';
 import { LeaderElector } from './leader-election.js';
 import { LeaseWitness } from './lease-witness.js';
 import { NodeLifecycleController, type NodeLifecycleOptions } from './node-lifecycle.js';
@@ -99,6 +100,8 @@ export class ControllerManager {
   private refusedWrites = 0;
   /** The node leases as this server sees them while it does not lead (lease-witness.ts). */
   private readonly witness: LeaseWitness;
+  /** When the datastore committed nothing, by this server's own lease writes (datastore-stalls.ts). */
+  private readonly stalls: DatastoreStalls;
   private stopped = false;
 
   constructor(private readonly options: ControllerManagerOptions) {
@@ -118,9 +121,12 @@ export class ControllerManager {
     this.witness = new LeaseWitness(options.client, this.clock, logger.child({ component: 'lease-witness' }), 2 * options.timings.nodeLeaseRenewIntervalMs);
     this.lifecycleEvents = new EventRecorder(client, 'drover-node-lifecycle', identity, logger, this.clock);
     this.workloadEvents = new EventRecorder(client, 'drover-controller-manager', identity, logger, this.clock);
+    const leaseTimings = options.lease ?? controllerLeaseTimings(options.timings.nodeMonitorGracePeriodMs);
+    // A lease write outstanding for half the step-down window: the datastore is not committing.
+    this.stalls = new DatastoreStalls(leaseTimings.stepDownMs / 2);
     this.elector = new LeaderElector(
       options.client,
-      { ...CONTROLLER_LEASE, ...(options.lease ?? controllerLeaseTimings(options.timings.nodeMonitorGracePeriodMs)), identity, clock: this.clock },
+      { ...CONTROLLER_LEASE, ...leaseTimings, identity, clock: this.clock, stalls: this.stalls },
       {
         onStartedLeading: () =>
           void this.startTerm().catch((error: unknown) => logger.error({ err: error }, 'the controllers failed to start')),
@@ -205,6 +211,7 @@ export class ControllerManager {
       clock,
       informers,
       witness: this.witness,
+      stalls: this.stalls,
     });
     const workloads = new WorkloadControllers(client, informers, {
       logger,

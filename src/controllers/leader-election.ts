@@ -4,6 +4,7 @@ import { type ApiClient, LEASES } from '../client/types.js';
 import type { ControllerLeaseTimings } from '../config/timings.js';
 import type { Logger } from '../logging/logger.js';
 import { type Clock, systemClock, type TimerHandle } from './clock.js';
+import type { DatastoreStalls } from './datastore-stalls.js';
 import { type LeaseSpec, leaseSpec } from './kube-types.js';
 
 /**
@@ -33,6 +34,8 @@ export interface LeaderElectionOptions extends ControllerLeaseTimings {
   identity: string;
   /** The system clock unless a test drives one. */
   clock?: Clock;
+  /** Told of every lease write's send and end, to measure datastore stalls (datastore-stalls.ts). */
+  stalls?: Pick<DatastoreStalls, 'sent' | 'ended'>;
 }
 
 export interface LeaderCallbacks {
@@ -168,10 +171,14 @@ export class LeaderElector {
 
   private async tick(): Promise<void> {
     if (this.stopped) return;
+    const sentAt = this.clock.now();
+    this.options.stalls?.sent(sentAt);
     try {
       await this.tryAcquireOrRenew();
     } catch (error) {
       this.logger.debug({ err: error }, 'leader election attempt failed');
+    } finally {
+      this.options.stalls?.ended(sentAt, this.clock.now());
     }
     // Also checked here: a paused process may run this tick before the step-down timer.
     if (this.leading && this.clock.now() >= this.deadline()) {

@@ -102,6 +102,11 @@ export interface NodeLifecycleOptions {
    */
   witness?: { seenAt(name: string, version: string | undefined): number | undefined };
   /**
+   * When the datastore committed nothing, by the leader's own lease writes (datastore-stalls.ts):
+   * left out of a node's silence before it is judged.
+   */
+  stalls?: { stalledWithin(from: number, now: number): number };
+  /**
    * The leader's shared informers, which their owner (the controller manager) starts and stops.
    * Without them the controller keeps its own, started and stopped with it.
    */
@@ -440,7 +445,9 @@ export class NodeLifecycleController implements NodeHealthView {
       const writer = async (): Promise<void> => {
         while (next < observations.length) {
           const [name, tracked, observation] = observations[next++]!;
-          const verdict = classifyNode(observation, { now: judgedAt, gracePeriodMs: grace, disruption });
+          // Not in the disruption count above: a stall silences every node at once, which is what that count is for.
+          const stalledMs = this.options.stalls?.stalledWithin(observation.lastRenewalObservedAt, judgedAt) ?? 0;
+          const verdict = classifyNode(stalledMs > 0 ? { ...observation, stalledMs } : observation, { now: judgedAt, gracePeriodMs: grace, disruption });
           if (verdict) await this.apply(name, tracked, verdict, now);
           await this.reportClock(name, tracked);
         }

@@ -44,6 +44,11 @@ export interface NodeObservation {
    * it does not mark lost nodes otherwise).
    */
   judgedUnavailable?: boolean;
+  /**
+   * How much of the time since `lastRenewalObservedAt` the datastore committed nothing
+   * (datastore-stalls.ts): no renewal could have landed then, so it is not the node's silence.
+   */
+  stalledMs?: number;
 }
 
 export interface Verdict {
@@ -66,7 +71,10 @@ function seconds(ms: number): string {
 
 /** The verdict, or undefined while a node never heard from is still within its grace. */
 export function classifyNode(observation: NodeObservation, context: ClassifyContext): Verdict | undefined {
-  const late = context.now - observation.lastRenewalObservedAt;
+  const stalled = observation.stalledMs ?? 0;
+  const late = context.now - observation.lastRenewalObservedAt - stalled;
+  // Said with every verdict that counts silence, so a reader can add it up.
+  const notCounting = stalled > 0 ? ` (not counting ${seconds(stalled)} in which the datastore committed nothing)` : '';
   const { gracePeriodMs } = context;
   if (observation.heardFrom === false && !observation.shutdown) {
     if (late <= gracePeriodMs) return undefined;
@@ -110,14 +118,14 @@ export function classifyNode(observation: NodeObservation, context: ClassifyCont
       reason: context.disruption && late > gracePeriodMs ? 'ControlPlaneDisruption' : 'NodeStatusUnknown',
       message:
         context.disruption && late > gracePeriodMs
-          ? `No lease renewal for ${seconds(late)}, but most nodes went silent at once: suspecting the control plane, not the node.`
-          : `Lease renewal is late by ${seconds(late)} (grace ${seconds(gracePeriodMs)}).`,
+          ? `No lease renewal for ${seconds(late)}${notCounting}, but most nodes went silent at once: suspecting the control plane, not the node.`
+          : `Lease renewal is late by ${seconds(late)}${notCounting} (grace ${seconds(gracePeriodMs)}).`,
     };
   }
   return {
     state: 'Unavailable',
     reason: 'NodeUnavailable',
-    message: `No lease renewal for ${seconds(late)} and no shutdown notice: host lost, killed, frozen or partitioned.`,
+    message: `No lease renewal for ${seconds(late)}${notCounting} and no shutdown notice: host lost, killed, frozen or partitioned.`,
   };
 }
 

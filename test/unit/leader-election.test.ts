@@ -7,6 +7,7 @@ import { FakeClock } from '../../src/controllers/clock.js';
 import { CONTROLLER_LEASE } from '../../src/controllers/controller-manager.js';
 import { fencedClient, NotLeaderError } from '../../src/controllers/fenced-client.js';
 import { leaseSpec } from '../../src/controllers/kube-types.js';
+import { DatastoreStalls } from '../../src/controllers/datastore-stalls.js';
 import { LeaderElector } from '../../src/controllers/leader-election.js';
 import { type InProcessApi, inProcessApi } from '../helpers/in-process.js';
 import { FreezableClient } from '../helpers/freezable-client.js';
@@ -38,12 +39,12 @@ describe('controller lease: the leader steps down before anyone can take over', 
   /** Each elector's term starts and ends, in order. */
   const terms = new Map<string, string[]>();
 
-  function elector(identity: string, client: ApiClient, clock: FakeClock): LeaderElector {
+  function elector(identity: string, client: ApiClient, clock: FakeClock, stalls?: DatastoreStalls): LeaderElector {
     const log: string[] = [];
     terms.set(identity, log);
     const e = new LeaderElector(
       client,
-      { ...CONTROLLER_LEASE, ...LEASE, identity, clock },
+      { ...CONTROLLER_LEASE, ...LEASE, identity, clock, ...(stalls ? { stalls } : {}) },
       { onStartedLeading: () => log.push('start'), onStoppedLeading: () => log.push('stop') },
       api.logger,
     );
@@ -160,6 +161,30 @@ describe('controller lease: the leader steps down before anyone can take over', 
     await clock.advance(LEASE.renewIntervalMs + 10, 10);
     assert.ok(a.isLeader && a.mayWrite());
     assert.deepEqual(terms.get('server-a'), ['start']);
+  });
+
+  it('its lease writes measure the datastore: quick ones count as no stall, a hung one as a stall from its sending, open and then closed', async () => {
+    const clock = new FakeClock();
+    const slow = new FreezableClient(api.client);
+    const stalls = new DatastoreStalls(LEASE.stepDownMs / 2);
+    const a = elector('server-a', slow.client, clock, stalls);
+    const startedAt = clock.now();
+    a.start();
+    await both([clock], 3 * LEASE.renewIntervalMs);
+    assert.ok(a.isLeader);
+    assert.equal(stalls.stalledWithin(startedAt, clock.now()), 0, 'renewals that commit at once are no stall');
+    const frozenAt = clock.now();
+    slow.frozen = true; // an etcd leader election: every write waits
+    await both([clock], LEASE.stepDownMs);
+    const open = stalls.stalledWithin(startedAt, clock.now());
+    assert.ok(open > LEASE.stepDownMs / 2 && open <= LEASE.stepDownMs, `an outstanding write is a stall so far: ${open} ms`);
+    slow.thaw();
+    await both([clock], 20);
+    const thawedAt = clock.now();
+    await both([clock], 3 * LEASE.renewIntervalMs);
+    const closed = stalls.stalledWithin(startedAt, clock.now());
+    assert.ok(closed > thawedAt - frozenAt - LEASE.renewIntervalMs && closed <= thawedAt - frozenAt, `the stall is kept once the write ends: ${closed} ms`);
+    assert.equal(stalls.stalledWithin(thawedAt, clock.now()), 0, 'and nothing after it');
   });
 
   it('a stall longer than abandonMs ends the term; the next renewal starts a new one', async () => {

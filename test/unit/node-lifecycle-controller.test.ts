@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import type { KubeObject } from '../../src/apiserver/objects.js';
 import { EVENTS } from '../../src/client/types.js';
 import { FakeClock } from '../../src/controllers/clock.js';
+import { DatastoreStalls } from '../../src/controllers/datastore-stalls.js';
 import { EventRecorder } from '../../src/controllers/events.js';
 import { type NodeCondition, nodeCondition } from '../../src/controllers/kube-types.js';
 import { NodeLifecycleController } from '../../src/controllers/node-lifecycle.js';
@@ -182,6 +183,37 @@ describe('node lifecycle controller on a fake clock', () => {
     assert.equal(renewals.size, 0);
     await advance(clock, 500, () => alive!.renew());
     await eventually(async () => (await slow!.state()) === 'Unavailable', 'slow Unavailable once nothing of it is on its way', 5000, 5);
+    assert.equal(await alive!.state(), 'Ready');
+  });
+
+  it('a stretch in which the datastore committed nothing (the leader’s own lease write outstanding) is left out of a node’s silence', async () => {
+    lifecycle.stop();
+    const stalls = new DatastoreStalls(1000);
+    const events = new EventRecorder(api.client, 'drover-node-lifecycle', 'test', api.logger, clock);
+    lifecycle = new NodeLifecycleController(api.client, events, api.logger, { gracePeriodMs: GRACE_MS, clock, stalls });
+    const [quiet, alive] = await startWith(['quiet', 'alive']);
+    await advance(clock, 500, () => alive!.renew().then(() => quiet!.renew()));
+    await eventually(async () => (await quiet!.state()) === 'Ready', 'quiet Ready while it renews', 5000, 5);
+
+    // quiet's last renewal was just seen; half a second later the datastore stops committing: the
+    // leader's lease write sent then is outstanding for 2.5 s, and no node renews meanwhile.
+    await advance(clock, 500, () => alive!.renew());
+    const sentAt = clock.now();
+    stalls.sent(sentAt);
+    await advance(clock, 2500);
+    stalls.ended(sentAt, clock.now());
+    // 5 s of silence, 2.5 s of it the datastore's: late by 2.5 s, so Unknown, not Unavailable.
+    await advance(clock, 2000, () => alive!.renew());
+    await eventually(async () => (await quiet!.state()) === 'Unknown', `quiet Unknown past half the grace of its own silence (is ${await quiet!.state()}: ${readyCondition(await quiet!.node())?.message})`, 5000, 5);
+    await advance(clock, 1000, () => alive!.renew());
+    assert.equal(await quiet!.state(), 'Unknown', 'not Unavailable: 6 s silent, but 2.5 s of it nothing could commit');
+    // The grace of its own silence runs out 4 s + 2.5 s after its last renewal.
+    await advance(clock, 1250, () => alive!.renew());
+    const node = await eventually(async () => {
+      const n = await quiet!.node();
+      return n?.metadata.labels?.['drover.io/state'] === 'Unavailable' ? n : undefined;
+    }, 'quiet Unavailable once its own silence passes the grace', 5000, 5);
+    assert.match(String(readyCondition(node)?.message), /not counting 2\.5s in which the datastore committed nothing/);
     assert.equal(await alive!.state(), 'Ready');
   });
 
