@@ -8,7 +8,6 @@
  * Run: node --import tsx --test test/e2e/agent-server-failing.test.ts
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -16,18 +15,11 @@ import { after, before, describe, it } from 'node:test';
 import { LeaseRenewal } from '../../src/agent/lease-renewal.js';
 import type { NodeRegistration } from '../../src/agent/registration.js';
 import { ServerConnection } from '../../src/agent/servers.js';
-import { allowAuthenticated, TokenAuthenticator } from '../../src/apiserver/auth.js';
-import { OpenApiDocuments } from '../../src/apiserver/openapi.js';
-import { ResourceRegistry } from '../../src/apiserver/resources.js';
-import { ApiServer } from '../../src/apiserver/server.js';
-import { ObjectStore } from '../../src/apiserver/storage.js';
 import { deriveTimings } from '../../src/config/timings.js';
-import { openSqliteDatastore, type SqliteDatastore } from '../../src/datastore/sqlite.js';
 import { type Datastore, DatastoreError } from '../../src/datastore/types.js';
 import { createLogger } from '../../src/logging/logger.js';
-import { ensureServingMaterial } from '../../src/security/pki.js';
-import { versionInfo } from '../../src/version.js';
-import { request, tempDir } from '../helpers/server.js';
+import { type InProcessApiServer, startInProcessApiServer } from '../helpers/api-server.js';
+import { request } from '../helpers/server.js';
 
 const TIMINGS = { nodeLeaseRenewIntervalMs: 1000, nodeMonitorGracePeriodMs: 4000, fencingTimeoutMs: 3000 };
 const NODE = 'n1';
@@ -47,47 +39,22 @@ function electing(datastore: Datastore): Datastore {
 }
 
 describe('agent lease renewal when its server fails', () => {
-  let dir: string;
-  let datastore: SqliteDatastore;
-  const servers: ApiServer[] = [];
+  let healthyServer: InProcessApiServer;
+  let failingServer: InProcessApiServer;
   const urls: string[] = [];
-  const token = randomBytes(24).toString('hex');
+  let token: string;
   let caPem: string;
 
   before(async () => {
-    dir = tempDir('agent-5xx');
-    datastore = openSqliteDatastore(path.join(dir, 'state.db'));
-    const tls = await ensureServingMaterial(path.join(dir, 'tls'), ['127.0.0.1']);
-    caPem = tls.ca.certificatePem;
-    const authenticator = new TokenAuthenticator();
-    authenticator.add(token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
-    for (const store of [new ObjectStore(electing(datastore)), new ObjectStore(datastore)]) {
-      const registry = new ResourceRegistry();
-      const api = new ApiServer(
-        {
-          store,
-          registry,
-          openapi: new OpenApiDocuments(registry),
-          authenticator,
-          authorizer: allowAuthenticated,
-          logger: createLogger('silent'),
-          version: versionInfo(),
-          caCertificatePem: caPem,
-          readiness: async () => undefined,
-          defaultRuntimeClass: 'process',
-        },
-        tls.serving,
-      );
-      const { port } = await api.listen({ host: '127.0.0.1', port: 0 });
-      servers.push(api);
-      urls.push(`https://127.0.0.1:${port}`);
-    }
+    healthyServer = await startInProcessApiServer({ prefix: 'agent-5xx' });
+    failingServer = await startInProcessApiServer({ sameClusterAs: healthyServer, wrapDatastore: electing });
+    ({ token, caPem } = healthyServer.target);
+    urls.push(`https://127.0.0.1:${failingServer.target.port}`, `https://127.0.0.1:${healthyServer.target.port}`);
   });
 
   after(async () => {
-    for (const api of servers) await api.close(1000);
-    await datastore?.close();
-    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    await failingServer?.close();
+    await healthyServer?.close();
   });
 
   it('a 5xx from the server moves the renewal to another server, which takes it', async () => {
@@ -104,7 +71,7 @@ describe('agent lease renewal when its server fails', () => {
     });
     assert.equal(refused.status, 503, refused.text);
 
-    const agentDir = path.join(dir, 'agent');
+    const agentDir = path.join(healthyServer.dir, 'agent');
     fs.mkdirSync(agentDir);
     fs.writeFileSync(path.join(agentDir, 'servers.json'), JSON.stringify([failing, healthy]));
     const lines: string[] = [];

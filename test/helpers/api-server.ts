@@ -7,6 +7,7 @@ import { ResourceRegistry } from '../../src/apiserver/resources.js';
 import { ApiServer } from '../../src/apiserver/server.js';
 import { ObjectStore } from '../../src/apiserver/storage.js';
 import { openSqliteDatastore, type SqliteDatastore } from '../../src/datastore/sqlite.js';
+import type { Datastore } from '../../src/datastore/types.js';
 import { createLogger } from '../../src/logging/logger.js';
 import { ensureServingMaterial } from '../../src/security/pki.js';
 import { versionInfo } from '../../src/version.js';
@@ -37,16 +38,24 @@ export interface InProcessApiServerOptions {
   sabotage?: (store: ObjectStore) => void;
   /** More handler options (bookmarkIntervalMs, watchUnreadBytes …). */
   handler?: Partial<HandlerOptions>;
+  /**
+   * A second server of the same cluster: this one's datastore file, CA and admin token (as two
+   * servers of an HA cluster share them). It closes only its own server.
+   */
+  sameClusterAs?: InProcessApiServer;
+  /** The datastore as this server sees it (to make its writes fail on purpose, say). */
+  wrapDatastore?: (datastore: Datastore) => Datastore;
 }
 
 export async function startInProcessApiServer(options: InProcessApiServerOptions = {}): Promise<InProcessApiServer> {
-  const dir = tempDir(options.prefix ?? 'inproc');
-  const datastore = openSqliteDatastore(path.join(dir, 'state.db'));
-  const store = new ObjectStore(datastore);
+  const shared = options.sameClusterAs;
+  const dir = shared?.dir ?? tempDir(options.prefix ?? 'inproc');
+  const datastore = shared?.datastore ?? openSqliteDatastore(path.join(dir, 'state.db'));
+  const store = new ObjectStore(options.wrapDatastore ? options.wrapDatastore(datastore) : datastore);
   options.sabotage?.(store);
   const registry = new ResourceRegistry();
   const tls = await ensureServingMaterial(path.join(dir, 'tls'), ['127.0.0.1']);
-  const token = randomBytes(24).toString('hex');
+  const token = shared?.target.token ?? randomBytes(24).toString('hex');
   const authenticator = new TokenAuthenticator();
   authenticator.add(token, { name: 'system:admin', groups: ['system:masters', 'system:authenticated'] });
   const api = new ApiServer(
@@ -76,7 +85,7 @@ export async function startInProcessApiServer(options: InProcessApiServerOptions
     target: { port, token, caPem: tls.ca.certificatePem },
     close: async () => {
       await api.close(1000);
-      await datastore.close();
+      if (!shared) await datastore.close();
     },
   };
 }
