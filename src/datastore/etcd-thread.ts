@@ -47,6 +47,8 @@ interface ThreadWatch {
   delivery: WatchDelivery;
   /** The revision of the thread's last progress report, handed on after the events before it. */
   progressRevision: number | undefined;
+  /** The revision of the last event received for this watch. */
+  lastEventRevision: number;
 }
 
 interface Pending {
@@ -92,7 +94,10 @@ export class ThreadedEtcdDatastore implements Datastore {
       }
       case 'events': {
         const watch = this.watches.get(reply.id);
-        if (watch) for (const event of reply.events) watch.delivery.push(reviveEvent(event));
+        if (!watch) return;
+        for (const event of reply.events) watch.delivery.push(reviveEvent(event));
+        const last = reply.events[reply.events.length - 1];
+        if (last) watch.lastEventRevision = last.kv.modRevision;
         return;
       }
       case 'watch-progress': {
@@ -178,12 +183,20 @@ export class ThreadedEtcdDatastore implements Datastore {
     // later turn of the loop; a consumer that throws ends only its own watch).
     const watch: ThreadWatch = {
       progressRevision: undefined,
-      delivery: new WatchDelivery(callbacks, () => watch.progressRevision, () => {
-        // Released once, on cancel or failure: the thread stops the watch too (after a failure
-        // reported by the thread it is already gone there, and the message is ignored).
-        this.watches.delete(id);
-        if (!this.ended) this.send({ kind: 'cancel', id });
-      }),
+      lastEventRevision: 0,
+      // A report goes out after every event queued by then, which may include events the thread
+      // sent after it (one message can carry a report and then events): it says at least the last
+      // of them, as every event of the watch up to that one has then been delivered, in order.
+      delivery: new WatchDelivery(
+        callbacks,
+        () => (watch.progressRevision === undefined ? undefined : Math.max(watch.progressRevision, watch.lastEventRevision)),
+        () => {
+          // Released once, on cancel or failure: the thread stops the watch too (after a failure
+          // reported by the thread it is already gone there, and the message is ignored).
+          this.watches.delete(id);
+          if (!this.ended) this.send({ kind: 'cancel', id });
+        },
+      ),
     };
     if (this.ended) {
       watch.delivery.fail(this.ended);
