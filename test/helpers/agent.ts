@@ -251,9 +251,17 @@ export async function cleanupAgents(): Promise<void> {
     }),
   );
   for (const dir of agentDataDirs) reapPods(dir);
+  // Retried: a process killed just now may still be closing files in the dir; and reaped once
+  // more before the last try, for a supervisor that started as the first reaping ran.
+  for (const dir of ownedDirs) {
+    try {
+      fs.rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
+    } catch {
+      for (const data of agentDataDirs) reapPods(data);
+      fs.rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
+    }
+  }
   agentDataDirs.clear();
-  // Retried: a process killed just now may still be closing files in the dir.
-  for (const dir of ownedDirs) fs.rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
   ownedDirs.clear();
 }
 

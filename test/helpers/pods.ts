@@ -24,8 +24,10 @@ export function reapPods(dataDir: string): number {
   const podsDir = path.join(dataDir, 'agent', 'pods');
   if (!fs.existsSync(podsDir)) return 0;
   // A supervisor the agent launched a moment before it was killed may not have written its pid
-  // file yet: find those by their command line (the pod dir is their argument) first.
-  killSupervisorsUnder(podsDir);
+  // file yet: find those by their command line (the pod dir is their argument) first; and the
+  // agent's spare supervisor (its argument under agent/spare-supervisor), which may have been
+  // handed a pod just before the kill and would go on writing into that pod's dir.
+  killSupervisorsUnder(path.join(dataDir, 'agent'));
   const dirs = listPodDirs(podsDir);
   for (const dir of dirs) killPodProcesses(dir);
   for (const dir of dirs) reapRuncPod(dir, path.join(dataDir, 'agent', RUNC_STATE_DIR));
@@ -60,8 +62,8 @@ export function reapRuncPod(dir: string, runcRoot: string): void {
 }
 
 /** SIGKILL every pod supervisor whose pod dir lies under `podsDir`, pid file or not. */
-function killSupervisorsUnder(podsDir: string): void {
-  const prefix = `${path.resolve(podsDir)}${path.sep}`;
+function killSupervisorsUnder(dir: string): void {
+  const prefix = `${path.resolve(dir)}${path.sep}`;
   for (const entry of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
