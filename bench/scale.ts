@@ -17,7 +17,7 @@
  *
  * Phases: all nodes Ready (the controller heard from every one); --warmup-s; --measure-s, over which
  * it reports renewals per second, their latency (p50, p99, max; a request not answered within 10 s
- * counts as an error), 429s, errors, and the CPU of the server and of etcd (cores = CPU seconds
+ * counts as an error), 429s, errors, and the CPU of the server, of etcd and of the simulated nodes (cores = CPU seconds
  * per second); then --silent-percent of the nodes (spread over the index range) stop renewing, and
  * it reports how many the controller called Unavailable within --detect-ceiling-s, and when
  * (seconds from the silence), and the false verdicts: any state other than Ready on a node that
@@ -109,12 +109,15 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
     console.log(`  ${datastore}: all nodes Ready; warming up ${WARMUP_S} s`);
     await sleep(WARMUP_S * 1000);
     await nodes.ask('report');
-    const cpu0 = { server: cpu(server.child.pid), etcd: cpu(etcd?.pid), at: performance.now() };
+    const cpu0 = { server: cpu(server.child.pid), etcd: cpu(etcd?.pid), nodes: cpu(nodes.child.pid), at: performance.now() };
     await sleep(MEASURE_S * 1000);
     const steady = (await nodes.ask('report')) as unknown as RenewalReport;
     const seconds = (performance.now() - cpu0.at) / 1000;
     const serverCores = (cpu(server.child.pid) - cpu0.server) / seconds;
     const etcdCores = etcd ? (cpu(etcd.pid) - cpu0.etcd) / seconds : undefined;
+    // The simulated nodes share the machine's cores with the server (and etcd): what they take is
+    // what the server cannot have, so it bounds the rate this machine can measure at all.
+    const nodesCores = (cpu(nodes.child.pid) - cpu0.nodes) / seconds;
 
     const { during, detection } = await silenceAndDetect({
       nodes,
@@ -140,6 +143,8 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
       serverCores: round(serverCores, 2),
       ...(etcdCores !== undefined ? { etcdCores: round(etcdCores, 2) } : {}),
       serverCpuPerRenewalUs: round((serverCores * 1e6) / Math.max(1, steady.ok / seconds), 0),
+      nodesCores: round(nodesCores, 2),
+      nodesCpuPerRenewalUs: round((nodesCores * 1e6) / Math.max(1, steady.ok / seconds), 0),
       ...detection,
       duringDetection: { renewalP99Ms: during.p99 === null ? null : round(during.p99, 1), tooMany: during.tooMany, errors: during.errors },
     };
@@ -156,7 +161,8 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
 function describe(r: Record<string, unknown>): string {
   return [
     `${String(r.datastore)}${r.etcdData ? ` (${String(r.etcdData)})` : ''}: ${String(r.renewalsPerSecond)} renewals/s, p50 ${String(r.renewalP50Ms)} ms, p99 ${String(r.renewalP99Ms)} ms, max ${String(r.renewalMaxMs)} ms, 429s ${String(r.tooMany)}, errors ${String(r.errors)}`,
-    `    server ${String(r.serverCores)} cores (${String(r.serverCpuPerRenewalUs)} µs per renewal)${r.etcdCores !== undefined ? `, etcd ${String(r.etcdCores)} cores` : ''}`,
+    `    server ${String(r.serverCores)} cores (${String(r.serverCpuPerRenewalUs)} µs per renewal)${r.etcdCores !== undefined ? `, etcd ${String(r.etcdCores)} cores` : ''}, ` +
+      `simulated nodes ${String(r.nodesCores)} cores (${String(r.nodesCpuPerRenewalUs)} µs per renewal)`,
     describeDetection(r, DETECT_CEILING_S),
     ...(r.controlPlaneDisruptions as string[]).map((m) => `    the controller said: ${m}`),
   ].join('\n');
