@@ -23,7 +23,7 @@ interface Stretch {
 }
 
 export class DatastoreStalls {
-  /** Oldest first and never overlapping (each is clipped to start where the one before ended). */
+  /** Oldest first and disjoint: a stretch that overlaps earlier ones is merged with them as it is recorded. */
   private readonly closed: Stretch[] = [];
   /** Send times of the lease writes still outstanding. */
   private readonly outstanding = new Set<number>();
@@ -39,32 +39,32 @@ export class DatastoreStalls {
   ended(sentAt: number, at: number): void {
     this.outstanding.delete(sentAt);
     if (at - sentAt > this.thresholdMs) {
-      const from = Math.max(sentAt, this.closed[this.closed.length - 1]?.to ?? sentAt);
-      if (at > from) this.closed.push({ from, to: at });
+      // No recorded stretch ends after `at` (each ended earlier), so those this one overlaps are the last ones.
+      let from = sentAt;
+      let last = this.closed[this.closed.length - 1];
+      while (last && last.to >= from) {
+        from = Math.min(from, last.from);
+        this.closed.pop();
+        last = this.closed[this.closed.length - 1];
+      }
+      this.closed.push({ from, to: at });
     }
     while (this.closed.length > 0 && this.closed[0]!.to < at - KEEP_MS) this.closed.shift();
   }
 
   /**
    * How much of [from, now] the datastore was stalled (overlapping stretches counted once). Asked
-   * for every node at every tick of the node lifecycle controller: no copies, no sorting.
+   * for every node at every tick of the node lifecycle controller: one pass, no copies.
    */
   stalledWithin(from: number, now: number): number {
-    let total = 0;
-    let coveredTo = from;
-    for (const s of this.closed) {
-      const start = Math.max(s.from, coveredTo);
-      const end = Math.min(s.to, now);
-      if (end > start) {
-        total += end - start;
-        coveredTo = end;
-      }
-    }
-    let openSince: number | undefined;
+    // Writes still outstanding past the threshold: one open stretch, from the earliest of them.
+    let openSince = now;
     for (const sentAt of this.outstanding) {
-      if (now - sentAt > this.thresholdMs && (openSince === undefined || sentAt < openSince)) openSince = sentAt;
+      if (now - sentAt > this.thresholdMs) openSince = Math.min(openSince, sentAt);
     }
-    if (openSince !== undefined) total += Math.max(0, now - Math.max(openSince, coveredTo));
+    // The recorded stretches are disjoint: each counts its part before the open one.
+    let total = Math.max(0, now - Math.max(openSince, from));
+    for (const s of this.closed) total += Math.max(0, Math.min(s.to, openSince) - Math.max(s.from, from));
     return total;
   }
 }

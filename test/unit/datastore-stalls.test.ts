@@ -44,6 +44,26 @@ describe('datastore stalls', () => {
     assert.equal(stalls.stalledWithin(0, 10_000), 4500, 'two separate stalls add up');
   });
 
+  it('a slow write sent before an earlier-ended one counts from its own sending', () => {
+    const stalls = new DatastoreStalls(1000);
+    stalls.sent(2000);
+    stalls.sent(5000);
+    stalls.ended(5000, 10_000);
+    stalls.ended(2000, 12_000);
+    assert.equal(stalls.stalledWithin(0, 20_000), 10_000, 'the union [2 s, 12 s]');
+  });
+
+  it('a write still outstanding covers the gaps between slow writes sent after it', () => {
+    const stalls = new DatastoreStalls(1000);
+    stalls.sent(4000);
+    stalls.sent(5000);
+    stalls.ended(5000, 6500);
+    stalls.sent(8000);
+    stalls.ended(8000, 9500);
+    assert.equal(stalls.stalledWithin(0, 10_000), 6000, 'the union [4 s, 10 s]');
+    assert.equal(stalls.stalledWithin(7000, 10_000), 3000, 'clipped to the window asked about');
+  });
+
   it('forgets stalls a minute old', () => {
     const stalls = new DatastoreStalls(1000);
     stalls.sent(0);
