@@ -21,6 +21,8 @@
  */
 import { Etcd3, type IOptions, type Watcher } from 'etcd3';
 
+import { ETCD_GRPC_OPTIONS } from '../src/datastore/etcd/client.js';
+
 import {
   benchTempDir,
   installCleanup,
@@ -35,6 +37,7 @@ import {
   writeResult,
 } from './common.js';
 import { startEtcd } from './etcd-process.js';
+import { rawOps } from './etcd-raw-ops.js';
 
 const { n } = parseBenchArgs({
   rounds: { default: 6, min: 1 },
@@ -45,25 +48,16 @@ const { n } = parseBenchArgs({
 });
 const { rounds: ROUNDS, 'round-s': ROUND_S, concurrency: CONCURRENCY, keys: KEYS, 'value-bytes': VALUE_BYTES } = n;
 
-/** The channel options Drover's etcd client sets (src/datastore/etcd/client.ts). */
-const DROVER_GRPC: NonNullable<IOptions['grpcOptions']> = {
-  'grpc.max_receive_message_length': -1,
-  'grpc.max_send_message_length': -1,
-  'grpc.keepalive_time_ms': 30_000,
-  'grpc.keepalive_timeout_ms': 10_000,
-  'grpc-node.flow_control_window': 16 * 1024 * 1024,
-};
-
 interface Variant {
   name: string;
   grpc: NonNullable<IOptions['grpcOptions']>;
   watch: 'none' | 'plain' | 'prev_kv';
 }
 const VARIANTS: Variant[] = [
-  { name: 'no watch', grpc: DROVER_GRPC, watch: 'none' },
-  { name: 'watch', grpc: DROVER_GRPC, watch: 'plain' },
-  { name: 'watch+prev_kv', grpc: DROVER_GRPC, watch: 'prev_kv' },
-  { name: 'no retry/channelz', grpc: { ...DROVER_GRPC, 'grpc.enable_retries': 0, 'grpc.enable_channelz': 0 }, watch: 'none' },
+  { name: 'no watch', grpc: ETCD_GRPC_OPTIONS, watch: 'none' },
+  { name: 'watch', grpc: ETCD_GRPC_OPTIONS, watch: 'plain' },
+  { name: 'watch+prev_kv', grpc: ETCD_GRPC_OPTIONS, watch: 'prev_kv' },
+  { name: 'no retry/channelz', grpc: { ...ETCD_GRPC_OPTIONS, 'grpc.enable_retries': 0, 'grpc.enable_channelz': 0 }, watch: 'none' },
 ];
 const BASELINE = VARIANTS[0]!;
 
@@ -80,20 +74,19 @@ const tmp = benchTempDir('drover-bench-etcd-client-');
 const etcd = await startEtcd(tmp);
 const value = Buffer.alloc(VALUE_BYTES, 'x');
 const clients = new Map(VARIANTS.map((v) => [v, new Etcd3({ hosts: [etcd.endpoint], grpcOptions: v.grpc })]));
+// Each variant's update is the transaction Drover's etcd datastore sends.
+const ops = new Map([...clients].map(([v, client]) => [v, rawOps(client, true)]));
 const modRevision = new Map<string, number>();
-const keyOf = (v: Variant, i: number): Buffer => Buffer.from(`/bench/${VARIANTS.indexOf(v)}/${String(i).padStart(5, '0')}`);
+const keyOf = (v: Variant, i: number): string => `/bench/${VARIANTS.indexOf(v)}/${String(i).padStart(5, '0')}`;
 
-for (const [v, client] of clients) {
-  for (let i = 0; i < KEYS; i++) {
-    const key = keyOf(v, i);
-    const r = await client.kv.txn({ compare: [], success: [{ request_put: { key, value } }], failure: [] });
-    modRevision.set(key.toString(), Number(r.header.revision));
-  }
+for (const [v, op] of ops) {
+  for (let i = 0; i < KEYS; i++) modRevision.set(keyOf(v, i), await op.create(keyOf(v, i), value));
 }
 
 /** One variant for ROUND_S seconds: CONCURRENCY writers, each taking the next key in turn. */
 async function measure(v: Variant): Promise<Round> {
   const client = clients.get(v)!;
+  const op = ops.get(v)!;
   let eventsSeen = 0;
   let watcher: Watcher | undefined;
   if (v.watch !== 'none') {
@@ -111,20 +104,7 @@ async function measure(v: Variant): Promise<Round> {
     Array.from({ length: CONCURRENCY }, async (_, worker) => {
       for (let i = worker; Date.now() < end; i += CONCURRENCY) {
         const key = keyOf(v, i % KEYS);
-        const name = key.toString();
-        const response = await client.kv.txn(
-          {
-            compare: [
-              { key, target: 'Create', result: 'Greater', create_revision: 0 },
-              { key, target: 'Mod', result: 'Equal', mod_revision: modRevision.get(name)! },
-            ],
-            success: [{ request_put: { key, value } }, { request_range: { key, keys_only: true } }],
-            failure: [{ request_range: { key } }],
-          },
-          { deadline: new Date(Date.now() + 30_000) } as never,
-        );
-        if (!response.succeeded) throw new Error(`${name}: the compare failed (another writer?)`);
-        modRevision.set(name, Number(response.header.revision));
+        modRevision.set(key, await op.update(key, value, modRevision.get(key)!));
         writes++;
       }
     }),

@@ -69,6 +69,7 @@ import {
   waitForLine,
   writeResult,
 } from './common.js';
+import { type Ops, rawOps } from './etcd-raw-ops.js';
 
 // Diagnostics: --only runs one part only (no result file); --cpu-prof-dir writes a V8 CPU profile
 // of the server on etcd into that directory, and one of the server on SQLite into DIR/sqlite.
@@ -118,14 +119,6 @@ function shmDir(): string | undefined {
 
 type Op = 'create' | 'update' | 'get';
 
-/** The three operations; each answers the new modRevision (get: whether the key was found). */
-interface Ops {
-  create(key: string, value: Buffer): Promise<number>;
-  update(key: string, value: Buffer, expected: number): Promise<number>;
-  get(key: string): Promise<boolean>;
-  close(): Promise<void>;
-}
-
 class Subject {
   created = 0;
   readonly modRevision = new Float64Array(HOT_KEYS);
@@ -152,51 +145,6 @@ function datastoreOps(store: Datastore): Ops {
     update: async (key, value, expected) => (await store.update(key, value, expected)).modRevision,
     get: async (key) => (await store.get(key)) !== undefined,
     close: () => store.close(),
-  };
-}
-
-/** The raw etcd3 client, default options, doing the same operations with `kv.txn` / `kv.range`. */
-function rawOps(endpoint: string, oursUpdateRequest = false): Ops {
-  const client = new Etcd3({ hosts: [endpoint] });
-  const utf8 = (s: string): Buffer => Buffer.from(s, 'utf8');
-  return {
-    async create(key, value) {
-      const k = utf8(key);
-      const r = await client.kv.txn({
-        compare: [{ key: k, target: 'Create', result: 'Equal', create_revision: 0 }],
-        success: [{ request_put: { key: k, value } }],
-        failure: [],
-      });
-      if (!r.succeeded) throw new Error(`create ${key}: exists`);
-      return Number(r.header.revision);
-    },
-    async update(key, value, expected) {
-      const k = utf8(key);
-      const r = oursUpdateRequest
-        ? await client.kv.txn(
-            {
-              compare: [
-                { key: k, target: 'Create', result: 'Greater', create_revision: 0 },
-                { key: k, target: 'Mod', result: 'Equal', mod_revision: expected },
-              ],
-              success: [{ request_put: { key: k, value } }, { request_range: { key: k, keys_only: true } }],
-              failure: [{ request_range: { key: k } }],
-            },
-            { deadline: new Date(Date.now() + 30_000) },
-          )
-        : await client.kv.txn({
-            compare: [{ key: k, target: 'Mod', result: 'Equal', mod_revision: expected }],
-            success: [{ request_put: { key: k, value } }],
-            failure: [],
-          });
-      if (!r.succeeded) throw new Error(`update ${key}: conflict`);
-      return Number(r.header.revision);
-    },
-    async get(key) {
-      const r = await client.kv.range({ key: utf8(key) });
-      return r.kvs.length > 0;
-    },
-    close: async () => client.close(),
   };
 }
 
@@ -394,11 +342,11 @@ async function runDatastore({ shm, etcdParent, tmp }: Dirs): Promise<Figure[]> {
     const diskEtcd = shm ? await startEtcd(os.tmpdir()) : undefined;
     if (diskEtcd) cleanup.push(diskEtcd.stop);
     const ours = new Subject('ours', datastoreOps(await openEtcdDatastore({ endpoints: [etcd.endpoint] })), '/registry/a/nodes/', etcd.pid);
-    const raw = new Subject('raw', rawOps(etcd.endpoint), '/registry/b/nodes/', etcd.pid);
-    const rawOursReq = new Subject("raw, ours' update request", rawOps(etcd.endpoint, true), '/registry/c/nodes/', etcd.pid);
+    const raw = new Subject('raw', rawOps(new Etcd3({ hosts: [etcd.endpoint] })), '/registry/b/nodes/', etcd.pid);
+    const rawOursReq = new Subject("raw, ours' update request", rawOps(new Etcd3({ hosts: [etcd.endpoint] }), true), '/registry/c/nodes/', etcd.pid);
     const sqlite = new Subject('ours on SQLite', datastoreOps(openSqliteDatastore(path.join(tmp, 'state.db'))), '/registry/a/nodes/');
     const rawDisk = diskEtcd
-      ? new Subject('raw, disk-backed etcd', rawOps(diskEtcd.endpoint), '/registry/b/nodes/', diskEtcd.pid)
+      ? new Subject('raw, disk-backed etcd', rawOps(new Etcd3({ hosts: [diskEtcd.endpoint] })), '/registry/b/nodes/', diskEtcd.pid)
       : undefined;
     const subjects = [ours, raw, rawOursReq, sqlite, ...(rawDisk ? [rawDisk] : [])];
     cleanup.push(async () => {

@@ -118,6 +118,7 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
     // The simulated nodes share the machine's cores with the server (and etcd): what they take is
     // what the server cannot have, so it bounds the rate this machine can measure at all.
     const nodesCores = (cpu(nodes.child.pid) - cpu0.nodes) / seconds;
+    const renewalsPerSecond = steady.ok / seconds;
 
     const { during, detection } = await silenceAndDetect({
       nodes,
@@ -133,7 +134,7 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
       datastore,
       ...(etcd ? { etcdData: args['etcd-data'] } : {}),
       nodes: NODES,
-      renewalsPerSecond: round(steady.ok / seconds, 1),
+      renewalsPerSecond: round(renewalsPerSecond, 1),
       renewalP50Ms: steady.p50 === null ? null : round(steady.p50, 1),
       renewalP99Ms: steady.p99 === null ? null : round(steady.p99, 1),
       renewalMaxMs: steady.max === null ? null : round(steady.max, 1),
@@ -142,9 +143,9 @@ async function runOne(datastore: 'sqlite' | 'etcd'): Promise<Record<string, unkn
       ...(steady.firstError ? { firstError: steady.firstError } : {}),
       serverCores: round(serverCores, 2),
       ...(etcdCores !== undefined ? { etcdCores: round(etcdCores, 2) } : {}),
-      serverCpuPerRenewalUs: round((serverCores * 1e6) / Math.max(1, steady.ok / seconds), 0),
+      serverCpuPerRenewalUs: round((serverCores * 1e6) / Math.max(1, renewalsPerSecond), 0),
       nodesCores: round(nodesCores, 2),
-      nodesCpuPerRenewalUs: round((nodesCores * 1e6) / Math.max(1, steady.ok / seconds), 0),
+      nodesCpuPerRenewalUs: round((nodesCores * 1e6) / Math.max(1, renewalsPerSecond), 0),
       ...detection,
       duringDetection: { renewalP99Ms: during.p99 === null ? null : round(during.p99, 1), tooMany: during.tooMany, errors: during.errors },
     };

@@ -41,6 +41,20 @@ export interface EtcdOptions {
 /** The HTTP/2 window, per stream and per connection: 16 MiB (see `createEtcdClient`). */
 const FLOW_CONTROL_WINDOW = 16 * 1024 * 1024;
 
+/** The gRPC channel options of Drover's etcd client (also what bench/etcd-client-cost.ts measures with). */
+export const ETCD_GRPC_OPTIONS: NonNullable<IOptions['grpcOptions']> = {
+  // Lists of large objects exceed gRPC's default 4 MiB receive limit.
+  'grpc.max_receive_message_length': -1,
+  'grpc.max_send_message_length': -1,
+  // Notice a dead connection (not just a closed one) under a long-lived watch stream.
+  'grpc.keepalive_time_ms': 30_000,
+  'grpc.keepalive_timeout_ms': 10_000,
+  // HTTP/2 flow control: with the default 64 KiB window, the shared watch stream (every write
+  // comes back on it, with its previous value) could carry only ~64 KiB per turn of this busy
+  // event loop, and fell seconds behind the writes under load (bench/etcd.ts, docs/benchmarks.md).
+  'grpc-node.flow_control_window': FLOW_CONTROL_WINDOW,
+};
+
 /** A fault-handling policy that just runs the call once (see `createEtcdClient`). */
 const NEVER_ABORTED = new AbortController().signal;
 const noRetryPolicy = {
@@ -100,18 +114,7 @@ export function createEtcdClient(options: EtcdOptions): Etcd3 {
   }
   const clientOptions: IOptions = {
     hosts: endpoints,
-    grpcOptions: {
-      // Lists of large objects exceed gRPC's default 4 MiB receive limit.
-      'grpc.max_receive_message_length': -1,
-      'grpc.max_send_message_length': -1,
-      // Notice a dead connection (not just a closed one) under a long-lived watch stream.
-      'grpc.keepalive_time_ms': 30_000,
-      'grpc.keepalive_timeout_ms': 10_000,
-      // HTTP/2 flow control: with the default 64 KiB window, the shared watch stream (every write
-      // comes back on it, with its previous value) could carry only ~64 KiB per turn of this busy
-      // event loop, and fell seconds behind the writes under load (bench/etcd.ts, docs/benchmarks.md).
-      'grpc-node.flow_control_window': FLOW_CONTROL_WINDOW,
-    },
+    grpcOptions: ETCD_GRPC_OPTIONS,
     faultHandling: {
       // No blind retries: a retried write whose first attempt did commit would report a
       // conflict for its own success. Calls retry where that is safe (see `call` in ../etcd.ts).
