@@ -14,6 +14,7 @@ import type {
   UpdateFn,
   UpdateOptions,
   WriteOptions,
+  WriteSubresource,
 } from './storage-types.js';
 import type { RbacSource } from './rbac/types.js';
 import type { Printer } from './table.js';
@@ -30,13 +31,12 @@ import type { Printer } from './table.js';
  * `status`: the status-only write path; `eviction`: policy Eviction (pods); `scale`: the
  * autoscaling/v1 Scale view of `spec.replicas`; `log`: a pod's container log, served by a hook;
  * `token`: a TokenRequest (ServiceAccounts); `ephemeralcontainers`: the write path of a pod's
- * spec.ephemeralContainers (pods; its rules are the kind's validateUpdate). Every name but
- * `status` and `ephemeralcontainers` needs its hook below (the registry refuses a definition
- * without it).
+ * spec.ephemeralContainers (pods; its rules are the kind's validateUpdate); `finalize`: the write
+ * path of a namespace's spec.finalizers. Every name but `status`, `ephemeralcontainers` and
+ * `finalize` needs its hook below (the registry refuses a definition without it).
  */
-export type Subresource = 'status' | 'eviction' | 'scale' | 'log' | 'token' | 'ephemeralcontainers' | StreamSubresource;
-/** The subresources written through the object's own update path (the store's UpdateOptions). */
-export type WriteSubresource = 'status' | 'ephemeralcontainers';
+export type Subresource = 'status' | 'eviction' | 'scale' | 'log' | 'token' | 'ephemeralcontainers' | 'finalize' | StreamSubresource;
+export type { WriteSubresource };
 /** Served by the handler's upgrade path (src/apiserver/streaming/), not by kind hooks. */
 export type StreamSubresource = 'exec' | 'attach' | 'portforward';
 
@@ -235,6 +235,12 @@ export interface ResourceDefinition {
    * written at creation by admission).
    */
   prepareForUpdate?(next: KubeObject, current: KubeObject): void;
+  /**
+   * True while the kind's own cleanup still holds an object asked to go away (a Namespace, while
+   * `kubernetes` is in its spec.finalizers: its contents are not yet known to be gone). Such an
+   * object is not removed by the write that leaves it without metadata finalizers.
+   */
+  awaitsCleanup?(obj: KubeObject): boolean;
   /** Defaults kept on every write that is not a status write: filled in when a client leaves them out. */
   applyDefaults?(obj: KubeObject): void;
   validate?(obj: KubeObject): StatusCause[];

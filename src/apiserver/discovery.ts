@@ -45,6 +45,7 @@ export function apiGroup(name: string, versions: string[]): object {
 function subresourceVerbs(sub: string): string[] {
   if (sub === 'eviction' || sub === 'token') return ['create'];
   if (sub === 'log') return ['get'];
+  if (sub === 'finalize') return ['update'];
   if (sub === 'exec' || sub === 'attach' || sub === 'portforward') return ['create', 'get'];
   return ['get', 'patch', 'update'];
 }

@@ -78,6 +78,8 @@ export function verbOf(method: string, request: ResourceRequest, params: URLSear
   if (request.subresource === 'log') return method === 'GET' || method === 'HEAD' ? 'get' : 'invalid';
   // A TokenRequest is only ever created: a read or write of `token` must not reach the account.
   if (request.subresource === 'token' && method !== 'POST') return 'invalid';
+  // Only spec.finalizers is written there, by a whole namespace (Kubernetes serves it for PUT alone).
+  if (request.subresource === 'finalize' && method !== 'PUT') return 'invalid';
   // A subresource is never deleted by itself (DELETE .../status must not remove the object).
   if (request.subresource !== undefined && method === 'DELETE') return 'invalid';
   const watching = request.legacyWatch || queryBool(params, 'watch');

@@ -41,7 +41,7 @@ export async function serveCreate(call: HttpCall): Promise<void> {
 
 /** The subresources a PUT or PATCH writes through the object's own update path. */
 function writeSubresource(name: string | undefined): WriteSubresource | undefined {
-  return name === 'status' || name === 'ephemeralcontainers' ? name : undefined;
+  return name === 'status' || name === 'ephemeralcontainers' || name === 'finalize' ? name : undefined;
 }
 
 /**

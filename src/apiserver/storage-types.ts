@@ -5,6 +5,9 @@ import type { KubeObject } from './objects.js';
 import type { FieldSelector, LabelSelector } from './selectors.js';
 import type { ReadRevision } from './watch-cache/read-plan.js';
 
+/** The subresources written through the object's own update path. */
+export type WriteSubresource = 'status' | 'ephemeralcontainers' | 'finalize';
+
 /**
  * The options and results of the ObjectStore (src/apiserver/storage.ts). They know nothing of
  * any kind, so resource definitions, strategy hooks and the verb layer can all name them
@@ -63,8 +66,8 @@ export interface FieldManagerOptions {
 }
 
 export interface UpdateOptions extends WriteOptions {
-  /** `status`: status only; `ephemeralcontainers`: a pod's spec.ephemeralContainers only. */
-  subresource?: 'status' | 'ephemeralcontainers';
+  /** `status`: status only; `ephemeralcontainers`: a pod's spec.ephemeralContainers only; `finalize`: a namespace's spec.finalizers only. */
+  subresource?: WriteSubresource;
   /**
    * Mark the object as going away: set metadata.deletionTimestamp and deletionGracePeriodSeconds
    * (it has finalizers, or it is deleted gracefully).

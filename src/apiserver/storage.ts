@@ -306,7 +306,7 @@ export class ObjectStore implements KindStore {
     }
   }
 
-  private validate(def: ResourceDefinition, obj: KubeObject, current?: KubeObject, subresource?: 'ephemeralcontainers'): void {
+  private validate(def: ResourceDefinition, obj: KubeObject, current?: KubeObject, subresource?: 'ephemeralcontainers' | 'finalize'): void {
     const causes = [
       ...validateObjectMeta(obj, def.nameRule),
       ...(def.validate?.(obj) ?? []),
@@ -386,7 +386,7 @@ export class ObjectStore implements KindStore {
         return unchanged ? current : next;
       }
       try {
-        if (shouldDeleteOnWrite(next)) {
+        if (shouldDeleteOnWrite(def, next)) {
           // The last finalizer is gone from an object that was asked to go away, and no grace
           // period holds it (a pod still being stopped by its node stays until that node is done).
           const deleted = await this.datastore.delete(key, modRevision, options.writeGuard?.());
@@ -506,7 +506,7 @@ export class ObjectStore implements KindStore {
         if (!marked) continue;
         // Taking the last finalizer off (a Background DELETE of an object waiting to be orphaned)
         // removes it in the same write.
-        return { object: marked, removed: shouldDeleteOnWrite(marked) };
+        return { object: marked, removed: shouldDeleteOnWrite(def, marked) };
       }
       if (options.dryRun) return { object: current, removed: true };
       try {

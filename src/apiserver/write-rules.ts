@@ -72,6 +72,14 @@ export function prepareForUpdate(
     next = { ...current, metadata: { ...current.metadata } };
     if (proposed.status === undefined) delete next.status;
     else next.status = proposed.status;
+  } else if (options.subresource === 'finalize') {
+    // Only spec.finalizers comes from the caller (a namespace's /finalize, as Kubernetes').
+    next = structuredClone(current);
+    const proposedSpec = proposed.spec as Record<string, unknown> | undefined;
+    const spec = (next.spec ?? {}) as Record<string, unknown>;
+    if (proposedSpec?.finalizers === undefined) delete spec.finalizers;
+    else spec.finalizers = proposedSpec.finalizers;
+    next.spec = spec;
   } else {
     next = proposed;
     if (!next.metadata || typeof next.metadata !== 'object') next.metadata = {};
@@ -83,7 +91,8 @@ export function prepareForUpdate(
   next.apiVersion = apiVersionOf(def);
   next.kind = def.kind;
   carryServerFields(next, current, options.markDeleted);
-  if (options.subresource !== 'status') def.prepareForUpdate?.(next, current);
+  // The kind's update rules would undo what a finalize write is for (a namespace keeps its spec.finalizers on any other update).
+  if (options.subresource !== 'status' && options.subresource !== 'finalize') def.prepareForUpdate?.(next, current);
   if (options.subresource !== 'status') def.applyDefaults?.(next);
   if (options.subresource !== 'status' && !jsonEqual(next, current, NOT_SPEC)) {
     next.metadata.generation = (current.metadata.generation ?? 1) + 1;
@@ -118,10 +127,13 @@ export function checkPreconditions(
   }
 }
 
-/** An object asked to go away with no finalizer and no grace period left is removed by the write that gets it there. */
-export function shouldDeleteOnWrite(obj: KubeObject): boolean {
+/**
+ * An object asked to go away with no finalizer, no grace period and no cleanup of its kind left
+ * is removed by the write that gets it there.
+ */
+export function shouldDeleteOnWrite(def: Pick<ResourceDefinition, 'awaitsCleanup'>, obj: KubeObject): boolean {
   const meta = obj.metadata;
-  return Boolean(meta.deletionTimestamp) && !meta.finalizers?.length && !meta.deletionGracePeriodSeconds;
+  return Boolean(meta.deletionTimestamp) && !meta.finalizers?.length && !meta.deletionGracePeriodSeconds && !def.awaitsCleanup?.(obj);
 }
 
 /**

@@ -160,7 +160,7 @@ export class HttpClient implements ApiClient {
     return (await this.request('POST', this.path(ref, namespace), obj)) as KubeObject;
   }
 
-  async update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status'): Promise<KubeObject> {
+  async update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status' | 'finalize'): Promise<KubeObject> {
     return (await this.request('PUT', this.path(ref, namespace, obj.metadata.name, subresource), obj)) as KubeObject;
   }
 

@@ -84,7 +84,7 @@ export class LocalClient implements ApiClient {
     return (await this.verbs.create(this.context, this.def(ref), namespace, structuredClone(obj))).object;
   }
 
-  async update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status'): Promise<KubeObject> {
+  async update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status' | 'finalize'): Promise<KubeObject> {
     const copy = structuredClone(obj);
     return (await this.verbs.update(this.context, this.def(ref), namespace, obj.metadata.name!, copy, subresource)).object;
   }

@@ -94,7 +94,7 @@ export interface ApiClient {
   ): Promise<{ items: KubeObject[]; resourceVersion: string }>;
   create(ref: ResourceRef, namespace: string | undefined, obj: KubeObject): Promise<KubeObject>;
   /** PUT: `obj.metadata.resourceVersion`, when set, is a precondition (409 on mismatch). */
-  update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status'): Promise<KubeObject>;
+  update(ref: ResourceRef, namespace: string | undefined, obj: KubeObject, subresource?: 'status' | 'finalize'): Promise<KubeObject>;
   patch(
     ref: ResourceRef,
     namespace: string | undefined,

@@ -9,6 +9,7 @@ import { type ApiClient, LEASES } from '../client/types.js';
 import { CONTROLLER_LEASE, ControllerManager } from '../controllers/controller-manager.js';
 import { fencedClient } from '../controllers/fenced-client.js';
 import { EndpointsController } from '../controllers/endpoints.js';
+import { NamespaceFinisher } from '../controllers/namespace-finisher.js';
 import { NodeIpamController } from '../controllers/node-ipam.js';
 import type { SharedInformers } from '../client/shared-informers.js';
 import type { Clock } from '../controllers/clock.js';
@@ -92,6 +93,7 @@ export function startControllers(deps: ControllerDeps): ControllerManager {
     termControllers: [
       ...serviceAccountControllers(serviceAccounts, fenced, logger, deps.caCertificatePem),
       (informers, clock) => new EndpointsController(fenced, informers, logger.child({ controller: 'endpoints' }), { clock }),
+      (informers, clock) => new NamespaceFinisher(fenced, informers, logger.child({ controller: 'namespace-finisher' }), { clock }),
       ...(settings.flannelBackend === 'none'
         ? []
         : [(informers: SharedInformers, clock: Clock) => new NodeIpamController(fenced, informers, logger.child({ controller: 'node-ipam' }), serviceNetworkFromSettings(settings).clusterCidr, clock)]),

@@ -183,8 +183,8 @@ describe('controller writes guarded by the controller lease', () => {
   });
 
   it('every write of a namespace delete carries the guard: a takeover between any two of them stops the rest', async () => {
-    // The delete writes four times: the namespace Terminating, its two ConfigMaps, the namespace
-    // itself. The guard holds for the first `held` of those writes; then another server has the lease.
+    // The delete writes four times: the namespace marked deleted and Terminating, its two
+    // ConfigMaps, and the finalize write that removes the namespace. The guard holds for the first `held` of those writes; then another server has the lease.
     const stale: WriteGuard = { ...guard(), modRevision: guard().modRevision - 1 };
     for (let held = 0; held <= 4; held++) {
       const name = `shop-${held}`;

@@ -1,7 +1,7 @@
 import type { ResourceDefinition } from '../definition.js';
 import { isJsonObject, jsonEqual, type JsonObject } from '../json.js';
 import { type KubeObject, kubeTime } from '../objects.js';
-import type { FieldManagerOptions } from '../storage-types.js';
+import type { FieldManagerOptions, WriteSubresource } from '../storage-types.js';
 import { compareObjects } from './field-sets.js';
 import { FieldSet, fieldElement } from './fields-v1.js';
 import { type KindSchema, kindSchema } from './kind-schemas.js';
@@ -68,7 +68,7 @@ export function recordUpdateOf(
   next: KubeObject,
   sent: unknown,
   fieldManager: FieldManagerOptions | undefined,
-  subresource: 'status' | 'ephemeralcontainers' | undefined,
+  subresource: WriteSubresource | undefined,
 ): void {
   const stored = current.metadata.managedFields;
   if (fieldManager?.applied) {
@@ -81,7 +81,7 @@ export function recordUpdateOf(
     else next.metadata.managedFields = stored;
     return;
   }
-  const only = subresource === 'status' ? 'status' : subresource === 'ephemeralcontainers' ? 'spec' : undefined;
+  const only = subresource === 'status' ? 'status' : subresource === 'ephemeralcontainers' || subresource === 'finalize' ? 'spec' : undefined;
   const heartbeat = only === 'status' ? heartbeatEntries(current, next, fieldManager) : undefined;
   if (heartbeat) {
     if (heartbeat.length) next.metadata.managedFields = heartbeat as JsonObject[];

@@ -287,6 +287,7 @@ export class ResourceVerbs {
       throw errors.invalid('PatchOptions', '', 'meta.k8s.io', [{ reason: 'FieldValueRequired', message: 'Required value: is required for apply patch', field: 'fieldManager' }]);
     }
     if (subresource === 'ephemeralcontainers') throw errors.badRequest('server-side apply is not supported for pods/ephemeralcontainers; use a patch');
+    if (subresource === 'finalize') throw errors.badRequest('server-side apply is not supported for namespaces/finalize; use a PUT');
     if (config.apiVersion !== apiVersionOf(def) || config.kind !== def.kind) {
       const [group, version] = typeof config.apiVersion === 'string' && config.apiVersion.includes('/') ? config.apiVersion.split('/', 2) : ['', config.apiVersion ?? ''];
       throw errors.badRequest(`invalid object type: ${group}/${String(version)}, Kind=${String(config.kind ?? '')}`);
