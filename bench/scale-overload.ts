@@ -4,9 +4,11 @@
  * agents do), plus a bulk lister (its own user, allowed to list Nodes) sending lists of every Node
  * in an open loop at a rate that, with the renewals, asks about twice one thread's worth of server
  * CPU (calibrated in the first pass: server CPU of the renewals alone, and of 10 lists one after
- * the other; or --list-rate). Two passes under the same load, on a fresh server each: flow control
- * off (the baseline: DROVER_BENCH_FLOW_CONTROL=off, the bench's hidden switch) and on (the
- * defaults, or --max-requests-inflight). Each reports renewals and lists answered, 429s and
+ * the other; or --list-rate). Three passes under the same load, on a fresh server each: flow
+ * control off (the baseline: DROVER_BENCH_FLOW_CONTROL=off, the bench's hidden switch); flow
+ * control on with the API socket's own accept handle only (DROVER_BENCH_EXTRA_ACCEPTORS=off, as
+ * before src/apiserver/extra-acceptors.ts); and as shipped (flow control on, the defaults or
+ * --max-requests-inflight, and the extra accept handles). Each reports renewals and lists answered, 429s and
  * timeouts (no answer within 10 s), renewal latency, and, with the overload going on, how fast the
  * silenced nodes are called Unavailable and the false verdicts. Writes
  * bench/results/scale-overload.json.
@@ -110,14 +112,23 @@ async function listCpu(server: { child: ChildProcess; url: string; caPem: string
   return { listCpuS: Math.max(0.0005, (cpu(server.child.pid) - c0) / 10), listMs: (performance.now() - t0) / 10 };
 }
 
-async function runOverload(flowControl: boolean, listRate: number | undefined): Promise<Record<string, unknown>> {
-  const dir = benchTempDir(`drover-bench-overload-${flowControl ? 'on' : 'off'}-`);
+/** The three servers compared: no flow control; flow control with one accept handle; as shipped. */
+type Pass = 'off' | 'one-accept-handle' | 'on';
+const PASS_LABELS: Record<Pass, string> = { off: 'flow control off', 'one-accept-handle': 'flow control on, one accept handle', on: 'flow control on (as shipped)' };
+
+async function runOverload(pass: Pass, listRate: number | undefined): Promise<Record<string, unknown>> {
+  const flowControl = pass !== 'off';
+  const dir = benchTempDir(`drover-bench-overload-${pass}-`);
   const inflight = n['max-requests-inflight'];
-  // The hidden switch is read once, at the server's start: set for the baseline's server only.
-  if (!flowControl) process.env.DROVER_BENCH_FLOW_CONTROL = 'off';
+  // The hidden switches are read once, at the server's start: set for that pass's server only.
+  if (pass === 'off') process.env.DROVER_BENCH_FLOW_CONTROL = 'off';
+  if (pass !== 'on') process.env.DROVER_BENCH_EXTRA_ACCEPTORS = 'off';
   // supervisor-metrics: the priority levels' figures (seats, executing, queued, refused) are read from /metrics.
   const server = await startBenchServer(path.join(dir, 'server'), path.join(dir, 'server.log'), ['--supervisor-metrics', ...(inflight ? ['--max-requests-inflight', String(inflight)] : [])]).finally(
-    () => delete process.env.DROVER_BENCH_FLOW_CONTROL,
+    () => {
+      delete process.env.DROVER_BENCH_FLOW_CONTROL;
+      delete process.env.DROVER_BENCH_EXTRA_ACCEPTORS;
+    },
   );
   const api = new BenchApi(server);
   const caFile = path.join(dir, 'ca.crt');
@@ -139,7 +150,7 @@ async function runOverload(flowControl: boolean, listRate: number | undefined): 
   // delay the renewals' timers and sockets, which would count as the server's latency.
   const lister = SimulatedNodes.spawn({ ...simulator, count: 0, logFile: path.join(dir, 'lister.log') });
   const states = new NodeStates();
-  const label = `flow control ${flowControl ? 'on' : 'off'}`;
+  const label = PASS_LABELS[pass];
   try {
     const setup = await nodes.ask('setup');
     console.log(`  ${label}: ${NODES} Nodes and Leases created in ${String(setup.ms)} ms`);
@@ -188,7 +199,9 @@ async function runOverload(flowControl: boolean, listRate: number | undefined): 
     await lister.ask('bulk 0 0');
     const renewalTimeouts = (r: RenewalReport): number => r.errors; // every renewal error here was a missing answer, see firstError
     return {
+      pass,
       flowControl,
+      extraAcceptHandles: pass === 'on',
       ...(flowControl ? { maxRequestsInflight: inflight || 'default (200)' } : {}),
       nodes: NODES,
       listsPerSecondAsked: rate,
@@ -273,7 +286,7 @@ function describeOverload(r: Record<string, unknown>): string {
   const renewals = r.renewals as Record<string, unknown>;
   const lists = r.lists as Record<string, unknown>;
   return [
-    `flow control ${r.flowControl ? 'on' : 'off'}: server ${String(r.serverCores)} cores`,
+    `${PASS_LABELS[r.pass as Pass]}: server ${String(r.serverCores)} cores`,
     `    renewals ${String(renewals.perSecond)}/s (${String(renewals.ok)}/${String(renewals.sent)} answered 200), 429s ${String(renewals.tooMany)}, timeouts and errors ${String(renewals.errors)}, p50 ${String(renewals.p50Ms)} ms, p99 ${String(renewals.p99Ms)} ms, max ${String(renewals.maxMs)} ms`,
     `    lists asked ${String(r.listsPerSecondAsked)}/s: ${String(lists.ok)} answered (${String(lists.okPerSecond)}/s), 429s ${String(lists.tooMany)}, timeouts ${String(lists.timeouts)}, errors ${String(lists.errors)}, not sent (${n['max-outstanding-lists']} unanswered) ${String(lists.skipped)}`,
     describeDetection(r, DETECT_CEILING_S),
@@ -287,21 +300,27 @@ async function main(): Promise<void> {
   installCleanup();
   const machine = machineInfo();
   printMachine(machine);
-  const off = await runOverload(false, n['list-rate'] || undefined);
+  const off = await runOverload('off', n['list-rate'] || undefined);
   console.log(describeOverload(off));
-  const on = await runOverload(true, Number(off.listsPerSecondAsked));
+  const oneHandle = await runOverload('one-accept-handle', Number(off.listsPerSecondAsked));
+  console.log(describeOverload(oneHandle));
+  const on = await runOverload('on', Number(off.listsPerSecondAsked));
   console.log(describeOverload(on));
   const r = (x: Record<string, unknown>, key: string): number => Number((x.renewals as Record<string, unknown>)[key]);
+  const l = (x: Record<string, unknown>, key: string): number => Number((x.lists as Record<string, unknown>)[key]);
   const ratios = {
     renewalP99OnVsOff: round(r(on, 'p99Ms') / r(off, 'p99Ms'), 3),
     renewalsAnsweredOnVsOff: round(r(on, 'ok') / Math.max(1, r(off, 'ok')), 2),
+    listTimeouts: { off: l(off, 'timeouts'), oneAcceptHandle: l(oneHandle, 'timeouts'), on: l(on, 'timeouts') },
+    list429s: { off: l(off, 'tooMany'), oneAcceptHandle: l(oneHandle, 'tooMany'), on: l(on, 'tooMany') },
   };
   console.log(`on / off: renewal p99 ${ratios.renewalP99OnVsOff}×, renewals answered ${ratios.renewalsAnsweredOnVsOff}×`);
+  console.log(`lists timed out (off / one accept handle / on): ${ratios.listTimeouts.off} / ${ratios.listTimeouts.oneAcceptHandle} / ${ratios.listTimeouts.on}; refused with 429: ${ratios.list429s.off} / ${ratios.list429s.oneAcceptHandle} / ${ratios.list429s.on}`);
   const file = writeResult('scale-overload', {
     benchmark: 'scale-overload',
     machine,
     options: { nodes: NODES, silentPercent: SILENT_PERCENT, warmupS: WARMUP_S, measureS: MEASURE_S, detectCeilingS: DETECT_CEILING_S, renewMs: RENEW_MS, listRate: n['list-rate'] || 'calibrated', maxOutstandingLists: n['max-outstanding-lists'], maxRequestsInflight: n['max-requests-inflight'] || 'default' },
-    runs: [off, on],
+    runs: [off, oneHandle, on],
     ratios,
   });
   console.log(`wrote ${file}`);

@@ -2,6 +2,7 @@ import https from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Status, StatusReason } from './errors.js';
+import { EXTRA_ACCEPT_HANDLES, ExtraAcceptors } from './extra-acceptors.js';
 import { ApiHandler, type HandlerOptions } from './handler.js';
 
 /**
@@ -80,9 +81,13 @@ export class ApiServer {
   private drained: (() => void) | undefined;
   /** Every TCP connection, including ones still in their TLS handshake (not yet HTTP). */
   private readonly sockets = new Set<Socket>();
+  private readonly logger: HandlerOptions['logger'];
+  /** More accepts per turn of the event loop (./extra-acceptors.ts). */
+  private acceptors: ExtraAcceptors | undefined;
 
   constructor(options: HandlerOptions, tls: TlsMaterial, timeouts: ConnectionTimeouts = DEFAULT_CONNECTION_TIMEOUTS) {
     this.handler = new ApiHandler(options);
+    this.logger = options.logger;
     // Node refuses headersTimeout > requestTimeout: a request cannot outlast itself.
     const headerMs = Math.min(timeouts.headerMs, timeouts.requestMs);
     const serverOptions: https.ServerOptions = {
@@ -149,6 +154,10 @@ export class ApiServer {
       this.server.once('error', onError);
       this.server.listen({ port: options.port, host: options.host, backlog: LISTEN_BACKLOG }, () => {
         this.server.off('error', onError);
+        // Added in the background: the server serves from now on, one accept per turn until they come.
+        // DROVER_BENCH_EXTRA_ACCEPTORS=off is for bench/scale-overload.ts's comparison only.
+        const extra = process.env.DROVER_BENCH_EXTRA_ACCEPTORS === 'off' ? 0 : EXTRA_ACCEPT_HANDLES;
+        this.acceptors = new ExtraAcceptors(this.server, extra, LISTEN_BACKLOG, this.logger);
         resolve(this.server.address() as AddressInfo);
       });
     });
@@ -159,6 +168,7 @@ export class ApiServer {
    * remaining connection (watches included).
    */
   async close(graceMs: number): Promise<void> {
+    this.acceptors?.close();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     this.server.closeIdleConnections();
     if (this.inFlight > 0) {
