@@ -83,6 +83,8 @@ export async function serveList(call: HttpCall): Promise<void> {
     ...(continueToken ? { continueToken } : {}),
     ...(resourceVersion !== undefined ? { resourceVersion } : {}),
     ...(resourceVersionMatch !== null ? { resourceVersionMatch } : {}),
+    // Serialized as they are below; a Table is made by the printers from private copies.
+    ...(negotiated.table ? {} : { sharedItems: true }),
   });
   const listMeta = {
     resourceVersion: result.resourceVersion,

@@ -26,6 +26,12 @@ export interface ListOptions extends Selection {
   exactRevision?: number;
   /** Which state to read (resourceVersion and resourceVersionMatch); the latest when absent. */
   read?: ReadRevision;
+  /**
+   * The caller only serializes the items and never changes them: a list from the watch cache may
+   * then hand out the cache's own (shared) objects instead of a parsed copy of each (the HTTP
+   * JSON answer; a list of 500 objects is parsed 500 times less).
+   */
+  sharedItems?: boolean;
 }
 
 export interface ListResult {

@@ -186,13 +186,13 @@ export class ObjectStore implements KindStore {
     let more = false;
     for (const key of cache.keysFrom(prefix, after)) {
       const item = cache.get(key)!;
-      // Selectors judge the shared object: only what matches is copied for the caller.
+      // Selectors judge the shared object: only what matches is copied for the caller (if it needs a copy).
       if (!matchesSelection(def, item.obj, options)) continue;
       if (limit && items.length >= limit) {
         more = true;
         break;
       }
-      items.push(this.codec.decode(def, { key, value: item.value, modRevision: item.modRevision, createRevision: 0 }));
+      items.push(options.sharedItems ? item.obj : this.codec.decode(def, { key, value: item.value, modRevision: item.modRevision, createRevision: 0 }));
       lastKey = key;
     }
     const resourceVersion = String(revision);

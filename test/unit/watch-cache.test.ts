@@ -176,3 +176,38 @@ describe('ResourceCache over a real SQLite datastore', () => {
     assert.equal(failures.length, 1);
   });
 });
+
+describe('lists from the watch cache for a caller that only serializes', () => {
+  it('hand out the cached objects themselves (the same JSON as the copies), and copies to everyone else', async () => {
+    const { inProcessApi } = await import('../helpers/in-process.js');
+    const { CONFIGMAPS } = await import('../../src/client/types.js');
+    const api = await inProcessApi();
+    try {
+      for (const name of ['a', 'b', 'c']) {
+        await api.client.create(CONFIGMAPS, 'default', { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, labels: { tier: name === 'b' ? 'x' : 'y' } }, data: { k: name } });
+      }
+      const def = api.registry.lookup('', 'v1', 'configmaps')!;
+      const all = { labelSelector: [], fieldSelector: [] };
+      await api.store.list(def, 'default', all); // makes the cache
+      for (let i = 0; i < 500 && !api.store.watchCache(def)?.ready; i++) await new Promise((resolve) => setTimeout(resolve, 5));
+      assert.ok(api.store.watchCache(def)?.ready, 'the cache serves');
+      const shared = await api.store.list(def, 'default', { ...all, sharedItems: true });
+      const again = await api.store.list(def, 'default', { ...all, sharedItems: true });
+      const copies = await api.store.list(def, 'default', all);
+      assert.deepEqual(shared.items.map((o) => o.metadata.name), ['a', 'b', 'c']);
+      assert.equal(JSON.stringify(shared), JSON.stringify(copies), 'the same answer');
+      shared.items.forEach((obj, i) => {
+        assert.equal(obj, again.items[i], 'the cached object itself, each time');
+        assert.notEqual(obj, copies.items[i], 'a private copy without the option');
+      });
+      // Written since: the list has the new object, still with its resourceVersion.
+      const updated = await api.client.update(CONFIGMAPS, 'default', { ...copies.items[0]!, data: { k: 'a2' } });
+      await api.store.watchCache(def)!.waitFor(Number(updated.metadata.resourceVersion), 5000);
+      const after = await api.store.list(def, 'default', { ...all, sharedItems: true });
+      assert.equal(after.items[0]!.metadata.resourceVersion, updated.metadata.resourceVersion);
+      assert.deepEqual(after.items[0]!.data, { k: 'a2' });
+    } finally {
+      await api.close();
+    }
+  });
+});

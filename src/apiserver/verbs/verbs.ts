@@ -65,6 +65,8 @@ export interface ListRequest {
   resourceVersion?: string;
   /** `Exact` reads at `resourceVersion`; `NotOlderThan` (or nothing, with a resourceVersion) a state not older than it. */
   resourceVersionMatch?: string;
+  /** The caller never changes the items (see the store's ListOptions.sharedItems). */
+  sharedItems?: boolean;
 }
 
 /** A watch request: selectors, one object by name, and the revision to start after. */
@@ -120,6 +122,7 @@ export class ResourceVerbs {
       ...parseSelection(def, request.labelSelector, request.fieldSelector),
       ...(request.limit ? { limit: request.limit } : {}),
       ...(request.continueToken ? { continueToken: request.continueToken } : {}),
+      ...(request.sharedItems ? { sharedItems: true } : {}),
       read,
     });
   }
