@@ -62,24 +62,14 @@ export function prepareForUpdate(
   let next: KubeObject;
   if (options.subresource === 'ephemeralcontainers') {
     // Only spec.ephemeralContainers comes from the caller; the kind's validateUpdate judges it.
-    next = structuredClone(current);
-    const proposedSpec = proposed.spec as Record<string, unknown> | undefined;
-    const spec = (next.spec ?? {}) as Record<string, unknown>;
-    if (proposedSpec?.ephemeralContainers === undefined) delete spec.ephemeralContainers;
-    else spec.ephemeralContainers = proposedSpec.ephemeralContainers;
-    next.spec = spec;
+    next = withSpecFieldFrom(current, proposed, 'ephemeralContainers');
   } else if (options.subresource === 'status') {
     next = { ...current, metadata: { ...current.metadata } };
     if (proposed.status === undefined) delete next.status;
     else next.status = proposed.status;
   } else if (options.subresource === 'finalize') {
     // Only spec.finalizers comes from the caller (a namespace's /finalize, as Kubernetes').
-    next = structuredClone(current);
-    const proposedSpec = proposed.spec as Record<string, unknown> | undefined;
-    const spec = (next.spec ?? {}) as Record<string, unknown>;
-    if (proposedSpec?.finalizers === undefined) delete spec.finalizers;
-    else spec.finalizers = proposedSpec.finalizers;
-    next.spec = spec;
+    next = withSpecFieldFrom(current, proposed, 'finalizers');
   } else {
     next = proposed;
     if (!next.metadata || typeof next.metadata !== 'object') next.metadata = {};
@@ -98,6 +88,17 @@ export function prepareForUpdate(
     next.metadata.generation = (current.metadata.generation ?? 1) + 1;
   }
   recordUpdateOf(def, current, next, sentManagedFields, options.fieldManager, options.subresource);
+  return next;
+}
+
+/** The stored object with one field of its spec as the proposal has it: a subresource that writes that field alone. */
+function withSpecFieldFrom(current: KubeObject, proposed: KubeObject, field: string): KubeObject {
+  const next = structuredClone(current);
+  const proposedSpec = proposed.spec as Record<string, unknown> | undefined;
+  const spec = (next.spec ?? {}) as Record<string, unknown>;
+  if (proposedSpec?.[field] === undefined) delete spec[field];
+  else spec[field] = proposedSpec[field];
+  next.spec = spec;
   return next;
 }
 
