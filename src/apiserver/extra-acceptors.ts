@@ -41,10 +41,6 @@ export class ExtraAcceptors {
     });
   }
 
-  get count(): number {
-    return this.handles.length;
-  }
-
   private async start(server: net.Server, count: number, backlog: number, logger: Logger): Promise<number> {
     // The listening socket's handle: what Node's own cluster module sends between processes.
     const listening = (server as unknown as { _handle?: unknown })._handle;
